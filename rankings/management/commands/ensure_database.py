@@ -1,0 +1,11 @@
+from django.core.management.base import BaseCommand
+
+from rankings.setup import database_ensure
+
+
+class Command(BaseCommand):
+    help = "Create the PostgreSQL database named by DATABASE_URL if it does not exist."
+
+    def handle(self, *args, **options):
+        created = database_ensure()
+        self.stdout.write("database created" if created else "database exists")

@@ -1,0 +1,106 @@
+"""Raw sales (the source of truth, kept forever), the aggregation state, and its log."""
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+
+class Sale(models.Model):
+    """One accepted sale event, as DESIGN.md §2 defines it. Never updated, never deleted."""
+
+    event_id = models.CharField("event id", max_length=128, unique=True)
+    ts = models.DateTimeField("sale time", db_index=True)
+    product = models.ForeignKey(
+        "catalogue.Product",
+        to_field="product_id",
+        db_column="product_id",
+        on_delete=models.PROTECT,
+        related_name="sales",
+    )
+    # The categories the sale counts in: the event's, or the product's at ingest.
+    categories = ArrayField(models.CharField(max_length=50))
+    qty = models.IntegerField()
+    amount_cents = models.BigIntegerField("amount (cents)")
+    return_of = models.CharField(max_length=128, null=True, blank=True, db_index=True)
+    # The instant whose bucket the sale counts in: its own ts, or for a return
+    # the original sale's ts (a window holds the net sales made in it).
+    counted_at = models.DateTimeField(db_index=True)
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Hash of the event as sent, so a resend is told apart from a reuse of its id.
+    digest = models.CharField(max_length=32)
+
+    class Meta:
+        indexes = [models.Index(fields=["product", "counted_at"])]
+
+    def __str__(self):
+        return self.event_id
+
+
+class PendingSale(models.Model):
+    """A sale not yet folded into one shard's buckets: the work queue of the tick.
+
+    Claimed with DELETE … FOR UPDATE SKIP LOCKED rather than a max-id cursor,
+    because sequence values commit out of order and a cursor would skip rows.
+    """
+
+    pk = models.CompositePrimaryKey("shard", "sale")
+    shard = models.PositiveSmallIntegerField()
+    sale = models.ForeignKey(Sale, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+
+
+class Bucket(models.Model):
+    """Net units and revenue of one product in one category during one bucket of time."""
+
+    pk = models.CompositePrimaryKey("size", "category", "start", "product_id")
+    size = models.IntegerField(help_text="bucket length in seconds")
+    start = models.BigIntegerField(help_text="bucket start, epoch seconds (UTC)")
+    category = models.CharField(max_length=50)
+    product_id = models.CharField(max_length=64)
+    shard = models.PositiveSmallIntegerField()
+    units = models.BigIntegerField(default=0)
+    revenue_cents = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["shard", "size", "start"])]
+
+
+class ShardState(models.Model):
+    """Where one shard's aggregation stands; the row its tick locks and advances.
+
+    A batch is committed here (seq, now, delta) before it is applied to Redis,
+    and marked applied after. A tick that finds an unapplied batch replays it;
+    Redis refuses a sequence number it has already seen, so a replay is a no-op.
+    """
+
+    shard = models.PositiveSmallIntegerField(primary_key=True)
+    version = models.PositiveIntegerField(default=1)
+    seq = models.BigIntegerField(default=0)
+    now = models.DateTimeField(null=True)
+    delta = models.JSONField(null=True)
+    applied = models.BooleanField(default=True)
+    too_old = models.BigIntegerField(default=0, help_text="sales too old for every window")
+
+
+class TickLog(models.Model):
+    """One finished tick: what it did and how long it took."""
+
+    started_at = models.DateTimeField(db_index=True)
+    now = models.DateTimeField()
+    duration_ms = models.FloatField()
+    sales = models.IntegerField(default=0)
+    batches = models.IntegerField(default=0)
+    redis_writes = models.IntegerField(default=0)
+    too_old = models.IntegerField(default=0)
+    rebuilt_shards = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+
+class IngestLog(models.Model):
+    """One ingest call (an API batch or an import chunk) and what became of its events."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    source = models.CharField(max_length=20)
+    accepted = models.IntegerField()
+    duplicates = models.IntegerField()
+    rejected = models.IntegerField()

@@ -1,0 +1,60 @@
+"""First-run chores for `make run`: the database, demo data, an admin and an ingest token."""
+
+import secrets
+
+import psycopg
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from psycopg import sql
+from rest_framework.authtoken.models import Token
+
+from .models import Sale
+
+
+def database_ensure() -> bool:
+    """Create the configured database if it is missing; return whether it was created."""
+    db = settings.DATABASES["default"]
+    params = {
+        "dbname": "postgres",
+        "host": db.get("HOST") or None,
+        "port": db.get("PORT") or None,
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+    }
+    with psycopg.connect(**{k: v for k, v in params.items() if v}, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone()
+        if exists:
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))
+        return True
+
+
+def site_setup(*, demo: bool, out) -> None:
+    if demo and not Sale.objects.exists():
+        out.write("no sales yet: loading the demo data (seed_demo)…")
+        call_command("seed_demo", stdout=out)
+        call_command("rankings_tick", stdout=out)
+    User = get_user_model()
+    admin = User.objects.filter(username="admin").first()
+    if admin is None:
+        password = secrets.token_urlsafe(12)
+        admin = User.objects.create_superuser("admin", "admin@example.com", password)
+        out.write(f"admin user created: admin / {password}  (http://127.0.0.1:8000/admin/)")
+    ingest, created = User.objects.get_or_create(username="ingest")
+    if created:
+        ingest.set_unusable_password()
+        ingest.save()
+        ingest.user_permissions.add(
+            Permission.objects.get(codename="add_sale", content_type__app_label="rankings")
+        )
+        token = Token.objects.create(user=ingest)
+        out.write(f"ingest token (keep it; shown once): {token.key}")
+        out.write(
+            "  curl -H 'Authorization: Token "
+            + token.key
+            + "' -H 'Content-Type: application/json' http://127.0.0.1:8000/v1/sales "
+            + '-d \'{"events": [{"id": "ord-1-line-1", "ts": "2026-01-01T00:00:00Z", '
+            + '"productId": "p1", "categories": ["toys"], "qty": 1, "amount": "9.99"}]}\''
+        )

@@ -1,0 +1,20 @@
+"""Settings for the test suite: each run (and each xdist worker) gets its own
+database and its own Redis key prefix, so runs never see each other's data."""
+
+import os
+import uuid
+
+os.environ.setdefault("SECRET_KEY", "test-only-key")
+
+from .settings import *  # noqa: E402, F403
+from .settings import CACHES, DATABASES, RANKINGS  # noqa: E402
+
+RUN_ID = os.environ.setdefault("SALESRANK_TEST_RUN", uuid.uuid4().hex[:10])
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; tests only
+DATABASES["default"]["TEST"] = {"NAME": f"test_salesrank_{RUN_ID}"}
+RANKINGS = {**RANKINGS, "KEY_PREFIX": f"test-{RUN_ID}-{WORKER}"}
+CACHES["default"]["KEY_PREFIX"] = RANKINGS["KEY_PREFIX"] + ":cache"
+CELERY_TASK_DEFAULT_QUEUE = RANKINGS["KEY_PREFIX"] + ":tasks"

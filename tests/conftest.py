@@ -1,0 +1,50 @@
+"""Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
+
+import datetime as dt
+
+import pytest
+import redis as redis_lib
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+
+@pytest.fixture(scope="session")
+def redis_client():
+    return redis_lib.Redis.from_url(settings.REDIS_URL)
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis(redis_client):
+    """Each test starts with no key of this run's prefix in Redis."""
+    yield
+    prefix = settings.RANKINGS["KEY_PREFIX"]
+    keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
+    if keys:
+        redis_client.delete(*keys)
+
+
+@pytest.fixture
+def api():
+    return APIClient()
+
+
+@pytest.fixture
+def ingest_user(db):
+    user = get_user_model().objects.create_user("ingest-test")
+    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    return user
+
+
+@pytest.fixture
+def ingest_api(ingest_user):
+    client = APIClient()
+    token = Token.objects.create(user=ingest_user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def utc(*args) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=dt.UTC)
