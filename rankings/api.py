@@ -8,7 +8,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from .conf import rankings_settings
+from . import selectors
+from .conf import METRICS, rankings_settings
 from .ingest import sales_ingest
 from .serializers import SaleEventSerializer
 
@@ -91,3 +92,214 @@ class SalesIngestApi(APIView):
             raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(events)}")
         result = sales_ingest(events=events, source="api")
         return Response(result.as_dict())
+
+
+# --- the read path ------------------------------------------------------------------
+
+MAX_DEPTH = 10_000
+
+
+def _board_params(**extra):
+    fields = {
+        "window": serializers.ChoiceField(choices=list(rankings_settings.WINDOWS), default="7d"),
+        "metric": serializers.ChoiceField(choices=list(METRICS), default="units"),
+        **extra,
+    }
+    return type("BoardParams", (serializers.Serializer,), fields)
+
+
+def _params(serializer_class, request) -> dict:
+    serializer = serializer_class(data=request.query_params)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _selected(call, **kwargs) -> Response:
+    try:
+        return Response(call(**kwargs))
+    except selectors.NotFound as missing:
+        raise exceptions.NotFound(str(missing)) from missing
+
+
+class CategoryListApi(APIView):
+    """Every category, with `all` (the board of every sale) first."""
+
+    @extend_schema(
+        operation_id="categories_list",
+        responses=inline_serializer(
+            "CategoryList",
+            {
+                "items": inline_serializer(
+                    "CategoryItem",
+                    {
+                        "slug": serializers.CharField(),
+                        "name": serializers.CharField(),
+                        "url": serializers.URLField(),
+                    },
+                    many=True,
+                )
+            },
+        ),
+    )
+    def get(self, request):
+        items = [
+            {"slug": slug, "name": name, "url": request.build_absolute_uri(f"/v1/categories/{slug}/top")}
+            for slug, name in selectors.categories_map().items()
+        ]
+        return Response({"items": items})
+
+
+class TopParams(_board_params()):
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=50)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_DEPTH - 1, default=0)
+
+    def validate(self, attrs):
+        if attrs["offset"] + attrs["limit"] > MAX_DEPTH:
+            raise serializers.ValidationError(f"offset + limit may be at most {MAX_DEPTH}")
+        return attrs
+
+
+def _items_schema():
+    return inline_serializer(
+        "RankedItem",
+        {
+            "rank": serializers.IntegerField(),
+            "productId": serializers.CharField(),
+            "name": serializers.CharField(),
+            "units": serializers.IntegerField(),
+            "revenue": serializers.CharField(),
+        },
+        many=True,
+    )
+
+
+_BOARD = {
+    "window": serializers.CharField(),
+    "metric": serializers.CharField(),
+    "asOf": serializers.DateTimeField(allow_null=True),
+}
+
+
+class BoardTopApi(APIView):
+    """The best sellers of a category: ranks offset+1 … offset+limit."""
+
+    @extend_schema(
+        operation_id="board_top",
+        parameters=[TopParams],
+        responses={
+            200: inline_serializer(
+                "BoardTop",
+                {
+                    "category": serializers.CharField(),
+                    **_BOARD,
+                    "total": serializers.IntegerField(),
+                    "items": _items_schema(),
+                },
+            ),
+            400: _Error,
+            404: _Error,
+        },
+    )
+    def get(self, request, slug):
+        return _selected(selectors.board_top, category=slug, **_params(TopParams, request))
+
+
+class RankParams(_board_params(category=serializers.SlugField(max_length=50))):
+    pass
+
+
+class ProductRankApi(APIView):
+    """A product's rank on one board; rank is null when it has no sales there."""
+
+    @extend_schema(
+        operation_id="product_rank",
+        parameters=[RankParams],
+        responses={
+            200: inline_serializer(
+                "ProductRank",
+                {
+                    "productId": serializers.CharField(),
+                    "category": serializers.CharField(),
+                    **_BOARD,
+                    "rank": serializers.IntegerField(allow_null=True),
+                    "units": serializers.IntegerField(),
+                    "revenue": serializers.CharField(),
+                    "total": serializers.IntegerField(),
+                    "percentile": serializers.FloatField(allow_null=True),
+                },
+            ),
+            400: _Error,
+            404: _Error,
+        },
+    )
+    def get(self, request, product_id):
+        return _selected(selectors.product_rank, product_id=product_id, **_params(RankParams, request))
+
+
+class RanksParams(_board_params()):
+    pass
+
+
+class ProductRanksApi(APIView):
+    """A product's rank in each of its categories."""
+
+    @extend_schema(
+        operation_id="product_ranks",
+        parameters=[RanksParams],
+        responses={
+            200: inline_serializer(
+                "ProductRanks",
+                {
+                    "productId": serializers.CharField(),
+                    **_BOARD,
+                    "ranks": inline_serializer(
+                        "CategoryRank",
+                        {
+                            "category": serializers.CharField(),
+                            "rank": serializers.IntegerField(allow_null=True),
+                            "units": serializers.IntegerField(),
+                            "revenue": serializers.CharField(),
+                            "total": serializers.IntegerField(),
+                            "percentile": serializers.FloatField(allow_null=True),
+                        },
+                        many=True,
+                    ),
+                },
+            ),
+            400: _Error,
+            404: _Error,
+        },
+    )
+    def get(self, request, product_id):
+        return _selected(selectors.product_ranks, product_id=product_id, **_params(RanksParams, request))
+
+
+class NeighborParams(_board_params(category=serializers.SlugField(max_length=50))):
+    n = serializers.IntegerField(min_value=1, max_value=50, default=5)
+
+
+class ProductNeighborsApi(APIView):
+    """The n products ranked just above and just below a product (and the product itself)."""
+
+    @extend_schema(
+        operation_id="product_neighbors",
+        parameters=[NeighborParams],
+        responses={
+            200: inline_serializer(
+                "ProductNeighbors",
+                {
+                    "productId": serializers.CharField(),
+                    "category": serializers.CharField(),
+                    **_BOARD,
+                    "rank": serializers.IntegerField(allow_null=True),
+                    "items": _items_schema(),
+                },
+            ),
+            400: _Error,
+            404: _Error,
+        },
+    )
+    def get(self, request, product_id):
+        return _selected(
+            selectors.product_neighbors, product_id=product_id, **_params(NeighborParams, request)
+        )

@@ -7,6 +7,13 @@ from rankings import api
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
+    path("v1/categories", api.CategoryListApi.as_view(), name="categories"),
+    path("v1/categories/<slug:slug>/top", api.BoardTopApi.as_view(), name="board-top"),
+    path("v1/products/<str:product_id>/rank", api.ProductRankApi.as_view(), name="product-rank"),
+    path("v1/products/<str:product_id>/ranks", api.ProductRanksApi.as_view(), name="product-ranks"),
+    path(
+        "v1/products/<str:product_id>/neighbors", api.ProductNeighborsApi.as_view(), name="product-neighbors"
+    ),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]

@@ -1,0 +1,31 @@
+import datetime as dt
+
+from django.core.management.base import BaseCommand, CommandError
+
+from rankings.aggregate import ClockWentBackwards, tick
+
+
+def _instant(value: str) -> dt.datetime:
+    parsed = dt.datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError("give a UTC offset, e.g. 2026-10-11T10:00:00Z")
+    return parsed
+
+
+class Command(BaseCommand):
+    help = "Aggregate every pending sale and expire buckets, as of --now (default: the clock)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--now", type=_instant, help="ISO-8601 instant with offset; may not go backwards")
+
+    def handle(self, *args, **options):
+        try:
+            report = tick(now=options["now"])
+        except ClockWentBackwards as error:
+            raise CommandError(str(error)) from error
+        self.stdout.write(
+            f"tick as of {report.now.isoformat()}: {report.sales} sales in {report.batches} batches, "
+            f"{report.redis_writes} board writes, {report.too_old} too old, "
+            f"{report.rebuilt_shards} shards rebuilt, {report.duration_ms:.0f} ms"
+            + (f", shards busy elsewhere: {report.busy_shards}" if report.busy_shards else "")
+        )

@@ -1,0 +1,16 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from rankings.verify import rankings_verify
+
+
+class Command(BaseCommand):
+    help = "Recompute every board from raw sales, compare with Redis, print differences, exit 1 on any."
+
+    def handle(self, *args, **options):
+        report = rankings_verify()
+        for difference in report.differences:
+            self.stdout.write(difference.describe())
+        summary = f"{report.boards} boards, {report.members} members, {len(report.differences)} differ"
+        if not report.exact:
+            raise CommandError(summary)
+        self.stdout.write(f"exact: {summary}")

@@ -1,0 +1,235 @@
+"""The read path: top-N, rank, ranks and neighbours from Redis, names from the catalogue.
+
+A read never touches raw sales or buckets. Each costs a bounded number of
+Redis round trips (O(log n + limit) work there) and at most one catalogue query.
+"""
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+
+from catalogue.models import ALL, Category, Product, shard_of
+
+from . import store
+from .conf import rankings_settings
+
+# Category names change rarely; a reader may see a new category this much later.
+CATEGORY_CACHE_SECONDS = 5.0  # seconds
+
+_categories: tuple[float, dict[str, str]] | None = None
+
+
+class NotFound(LookupError):
+    pass
+
+
+def categories_map() -> dict[str, str]:
+    """slug -> name of every category, with `all` first."""
+    global _categories
+    if _categories is None or time.monotonic() - _categories[0] > CATEGORY_CACHE_SECONDS:
+        names = {ALL: "All products"}
+        names.update(Category.objects.order_by("name").values_list("slug", "name"))
+        _categories = (time.monotonic(), names)
+    return _categories[1]
+
+
+def categories_forget() -> None:
+    global _categories
+    _categories = None
+
+
+def category_name(slug: str) -> str:
+    names = categories_map()
+    if slug not in names:
+        categories_forget()
+        names = categories_map()
+        if slug not in names:
+            raise NotFound(f"unknown category '{slug}'")
+    return names[slug]
+
+
+def _shard(category: str) -> int:
+    return shard_of(category, rankings_settings.SHARDS)
+
+
+def format_asof(asof: float | None) -> str | None:
+    if not asof:
+        return None
+    return dt.datetime.fromtimestamp(int(asof), tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def cents(value: int) -> str:
+    return str((Decimal(value) / 100).quantize(Decimal("0.01")))
+
+
+def _score_fields(metric: str, score: int, other: int) -> dict:
+    units, revenue = (score, other) if metric == "units" else (other, score)
+    return {"units": units, "revenue": cents(revenue)}
+
+
+@dataclass
+class Item:
+    rank: int
+    product_id: str
+    name: str
+    units: int
+    revenue: str
+
+    def as_dict(self) -> dict:
+        return {
+            "rank": self.rank,
+            "productId": self.product_id,
+            "name": self.name,
+            "units": self.units,
+            "revenue": self.revenue,
+        }
+
+
+def _names(product_ids) -> dict[str, str]:
+    if not product_ids:
+        return {}
+    return dict(Product.objects.filter(product_id__in=product_ids).values_list("product_id", "name"))
+
+
+def _items(rows, first_rank: int, metric: str) -> list[Item]:
+    names = _names([product_id for product_id, _, _ in rows])
+    return [
+        Item(
+            rank=first_rank + i,
+            product_id=pid,
+            name=names.get(pid, pid),
+            **_score_fields(metric, score, other),
+        )
+        for i, (pid, score, other) in enumerate(rows)
+    ]
+
+
+def board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
+    """The products ranked offset+1 … offset+limit on a board."""
+    category_name(category)
+    board = store.board_slice(
+        version=store.active_version(),
+        shard=_shard(category),
+        window=window,
+        metric=metric,
+        category=category,
+        start=offset,
+        stop=offset + limit - 1,
+    )
+    return {
+        "category": category,
+        "window": window,
+        "metric": metric,
+        "asOf": format_asof(board.asof),
+        "total": board.total,
+        "items": [item.as_dict() for item in _items(board.rows, offset + 1, metric)],
+    }
+
+
+def _product(product_id: str) -> Product:
+    product = Product.objects.filter(product_id=product_id).first()
+    if product is None:
+        raise NotFound(f"unknown product '{product_id}'")
+    return product
+
+
+def _percentile(rank: int | None, total: int) -> float | None:
+    if rank is None or not total:
+        return None
+    return round(100 * rank / total, 2)
+
+
+def product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
+    category_name(category)
+    _product(product_id)
+    found = store.member_rank(
+        version=store.active_version(),
+        shard=_shard(category),
+        window=window,
+        metric=metric,
+        category=category,
+        product_id=product_id,
+    )
+    rank = found.rank + 1 if found.rank is not None else None
+    return {
+        "productId": product_id,
+        "category": category,
+        "window": window,
+        "metric": metric,
+        "asOf": format_asof(found.asof),
+        "rank": rank,
+        **_score_fields(metric, found.score, found.other),
+        "total": found.total,
+        "percentile": _percentile(rank, found.total),
+    }
+
+
+def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
+    """The product's rank in each of its catalogue categories, in one Redis round trip."""
+    product = _product(product_id)
+    categories = sorted(product.categories.values_list("slug", flat=True))
+    found = store.members_ranks(
+        version=store.active_version(),
+        window=window,
+        metric=metric,
+        product_id=product_id,
+        boards=[(_shard(c), c) for c in categories],
+    )
+    asofs = [f.asof for f in found if f.asof]
+    ranks = []
+    for category, f in zip(categories, found, strict=True):
+        rank = f.rank + 1 if f.rank is not None else None
+        ranks.append(
+            {
+                "category": category,
+                "rank": rank,
+                **_score_fields(metric, f.score, f.other),
+                "total": f.total,
+                "percentile": _percentile(rank, f.total),
+            }
+        )
+    return {
+        "productId": product_id,
+        "window": window,
+        "metric": metric,
+        "asOf": format_asof(min(asofs)) if asofs else None,
+        "ranks": ranks,
+    }
+
+
+def product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
+    """The n products ranked just above and just below the product, and the product itself."""
+    category_name(category)
+    _product(product_id)
+    version = store.active_version()
+    shard = _shard(category)
+    found = store.member_rank(
+        version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
+    )
+    items: list[dict] = []
+    rank = None
+    asof = found.asof
+    if found.rank is not None:
+        rank = found.rank + 1
+        start = max(0, found.rank - n)
+        board = store.board_slice(
+            version=version,
+            shard=shard,
+            window=window,
+            metric=metric,
+            category=category,
+            start=start,
+            stop=found.rank + n,
+        )
+        asof = board.asof
+        items = [item.as_dict() for item in _items(board.rows, start + 1, metric)]
+    return {
+        "productId": product_id,
+        "category": category,
+        "window": window,
+        "metric": metric,
+        "asOf": format_asof(asof),
+        "rank": rank,
+        "items": items,
+    }

@@ -1,0 +1,350 @@
+"""The only module that talks to Redis: key names, Lua scripts and pipelines.
+
+Layout, for key prefix P, version V and shard S (the hash tag keeps a shard's
+keys on one Redis Cluster slot, so a batch can be applied atomically):
+
+    P:active                         the version that serves reads
+    P:vV:gen                         generation marker; missing = Redis lost data
+    P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen
+    P:vV:{sS}:b:<window>:<metric>:<category>
+                                     the board: a sorted set, product -> -score
+
+Scores are stored negated so that ZRANGE (ascending) yields score descending
+with equal scores by productId ascending in byte order: exactly the ranking
+order, with no composite score and no loss of integer precision. A product
+whose score is not positive is removed from the board.
+"""
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+from .conf import rankings_settings
+
+# Reads must fail fast when Redis is slow or down so that pages can serve the
+# last known answer instead of hanging a worker.
+SOCKET_TIMEOUT = 0.5  # seconds
+# The write path may wait longer: a large batch is one Lua call.
+WRITE_SOCKET_TIMEOUT = 30  # seconds
+# How long a reader trusts its copy of the active version; a switch-over is
+# seen by every reader within this time, and both versions stay whole meanwhile.
+ACTIVE_VERSION_TTL = 1.0  # seconds
+# Members written per ZADD when a board is rebuilt: large enough to keep round
+# trips few, small enough not to block Redis for long.
+REBUILD_CHUNK = 5000
+
+_clients: dict[str, redis.Redis] = {}
+_lock = threading.Lock()
+
+
+def client(*, write: bool = False) -> redis.Redis:
+    name = "write" if write else "read"
+    if name not in _clients:
+        with _lock:
+            if name not in _clients:
+                timeout = WRITE_SOCKET_TIMEOUT if write else SOCKET_TIMEOUT
+                _clients[name] = redis.Redis.from_url(
+                    settings.REDIS_URL,
+                    socket_timeout=timeout,
+                    socket_connect_timeout=timeout,
+                    health_check_interval=30,
+                )
+    return _clients[name]
+
+
+def reset_clients() -> None:
+    """Forget connections (after a fork, or in tests that restart Redis)."""
+    _clients.clear()
+    _active_cache.clear()
+
+
+# --- key names ---------------------------------------------------------------
+
+
+def prefix() -> str:
+    return rankings_settings.KEY_PREFIX
+
+
+def active_key() -> str:
+    return f"{prefix()}:active"
+
+
+def gen_key(version: int) -> str:
+    return f"{prefix()}:v{version}:gen"
+
+
+def shard_tag(version: int, shard: int) -> str:
+    return f"{prefix()}:v{version}:{{s{shard}}}"
+
+
+def state_key(version: int, shard: int) -> str:
+    return f"{shard_tag(version, shard)}:state"
+
+
+def board_key(version: int, shard: int, window: str, metric: str, category: str) -> str:
+    return f"{shard_tag(version, shard)}:b:{window}:{metric}:{category}"
+
+
+# --- versions -------------------------------------------------------------------
+
+_active_cache: dict[str, tuple[float, int]] = {}
+
+
+def active_version(*, fresh: bool = False) -> int:
+    cached = _active_cache.get(prefix())
+    if cached and not fresh and time.monotonic() - cached[0] < ACTIVE_VERSION_TTL:
+        return cached[1]
+    value = client().get(active_key())
+    version = int(value) if value else 1
+    _active_cache[prefix()] = (time.monotonic(), version)
+    return version
+
+
+# --- the write path --------------------------------------------------------------
+
+# Apply one batch of a shard, exactly once: the batch's sequence number must be
+# the next one and the shard's generation must match, or nothing is written.
+# Returns 1 = applied, 0 = already applied (a replay), -1 = the shard must be
+# rebuilt (Redis lost it, or a batch is missing).
+_APPLY = """
+local state = KEYS[1]
+local seq = tonumber(ARGV[1])
+local cur = tonumber(redis.call('HGET', state, 'seq') or '0')
+local gen = redis.call('HGET', state, 'gen')
+if cur >= seq and gen == ARGV[3] then return 0 end
+if cur ~= seq - 1 or (seq > 1 and gen ~= ARGV[3]) then return -1 end
+for i = 4, #ARGV, 3 do
+    local key = KEYS[tonumber(ARGV[i])]
+    local member = ARGV[i + 1]
+    local score = tonumber(redis.call('ZINCRBY', key, ARGV[i + 2], member))
+    if score >= 0 then redis.call('ZREM', key, member) end
+end
+redis.call('HSET', state, 'seq', seq, 'asof', ARGV[2], 'gen', ARGV[3])
+return 1
+"""
+
+# Put rebuilt boards in place in one step: readers see the old boards or the
+# new ones, never a missing or half-written board.
+# KEYS: state, then pairs (temporary, live); ARGV: seq, asof, gen, then stale live keys.
+_SWAP = """
+local pairs_end = 1 + 2 * tonumber(ARGV[4])
+for i = 2, pairs_end, 2 do
+    redis.call('RENAME', KEYS[i], KEYS[i + 1])
+end
+for i = 5, #ARGV do
+    redis.call('DEL', ARGV[i])
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'asof', ARGV[2], 'gen', ARGV[3])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A net change of one product's score on one board."""
+
+    window: str
+    metric: str
+    category: str
+    product_id: str
+    delta: int
+
+
+def generation(version: int) -> str:
+    """The current generation token, created if missing (after Redis lost its data)."""
+    r = client(write=True)
+    key = gen_key(version)
+    r.set(key, uuid.uuid4().hex, nx=True)
+    return r.get(key).decode()
+
+
+def shard_generation(version: int, shard: int) -> str | None:
+    value = client(write=True).hget(state_key(version, shard), "gen")
+    return value.decode() if value else None
+
+
+def batch_apply(
+    *, version: int, shard: int, seq: int, asof: float, gen: str, changes: Iterable[Change]
+) -> int:
+    """Apply a batch's changes atomically with its sequence number; see _APPLY."""
+    keys = [state_key(version, shard)]
+    index: dict[str, int] = {}
+    argv: list = [seq, repr(asof), gen]
+    for c in changes:
+        key = board_key(version, shard, c.window, c.metric, c.category)
+        if key not in index:
+            keys.append(key)
+            index[key] = len(keys)
+        argv.extend((index[key], c.product_id, -c.delta))
+    r = client(write=True)
+    return int(r.eval(_APPLY, len(keys), *keys, *argv))
+
+
+def shard_replace(
+    *,
+    version: int,
+    shard: int,
+    seq: int,
+    asof: float,
+    gen: str,
+    boards: dict[tuple[str, str, str], dict[str, int]],
+) -> None:
+    """Replace every board of a shard with `boards` ((window, metric, category) -> scores)."""
+    r = client(write=True)
+    token = uuid.uuid4().hex[:8]
+    pairs = []
+    pipe = r.pipeline(transaction=False)
+    for (window, metric, category), scores in boards.items():
+        positive = [(member, -score) for member, score in scores.items() if score > 0]
+        if not positive:
+            continue
+        live = board_key(version, shard, window, metric, category)
+        temp = f"{live}:rebuild:{token}"
+        for start in range(0, len(positive), REBUILD_CHUNK):
+            pipe.zadd(temp, dict(positive[start : start + REBUILD_CHUNK]))
+        pairs.append((temp, live))
+    pipe.execute()
+    live_keys = {live for _, live in pairs}
+    stale = [k for k in shard_board_keys(version, shard) if k not in live_keys]
+    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair]
+    r.eval(_SWAP, len(keys), *keys, seq, repr(asof), gen, len(pairs), *stale)
+
+
+def shard_board_keys(version: int, shard: int) -> list[str]:
+    pattern = f"{shard_tag(version, shard)}:b:*"
+    keys = [k.decode() for k in client(write=True).scan_iter(match=pattern, count=1000)]
+    return [k for k in keys if ":rebuild:" not in k]
+
+
+def board_read_all(key: str) -> list[tuple[str, int]]:
+    """Every member of a board in ranking order, with its (positive) score."""
+    rows = client(write=True).zrange(key, 0, -1, withscores=True)
+    return [(member.decode(), int(-score)) for member, score in rows]
+
+
+def shard_state(version: int, shard: int) -> dict[str, str]:
+    raw = client(write=True).hgetall(state_key(version, shard))
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+def version_delete(version: int) -> int:
+    """Delete every key of a version; returns how many."""
+    r = client(write=True)
+    deleted = 0
+    batch = []
+    for key in r.scan_iter(match=f"{prefix()}:v{version}:*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            deleted += r.unlink(*batch)
+            batch = []
+    if batch:
+        deleted += r.unlink(*batch)
+    return deleted
+
+
+# --- the read path -----------------------------------------------------------------
+
+
+@dataclass
+class BoardSlice:
+    asof: float | None
+    total: int
+    rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score)
+
+
+def _other(metric: str) -> str:
+    return "revenue" if metric == "units" else "units"
+
+
+def board_slice(
+    *, version: int, shard: int, window: str, metric: str, category: str, start: int, stop: int
+) -> BoardSlice:
+    """Members ranked start..stop (0-based, inclusive), with both metrics, in two round trips."""
+    r = client()
+    key = board_key(version, shard, window, metric, category)
+    pipe = r.pipeline(transaction=False)
+    pipe.zrange(key, start, stop, withscores=True)
+    pipe.zcard(key)
+    pipe.hget(state_key(version, shard), "asof")
+    rows, total, asof = pipe.execute()
+    members = [m for m, _ in rows]
+    others = (
+        r.zmscore(board_key(version, shard, window, _other(metric), category), members) if members else []
+    )
+    return BoardSlice(
+        asof=float(asof) if asof else None,
+        total=total,
+        rows=[
+            (m.decode(), int(-s), int(-o) if o is not None else 0)
+            for (m, s), o in zip(rows, others, strict=True)
+        ],
+    )
+
+
+@dataclass
+class MemberRank:
+    asof: float | None
+    total: int
+    rank: int | None  # 0-based
+    score: int
+    other: int
+
+
+def member_rank(
+    *, version: int, shard: int, window: str, metric: str, category: str, product_id: str
+) -> MemberRank:
+    """One product's rank and scores on a board, in one round trip."""
+    key = board_key(version, shard, window, metric, category)
+    pipe = client().pipeline(transaction=False)
+    pipe.zrank(key, product_id)
+    pipe.zscore(key, product_id)
+    pipe.zscore(board_key(version, shard, window, _other(metric), category), product_id)
+    pipe.zcard(key)
+    pipe.hget(state_key(version, shard), "asof")
+    rank, score, other, total, asof = pipe.execute()
+    return MemberRank(
+        asof=float(asof) if asof else None,
+        total=total,
+        rank=rank,
+        score=int(-score) if score is not None else 0,
+        other=int(-other) if other is not None else 0,
+    )
+
+
+def members_ranks(
+    *, version: int, window: str, metric: str, product_id: str, boards: list[tuple[int, str]]
+) -> list[MemberRank]:
+    """One product's rank on several boards ((shard, category) pairs), in one round trip."""
+    pipe = client().pipeline(transaction=False)
+    for shard, category in boards:
+        key = board_key(version, shard, window, metric, category)
+        pipe.zrank(key, product_id)
+        pipe.zscore(key, product_id)
+        pipe.zscore(board_key(version, shard, window, _other(metric), category), product_id)
+        pipe.zcard(key)
+        pipe.hget(state_key(version, shard), "asof")
+    values = pipe.execute()
+    out = []
+    for i in range(0, len(values), 5):
+        rank, score, other, total, asof = values[i : i + 5]
+        out.append(
+            MemberRank(
+                asof=float(asof) if asof else None,
+                total=total,
+                rank=rank,
+                score=int(-score) if score is not None else 0,
+                other=int(-other) if other is not None else 0,
+            )
+        )
+    return out
+
+
+def dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"))

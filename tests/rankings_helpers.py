@@ -1,0 +1,56 @@
+"""A small driver for engine tests: a shop with a clock, sales, ticks and the recompute check."""
+
+import datetime as dt
+
+from rankings import store
+from rankings.aggregate import tick
+from rankings.ingest import sales_ingest
+from rankings.verify import rankings_verify
+
+START = dt.datetime(2026, 3, 2, 12, 0, 0, tzinfo=dt.UTC)
+
+
+class Shop:
+    def __init__(self, now: dt.datetime = START):
+        self.now = now
+        self._n = 0
+
+    def sale(
+        self, product, categories=("toys",), qty=1, amount=None, ago=dt.timedelta(0), event_id=None, **extra
+    ):
+        self._n += 1
+        event = {
+            "id": event_id or f"s{self._n}",
+            "ts": (self.now - ago).isoformat(),
+            "productId": product,
+            "categories": list(categories),
+            "qty": qty,
+            **extra,
+        }
+        if amount is not None:
+            event["amount"] = amount
+        return event
+
+    def send(self, *events):
+        result = sales_ingest(events=list(events), now=self.now)
+        assert not result.rejected, result.rejected
+        return result
+
+    def advance(self, **delta):
+        self.now += dt.timedelta(**delta)
+
+    def tick(self):
+        return tick(now=self.now)
+
+    def top(self, category="toys", window="7d", metric="units"):
+        """[(product, score)] of a board, read straight from Redis."""
+        from catalogue.models import shard_of
+        from rankings.conf import rankings_settings
+
+        shard = shard_of(category, rankings_settings.SHARDS)
+        return store.board_read_all(store.board_key(store.active_version(), shard, window, metric, category))
+
+    def assert_exact(self):
+        report = rankings_verify()
+        assert report.exact, "\n".join(d.describe() for d in report.differences)
+        return report
