@@ -83,7 +83,10 @@ class SalesIngestApi(APIView):
         },
     )
     def post(self, request):
-        body = request.data
+        try:
+            body = request.data
+        except RecursionError:  # JSON nested deeper than the parser's stack
+            raise exceptions.ParseError("JSON parse error - nested too deeply") from None
         if not isinstance(body, dict) or not isinstance(body.get("events"), list):
             raise exceptions.ValidationError({"error": 'body must be {"events": [ ... ]}'})
         events = body["events"]

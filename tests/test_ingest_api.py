@@ -1,6 +1,9 @@
 """POST /v1/sales: the contract of DESIGN.md §4."""
 
+import json
+
 import pytest
+from rest_framework.authtoken.models import Token
 
 from rankings.models import Sale
 
@@ -44,3 +47,153 @@ def test_without_a_token_the_batch_is_refused(api):
     assert reply.status_code == 401
     assert "error" in reply.json()
     assert not Sale.objects.exists()
+
+
+def test_a_bad_token_is_refused(api):
+    api.credentials(HTTP_AUTHORIZATION="Token not-a-key")
+
+    reply = api.post("/v1/sales", {"events": [event()]}, format="json")
+
+    assert reply.status_code == 401
+    assert reply.json() == {"error": "Invalid token."}
+    assert not Sale.objects.exists()
+
+
+def test_a_user_without_the_add_sale_permission_is_forbidden(api, django_user_model):
+    """A token proves who is sending; only users with rankings.add_sale may store sales."""
+    # given a user with a token but no permission
+    user = django_user_model.objects.create_user("reader")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+
+    # when
+    reply = api.post("/v1/sales", {"events": [event()]}, format="json")
+
+    # then
+    assert reply.status_code == 403
+    assert set(reply.json()) == {"error"}
+    assert not Sale.objects.exists()
+
+
+def test_an_inactive_user_is_refused(ingest_api, ingest_user):
+    ingest_user.is_active = False
+    ingest_user.save()
+
+    reply = ingest_api.post("/v1/sales", {"events": [event()]}, format="json")
+
+    assert reply.status_code == 401
+    assert "error" in reply.json()
+
+
+def test_a_batch_of_5001_events_is_too_large(ingest_api):
+    events = [event(id=f"e{i}") for i in range(5001)]
+
+    reply = ingest_api.post("/v1/sales", {"events": events}, format="json")
+
+    assert reply.status_code == 413
+    assert reply.json() == {"error": "at most 5000 events per batch; this one has 5001"}
+    assert not Sale.objects.exists()
+
+
+def test_a_full_batch_of_5000_events_is_accepted(ingest_api):
+    events = [event(id=f"e{i}", productId=f"p{i % 700}", categories=[f"c{i % 50}"]) for i in range(5000)]
+
+    reply = ingest_api.post("/v1/sales", {"events": events}, format="json")
+
+    assert reply.status_code == 200
+    assert reply.json() == {"accepted": 5000, "duplicates": 0, "rejected": []}
+    assert Sale.objects.count() == 5000
+
+
+def test_duplicates_are_counted_in_the_reply(ingest_api):
+    ingest_api.post("/v1/sales", {"events": [event()]}, format="json")
+
+    reply = ingest_api.post("/v1/sales", {"events": [event(), event(id="new")]}, format="json")
+
+    assert reply.json() == {"accepted": 1, "duplicates": 1, "rejected": []}
+
+
+BAD_BODIES = [
+    pytest.param(b"[]", 'body must be {"events": [ ... ]}', id="a JSON list"),
+    pytest.param(b'"events"', 'body must be {"events": [ ... ]}', id="a JSON string"),
+    pytest.param(b"12", 'body must be {"events": [ ... ]}', id="a JSON number"),
+    pytest.param(b"null", 'body must be {"events": [ ... ]}', id="null"),
+    pytest.param(b"", 'body must be {"events": [ ... ]}', id="empty"),
+    pytest.param(b"{}", 'body must be {"events": [ ... ]}', id="no events"),
+    pytest.param(b'{"events": null}', 'body must be {"events": [ ... ]}', id="events null"),
+    pytest.param(b'{"events": {"id": "a"}}', 'body must be {"events": [ ... ]}', id="events an object"),
+    pytest.param(b'{"events": "a"}', 'body must be {"events": [ ... ]}', id="events a string"),
+    pytest.param(b'{"events": [', "JSON parse error", id="invalid JSON"),
+    pytest.param(b'{"events": [NaN]}', "JSON parse error", id="NaN"),
+    pytest.param(b"\xff\xfe\x00", "JSON parse error", id="not UTF-8"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "JSON parse error", id="nested too deeply"),
+    pytest.param(b'{"events": [' + b"9" * 5000 + b"]}", "JSON parse error", id="an integer of 5000 digits"),
+]
+
+
+@pytest.mark.parametrize(("body", "error"), BAD_BODIES)
+def test_a_body_that_is_not_a_batch_is_a_400_json_error(ingest_api, body, error):
+    reply = ingest_api.generic("POST", "/v1/sales", body, content_type="application/json")
+
+    assert reply.status_code == 400
+    assert reply.json()["error"].startswith(error)
+    assert not Sale.objects.exists()
+
+
+def test_a_body_that_is_not_json_is_refused_as_json(ingest_api):
+    reply = ingest_api.generic("POST", "/v1/sales", b"id=1", content_type="application/x-www-form-urlencoded")
+
+    assert reply.status_code == 415
+    assert "error" in reply.json()
+
+
+GARBAGE_EVENTS = [
+    pytest.param(None, "event must be a JSON object", id="null"),
+    pytest.param([], "event must be a JSON object", id="a list"),
+    pytest.param("ord-1", "event must be a JSON object", id="a string"),
+    pytest.param(1e308, "event must be a JSON object", id="a huge number"),
+    pytest.param({}, "id is required", id="an empty object"),
+    pytest.param(event(ts=10**300), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts huge"),
+    pytest.param(event(ts=-(10**300)), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts hugely negative"),
+    pytest.param(event(ts="9" * 400), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts huge string"),
+    pytest.param(event(ts="0001-01-01T00:00:00+01:00"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts before year 1 in UTC"),
+    pytest.param(event(ts="²"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts a superscript digit"),
+    pytest.param(event(qty=10**300), "qty must be between -1,000,000 and 1,000,000", id="qty huge"),
+    pytest.param(event(qty=1e300), "qty must be a non-zero integer", id="qty a huge float"),
+    pytest.param(event(amount=10**300), "amount may have at most 12 digits before the decimal point", id="amount huge"),
+    pytest.param(event(amount="1e999999"), "amount may have at most 12 digits before the decimal point", id="amount huge exponent"),
+    pytest.param(event(amount=1e308), "amount may have at most 12 digits before the decimal point", id="amount a huge float"),
+    pytest.param(event(amount={}), "amount must be a decimal number (a JSON string or number)", id="amount an object"),
+    pytest.param(event(categories=[None]), "categories: 'NoneType' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="a null category"),
+    pytest.param(event(categories=["c"] * 51), "categories must be a list of at most 50 slugs", id="51 categories"),
+    pytest.param(event(productId=None), "productId may not be null", id="productId null"),
+    pytest.param(event(ts=None), "ts may not be null", id="ts null"),
+    pytest.param(event(id="\ud800"), "id must be a string of 1 to 128 characters", id="id a lone surrogate"),
+    pytest.param(event(id="a" * 100_000), "id must be a string of 1 to 128 characters", id="id of 100,000 characters"),
+    pytest.param(event(returnOf="\x00", qty=-1), "returnOf must be a string of 1 to 128 characters", id="returnOf with a NUL"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("bad_event", "error"), GARBAGE_EVENTS)
+def test_a_garbage_event_is_rejected_not_a_server_error(ingest_api, bad_event, error):
+    """Whatever an event holds, the reply is 200 with a reason; the rest of the batch is stored."""
+    body = json.dumps({"events": [event(id="good"), bad_event]})  # ASCII: lone surrogates escaped
+
+    reply = ingest_api.generic("POST", "/v1/sales", body, content_type="application/json")
+
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["accepted"] == 1
+    assert [(r["index"], r["error"]) for r in body["rejected"]] == [(1, error)]
+
+
+def test_the_reply_names_each_rejected_event_by_index_and_id(ingest_api):
+    """An id that is itself invalid is not echoed: the index identifies the event."""
+    events = [event(id="a"), event(id="b", productId="p 1"), event(id="x" * 200), event(id="d", qty=-2)]
+
+    reply = ingest_api.post("/v1/sales", {"events": events}, format="json").json()
+
+    assert reply["rejected"] == [
+        {"index": 1, "id": "b", "error": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -"},
+        {"index": 2, "id": None, "error": "id must be a string of 1 to 128 characters"},
+        {"index": 3, "id": "d", "error": "a negative qty is a return and needs returnOf"},
+    ]

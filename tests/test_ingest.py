@@ -1,0 +1,548 @@
+"""sales_ingest: which events are stored, which are rejected and why (DESIGN.md §2 and §4)."""
+
+import datetime as dt
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalogue.models import Category, Product, shard_of
+from rankings.conf import rankings_settings
+from rankings.ingest import sales_ingest
+from rankings.models import IngestLog, PendingSale, Sale
+from tests.conftest import utc
+
+pytestmark = pytest.mark.django_db
+
+NOW = utc(2026, 10, 11, 10, 0)
+
+
+def event(**overrides):
+    """A valid sale event; keyword arguments replace fields, and a value of `...` removes one."""
+    base = {
+        "id": "ord-1-line-1",
+        "ts": "2026-10-11T09:00:00Z",
+        "productId": "p1",
+        "categories": ["toys"],
+        "qty": 2,
+        "amount": "25.00",
+    }
+    merged = {**base, **overrides}
+    return {key: value for key, value in merged.items() if value is not ...}
+
+
+def ingest(*events):
+    return sales_ingest(events=list(events), source="test", now=NOW)
+
+
+def sale(event_id) -> Sale:
+    return Sale.objects.get(event_id=event_id)
+
+
+# --- rejections: one reason each -------------------------------------------------------------
+
+
+REJECTIONS = [
+    pytest.param(event(id=...), "id is required", id="id missing"),
+    pytest.param(event(id=None), "id may not be null", id="id null"),
+    pytest.param(event(id=""), "id must be a string of 1 to 128 characters", id="id empty"),
+    pytest.param(event(id="x" * 129), "id must be a string of 1 to 128 characters", id="id of 129 characters"),
+    pytest.param(event(id=17), "id must be a string of 1 to 128 characters", id="id a number"),
+    pytest.param(event(id="a\x00b"), "id must be a string of 1 to 128 characters", id="id with a NUL"),
+    pytest.param(event(ts=...), "ts is required", id="ts missing"),
+    pytest.param(event(ts=True), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts boolean"),
+    pytest.param(event(ts=[1760000000]), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts list"),
+    pytest.param(event(ts={"s": 1}), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts object"),
+    pytest.param(event(ts="yesterday"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts words"),
+    pytest.param(event(ts=1e300), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts out of range"),
+    pytest.param(event(ts="2026-10-11T09:00:00"), "ts has no UTC offset; add Z or +00:00", id="ts naive ISO"),
+    pytest.param(event(ts="2026-10-11T10:05:01Z"), "ts is more than 5 minutes in the future", id="ts in the future"),
+    pytest.param(event(productId=...), "productId is required", id="productId missing"),
+    pytest.param(event(productId="p 1"), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId with a space"),
+    pytest.param(event(productId="p/1"), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId with a slash"),
+    pytest.param(event(productId="p1\n"), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId with a newline"),
+    pytest.param(event(productId=""), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId empty"),
+    pytest.param(event(productId="p" * 65), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId of 65 characters"),
+    pytest.param(event(productId=15), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId a number"),
+    pytest.param(event(categories="toys"), "categories must be a list of at most 50 slugs", id="categories a string"),
+    pytest.param(event(categories=["board games"]), "categories: 'board games' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category with a space"),
+    pytest.param(event(categories=["toys\n"]), "categories: 'toys\\n' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category with a newline"),
+    pytest.param(event(categories=["c" * 51]), f"categories: '{'c' * 51}' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category of 51 characters"),
+    pytest.param(event(categories=[7]), "categories: 'int' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category a number"),
+    pytest.param(event(categories=["toys", "all"]), "categories: 'all' is reserved for the board of every sale", id="category all"),
+    pytest.param(event(qty=...), "qty is required", id="qty missing"),
+    pytest.param(event(qty=0), "qty must be a non-zero integer", id="qty zero"),
+    pytest.param(event(qty=1.5), "qty must be a non-zero integer", id="qty fractional"),
+    pytest.param(event(qty="2"), "qty must be a non-zero integer", id="qty a string"),
+    pytest.param(event(qty=True), "qty must be a non-zero integer", id="qty boolean"),
+    pytest.param(event(qty=None), "qty may not be null", id="qty null"),
+    pytest.param(event(qty=1_000_001), "qty must be between -1,000,000 and 1,000,000", id="qty over a million"),
+    pytest.param(event(qty=-1_000_001, returnOf="o"), "qty must be between -1,000,000 and 1,000,000", id="qty under minus a million"),
+    pytest.param(event(amount="-0.01"), "amount may not be negative", id="amount negative"),
+    pytest.param(event(amount=-1), "amount may not be negative", id="amount a negative number"),
+    pytest.param(event(amount="1.005"), "amount may have at most 2 decimal places", id="amount with 3 decimals"),
+    pytest.param(event(amount=0.125), "amount may have at most 2 decimal places", id="amount a number with 3 decimals"),
+    pytest.param(event(amount="1000000000000.00"), "amount may have at most 12 digits before the decimal point", id="amount with 13 digits"),
+    pytest.param(event(amount="ten"), "amount must be a decimal number (a JSON string or number)", id="amount not a number"),
+    pytest.param(event(amount="NaN"), "amount must be a decimal number (a JSON string or number)", id="amount NaN"),
+    pytest.param(event(amount="Infinity"), "amount must be a decimal number (a JSON string or number)", id="amount infinite"),
+    pytest.param(event(amount=True), "amount must be a decimal number (a JSON string or number)", id="amount boolean"),
+    pytest.param(event(amount=["1"]), "amount must be a decimal number (a JSON string or number)", id="amount a list"),
+    pytest.param(event(returnOf=7, qty=-1), "returnOf must be a string of 1 to 128 characters", id="returnOf a number"),
+    pytest.param(event(qty=-1), "a negative qty is a return and needs returnOf", id="negative qty without returnOf"),
+    pytest.param(event(returnOf="ord-0-line-1"), "a return (returnOf) needs a negative qty", id="positive qty with returnOf"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("bad_event", "reason"), REJECTIONS)
+def test_an_invalid_event_is_rejected_with_its_reason(bad_event, reason):
+    """Each rule of §4 has its own reason, naming the field, so the sender can fix the event."""
+    # given a batch with one good event and the bad one
+    good = event(id="good")
+
+    # when
+    result = ingest(good, bad_event)
+
+    # then the bad one is rejected with its index, its id if it has a valid one, and the reason
+    expected_id = "ord-1-line-1" if bad_event.get("id") == "ord-1-line-1" else None
+    assert result.rejected == [{"index": 1, "id": expected_id, "error": reason}]
+    assert result.accepted == 1
+    assert list(Sale.objects.values_list("event_id", flat=True)) == ["good"]
+
+
+@pytest.mark.parametrize("not_an_object", [None, "ord-1", 7, ["ord-1"], True])
+def test_an_event_that_is_not_an_object_is_rejected(not_an_object):
+    result = ingest(not_an_object, event())
+
+    assert result.rejected == [{"index": 0, "id": None, "error": "event must be a JSON object"}]
+    assert result.accepted == 1
+
+
+def test_every_rejection_of_a_batch_is_reported_in_order():
+    # given
+    events = [event(id="a", qty=0), event(id="b"), event(id="c", ts="soon"), event(id="d")]
+
+    # when
+    result = ingest(*events)
+
+    # then
+    assert [(r["index"], r["id"]) for r in result.rejected] == [(0, "a"), (2, "c")]
+    assert result.accepted == 2
+
+
+# --- what is accepted ------------------------------------------------------------------------
+
+
+ACCEPTED = [
+    pytest.param(event(ts=1791709200), utc(2026, 10, 11, 9, 0), id="ts epoch seconds"),
+    pytest.param(
+        event(ts=1791709200.25), utc(2026, 10, 11, 9, 0, 0, 250000), id="ts fractional epoch seconds"
+    ),
+    pytest.param(event(ts="1791709200"), utc(2026, 10, 11, 9, 0), id="ts epoch seconds as a string"),
+    pytest.param(event(ts="2026-10-11T11:00:00+02:00"), utc(2026, 10, 11, 9, 0), id="ts with an offset"),
+    pytest.param(event(ts="2026-10-11T10:05:00Z"), utc(2026, 10, 11, 10, 5), id="ts exactly 5 minutes ahead"),
+    pytest.param(event(ts="2020-01-01T00:00:00Z"), utc(2020, 1, 1), id="ts years ago"),
+]
+
+
+@pytest.mark.parametrize(("good_event", "stored_ts"), ACCEPTED)
+def test_ts_is_stored_as_utc(good_event, stored_ts):
+    result = ingest(good_event)
+
+    assert result.rejected == []
+    assert sale("ord-1-line-1").ts == stored_ts
+
+
+@pytest.mark.parametrize(
+    ("amount", "cents"),
+    [
+        ("25.00", 2500),
+        ("25.5", 2550),
+        (" 7 ", 700),
+        ("0", 0),
+        (".5", 50),
+        ("1.500", 150),
+        (25.1, 2510),
+        (3, 300),
+        ("999999999999.99", 99999999999999),
+    ],
+)
+def test_amount_is_stored_exactly_in_cents(amount, cents):
+    """A JSON string or number with at most 2 places and 12 digits before the point, never a float sum."""
+    result = ingest(event(amount=amount))
+
+    assert result.rejected == []
+    assert sale("ord-1-line-1").amount_cents == cents
+
+
+@pytest.mark.parametrize("qty", [1, 1_000_000])
+def test_qty_up_to_a_million_is_accepted(qty):
+    result = ingest(event(qty=qty))
+
+    assert result.accepted == 1
+    assert sale("ord-1-line-1").qty == qty
+
+
+def test_an_id_of_128_characters_and_a_product_id_of_64_are_accepted():
+    result = ingest(event(id="x" * 128, productId="P-9.a_b:" + "z" * 56))
+
+    assert result.accepted == 1
+
+
+def test_unknown_keys_are_ignored():
+    result = ingest(event(channel="web", currency="EUR"))
+
+    assert result.accepted == 1
+
+
+def test_null_for_an_optional_field_means_absent():
+    # given a product with a price and a category
+    toys = Category.objects.create(slug="toys", name="Toys")
+    product = Product.objects.create(product_id="p1", name="Kite", price_cents=1250)
+    product.categories.add(toys)
+
+    # when
+    result = ingest(event(categories=None, amount=None, returnOf=None))
+
+    # then
+    assert result.accepted == 1
+    stored = sale("ord-1-line-1")
+    assert (stored.categories, stored.amount_cents, stored.return_of) == (["toys"], 2500, None)
+
+
+# --- duplicates ------------------------------------------------------------------------------
+
+
+def test_a_resent_event_in_the_same_batch_is_a_duplicate():
+    result = ingest(event(), event())
+
+    assert (result.accepted, result.duplicates, result.rejected) == (1, 1, [])
+    assert Sale.objects.count() == 1
+
+
+def test_a_resent_event_in_a_later_batch_is_a_duplicate():
+    ingest(event())
+
+    result = ingest(event())
+
+    assert (result.accepted, result.duplicates, result.rejected) == (0, 1, [])
+    assert Sale.objects.count() == 1
+
+
+def test_a_resend_in_another_notation_is_still_a_duplicate():
+    """Same content, other spelling: epoch vs ISO ts, categories reordered, amount as a number."""
+    ingest(event(ts="2026-10-11T09:00:00Z", categories=["toys", "gifts"], amount="25.00"))
+
+    result = ingest(event(ts=1791709200, categories=["gifts", "toys", "gifts"], amount=25))
+
+    assert (result.accepted, result.duplicates, result.rejected) == (0, 1, [])
+
+
+def test_reusing_an_id_for_other_content_is_rejected():
+    # given a stored event
+    ingest(event())
+
+    # when the same id comes with another qty, in a later batch and twice in a new one
+    later = ingest(event(qty=3))
+    same_batch = ingest(event(id="n"), event(id="n", amount="1.00"))
+
+    # then the reuses are rejected and the first content stays
+    assert later.rejected == [
+        {"index": 0, "id": "ord-1-line-1", "error": "id already used by a different event"}
+    ]
+    assert same_batch.rejected == [{"index": 1, "id": "n", "error": "id already used by a different event"}]
+    assert sale("ord-1-line-1").qty == 2
+    assert sale("n").amount_cents == 2500
+
+
+# --- returns ---------------------------------------------------------------------------------
+
+
+def original(**overrides):
+    return event(id="o", qty=3, amount="10.00", categories=["toys", "gifts"], **overrides)
+
+
+def a_return(event_id, qty, **overrides):
+    fields = {"ts": "2026-10-11T09:30:00Z", "returnOf": "o", "categories": ..., "amount": ..., **overrides}
+    return event(id=event_id, qty=qty, **fields)
+
+
+def test_a_partial_return_refunds_pro_rata():
+    """10.00 for 3 units: returning 1 refunds 10.00 × 1 ÷ 3 = 3.333…, rounded to 3.33."""
+    ingest(original())
+
+    result = ingest(a_return("r1", -1))
+
+    assert result.accepted == 1
+    assert sale("r1").amount_cents == 333
+
+
+def test_several_partial_returns_never_refund_more_than_the_sale():
+    """The return that completes the sale refunds what is left: 3.33 + 3.33 + 3.34 = 10.00."""
+    ingest(original())
+
+    ingest(a_return("r1", -1), a_return("r2", -1))
+    ingest(a_return("r3", -1))
+
+    assert [sale(r).amount_cents for r in ("r1", "r2", "r3")] == [333, 333, 334]
+
+
+def test_pro_rata_refunds_round_half_up():
+    """0.05 for 2 units: returning 1 refunds 0.025, which rounds up to 0.03."""
+    ingest(event(id="o", qty=2, amount="0.05"))
+
+    ingest(a_return("r1", -1))
+
+    assert sale("r1").amount_cents == 3
+
+
+def test_a_return_may_state_its_refund():
+    ingest(original())
+
+    result = ingest(a_return("r1", -1, amount="5.00"))
+
+    assert result.accepted == 1
+    assert sale("r1").amount_cents == 500
+
+
+def test_a_return_counts_in_the_bucket_and_categories_of_its_original():
+    """A window holds the net sales made in it: the return is dated back to the sale."""
+    ingest(original())
+
+    ingest(a_return("r1", -1, categories=["elsewhere"]))
+
+    stored = sale("r1")
+    assert stored.counted_at == utc(2026, 10, 11, 9, 0)
+    assert stored.ts == utc(2026, 10, 11, 9, 30)
+    assert stored.categories == ["toys", "gifts"]
+    assert (stored.qty, stored.return_of) == (-1, "o")
+
+
+def test_returning_more_units_than_were_sold_is_rejected():
+    ingest(original())
+    ingest(a_return("r1", -2))
+
+    result = ingest(a_return("r2", -2))
+
+    assert result.rejected == [
+        {"index": 0, "id": "r2", "error": "return of 2 units exceeds the 1 not yet returned"}
+    ]
+
+
+def test_refunding_more_than_was_paid_is_rejected():
+    ingest(original())
+    ingest(a_return("r1", -1, amount="6.00"))
+
+    result = ingest(a_return("r2", -1, amount="4.01"))
+
+    assert result.rejected == [
+        {"index": 0, "id": "r2", "error": "refund of 4.01 exceeds the 4.00 not yet refunded"}
+    ]
+
+
+def test_a_return_of_an_unknown_sale_is_rejected():
+    result = ingest(a_return("r1", -1))
+
+    assert result.rejected == [{"index": 0, "id": "r1", "error": "returnOf refers to an unknown sale"}]
+
+
+def test_a_return_of_another_product_is_rejected():
+    ingest(original())
+
+    result = ingest(a_return("r1", -1, productId="p2"))
+
+    assert result.rejected == [
+        {"index": 0, "id": "r1", "error": "returnOf refers to a sale of another product"}
+    ]
+
+
+def test_a_return_of_a_return_is_rejected():
+    # given a stored return
+    ingest(original())
+    ingest(a_return("r1", -1))
+
+    # when returns refer to it, in a later batch and in the batch of another return
+    later = ingest(a_return("r2", -1, returnOf="r1"))
+    same_batch = ingest(a_return("r3", -1), a_return("r4", -1, returnOf="r3"))
+
+    # then
+    assert later.rejected == [{"index": 0, "id": "r2", "error": "returnOf refers to a return, not a sale"}]
+    assert same_batch.rejected == [
+        {"index": 1, "id": "r4", "error": "returnOf refers to a return, not a sale"}
+    ]
+
+
+def test_a_return_in_the_same_batch_as_its_original_is_accepted():
+    result = ingest(original(), a_return("r1", -1), a_return("r2", -2), a_return("r3", -1))
+
+    assert result.accepted == 3
+    assert result.rejected == [
+        {"index": 3, "id": "r3", "error": "return of 1 units exceeds the 0 not yet returned"}
+    ]
+    assert [sale(r).amount_cents for r in ("r1", "r2")] == [333, 667]
+
+
+def test_a_return_before_its_original_in_the_batch_is_rejected():
+    """Events take effect in the order given."""
+    result = ingest(a_return("r1", -1), original())
+
+    assert result.rejected == [{"index": 0, "id": "r1", "error": "returnOf refers to an unknown sale"}]
+    assert result.accepted == 1
+
+
+def test_a_resent_return_is_a_duplicate_not_an_over_return():
+    ingest(original())
+    ingest(a_return("r1", -3))
+
+    result = ingest(a_return("r1", -3))
+
+    assert (result.accepted, result.duplicates, result.rejected) == (0, 1, [])
+
+
+# --- categories, amounts and the catalogue ---------------------------------------------------
+
+
+def test_without_categories_a_sale_counts_in_the_products_catalogue_categories():
+    # given
+    toys, gifts = (
+        Category.objects.create(slug="toys", name="Toys"),
+        Category.objects.create(slug="gifts", name="Gifts"),
+    )
+    Product.objects.create(product_id="p1", name="Kite", price_cents=999).categories.add(toys, gifts)
+
+    # when one event leaves categories out and another sends an empty list
+    result = ingest(event(id="a", categories=...), event(id="b", categories=[]))
+
+    # then
+    assert result.accepted == 2
+    assert sale("a").categories == ["gifts", "toys"]
+    assert sale("b").categories == ["gifts", "toys"]
+
+
+def test_without_amount_a_sale_costs_the_catalogue_price_times_qty():
+    Product.objects.create(product_id="p1", name="Kite", price_cents=999)
+
+    ingest(event(amount=..., qty=3))
+
+    assert sale("ord-1-line-1").amount_cents == 2997
+
+
+def test_the_categories_on_the_event_win_over_the_catalogue():
+    toys = Category.objects.create(slug="toys", name="Toys")
+    Product.objects.create(product_id="p1", name="Kite").categories.add(toys)
+
+    ingest(event(categories=["outdoor"]))
+
+    assert sale("ord-1-line-1").categories == ["outdoor"]
+
+
+def test_a_category_listed_twice_counts_once():
+    ingest(event(categories=["toys", "gifts", "toys"]))
+
+    assert sale("ord-1-line-1").categories == ["toys", "gifts"]
+
+
+def test_unknown_products_and_categories_become_placeholders():
+    """No sale is lost for want of catalogue data."""
+    # when
+    result = ingest(
+        event(productId="new-1", categories=["new-cat", "toys"]),
+        event(id="2", productId="new-2", categories=...),
+    )
+
+    # then
+    assert result.accepted == 2
+    new_cat = Category.objects.get(slug="new-cat")
+    assert new_cat.is_placeholder
+    assert new_cat.shard == shard_of("new-cat", rankings_settings.SHARDS)
+    product = Product.objects.get(product_id="new-1")
+    assert product.is_placeholder
+    assert sorted(product.categories.values_list("slug", flat=True)) == ["new-cat", "toys"]
+    assert Product.objects.get(product_id="new-2").is_placeholder
+    assert sale("2").categories == []
+
+
+def test_known_products_and_categories_are_left_as_they_are():
+    toys = Category.objects.create(slug="toys", name="Toys")
+    Product.objects.create(product_id="p1", name="Kite", price_cents=999)
+
+    ingest(event(categories=["toys"]))
+
+    assert not Category.objects.get(pk=toys.pk).is_placeholder
+    product = Product.objects.get(product_id="p1")
+    assert (product.is_placeholder, product.name, product.categories.count()) == (False, "Kite", 0)
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+def test_each_sale_is_queued_once_for_every_shard_of_its_boards():
+    """The tick of each shard takes the sale from its queue; 'all' counts every sale."""
+    ingest(event(categories=["toys", "gifts", "books", "garden"]))
+
+    shards = rankings_settings.SHARDS
+    expected = {shard_of(slug, shards) for slug in ("all", "toys", "gifts", "books", "garden")}
+    queued = list(PendingSale.objects.filter(sale=sale("ord-1-line-1")).values_list("shard", flat=True))
+    assert sorted(queued) == sorted(expected)
+
+
+def test_sales_are_stored_in_the_order_given():
+    ingest(*(event(id=f"e{i}") for i in (3, 1, 2)))
+
+    assert list(Sale.objects.order_by("id").values_list("event_id", flat=True)) == ["e3", "e1", "e2"]
+
+
+def test_each_call_is_logged_with_its_counts():
+    ingest(event(), event(), event(id="bad", qty=0))
+
+    log = IngestLog.objects.get()
+    assert (log.source, log.accepted, log.duplicates, log.rejected) == ("test", 1, 1, 1)
+
+
+def test_an_empty_batch_stores_nothing():
+    result = ingest()
+
+    assert result.as_dict() == {"accepted": 0, "duplicates": 0, "rejected": []}
+
+
+def test_the_clock_defaults_to_now():
+    """Without `now`, the future limit is measured from the server clock."""
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=4)
+    late = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=6)
+
+    result = sales_ingest(events=[event(id="a", ts=soon.isoformat()), event(id="b", ts=late.isoformat())])
+
+    assert result.accepted == 1
+    assert result.rejected[0]["id"] == "b"
+
+
+# --- anything at all -------------------------------------------------------------------------
+
+_any_text = st.text(st.characters(exclude_categories=()), max_size=70)  # surrogates and NUL included
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _any_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_any_text, inner, max_size=3),
+    max_leaves=6,
+)
+_events = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": _json | st.sampled_from(["a", "b", "o"]),
+        "ts": _json | st.integers(0, 1_800_000_000) | st.datetimes(timezones=st.just(dt.UTC)).map(str),
+        "productId": _json | st.sampled_from(["p1", "p2"]),
+        "categories": _json | st.lists(st.sampled_from(["toys", "all", "x y", "gifts"]), max_size=3),
+        "qty": _json | st.integers(-3, 3),
+        "amount": _json | st.decimals(allow_nan=True).map(str),
+        "returnOf": _json | st.sampled_from(["o", "a"]),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(_events | _json, max_size=6))
+def test_any_batch_is_answered_with_a_fate_for_every_event(batch):
+    """No input makes ingest fail: each event is accepted, a duplicate, or rejected with a reason."""
+    result = ingest(*batch)
+
+    assert result.accepted + result.duplicates + len(result.rejected) == len(batch)
+    assert all(isinstance(r["error"], str) and r["error"] for r in result.rejected)
