@@ -1,0 +1,126 @@
+"""Crash safety: a tick process really killed at chosen points, concurrent ticks, lost Redis.
+
+After each fault, one normal tick must leave every board equal to the recompute.
+"""
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from rankings.models import PendingSale, ShardState
+
+from .processes import django_env, manage, python
+from .rankings_helpers import Shop
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+# Runs one tick in a child process whose hook calls os._exit at the chosen point.
+_CRASHING_TICK = """
+import os, datetime as dt, django
+django.setup()
+from rankings import aggregate, store
+
+point = {point!r}
+real_apply = store.batch_apply
+real_shard = aggregate._tick_shard
+shards_done = []
+
+def apply_then_die(**kwargs):
+    if point == "after-postgres-commit":
+        os._exit(9)
+    result = real_apply(**kwargs)
+    if point == "after-redis-apply":
+        os._exit(9)
+    return result
+
+def shard_then_die(**kwargs):
+    if point == "between-shards" and shards_done:
+        os._exit(9)
+    real_shard(**kwargs)
+    shards_done.append(kwargs["shard"])
+
+store.batch_apply = apply_then_die
+aggregate._tick_shard = shard_then_die
+aggregate.tick(now=dt.datetime.fromisoformat({now!r}))
+"""
+
+
+def _history(shop: Shop, n: int = 60):
+    shop.send(
+        *[
+            shop.sale(
+                f"p{i % 7}", categories=[f"c{i % 5}", f"c{(i + 2) % 5}"], qty=1 + i % 3, ago=shop_ago(i)
+            )
+            for i in range(n)
+        ]
+    )
+
+
+def shop_ago(i):
+    import datetime as dt
+
+    return dt.timedelta(minutes=7 * i)
+
+
+@pytest.mark.parametrize("point", ["after-postgres-commit", "after-redis-apply", "between-shards"])
+def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point):
+    # given a history, one good tick, and more sales
+    shop = Shop()
+    _history(shop)
+    shop.tick()
+    shop.advance(hours=2)
+    _history(shop, 30)
+    # when a tick process dies at the chosen point
+    child = python(_CRASHING_TICK.format(point=point, now=shop.now.isoformat()), env=django_env())
+    assert child.wait(timeout=60) == 9
+    if point != "between-shards":
+        assert ShardState.objects.filter(applied=False).exists()
+    # then the next normal tick replays what was committed (no rebuild) and every board is exact
+    report = shop.tick()
+    assert report.rebuilt_shards == 0
+    assert not ShardState.objects.filter(applied=False).exists()
+    assert not PendingSale.objects.exists()
+    shop.assert_exact()
+
+
+def test_kill_9_of_a_running_rankings_tick():
+    """SIGKILL in the middle of a long tick (batches of 20); the next tick repairs everything."""
+    shop = Shop()
+    _history(shop, 600)
+    child = manage(
+        "rankings_tick",
+        "--now",
+        shop.now.isoformat(),
+        env=django_env(RANKINGS_BATCH_SIZE=20),
+        stdout=subprocess.DEVNULL,
+    )
+    # wait until it has committed some batches, then kill it mid-stream
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not ShardState.objects.filter(seq__gt=3).exists():
+        time.sleep(0.02)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=10) == -signal.SIGKILL
+    assert PendingSale.objects.exists(), "the tick finished before it was killed; make the backlog larger"
+    shop.tick()
+    shop.assert_exact()
+
+
+def test_four_concurrent_ticks_never_double_apply():
+    shop = Shop()
+    _history(shop, 400)
+    children = [
+        manage(
+            "rankings_tick",
+            "--now",
+            shop.now.isoformat(),
+            env=django_env(RANKINGS_BATCH_SIZE=25),
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(4)
+    ]
+    assert [c.wait(timeout=120) for c in children] == [0, 0, 0, 0]
+    shop.tick()  # covers shards that every child found busy
+    assert not PendingSale.objects.exists()
+    shop.assert_exact()
