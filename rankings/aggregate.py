@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 LOCK_NAMESPACE = 0x5A1E5
 
 
+# The tick log feeds the status page; older entries are pruned as ticks go.
+TICK_LOG_KEPT = dt.timedelta(days=2)
+
+
 class ClockWentBackwards(ValueError):
     pass
 
@@ -94,6 +98,7 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
             too_old=report.too_old,
             rebuilt_shards=report.rebuilt_shards,
         )
+        TickLog.objects.filter(started_at__lt=started - TICK_LOG_KEPT).delete()
     return report
 
 

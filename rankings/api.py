@@ -12,6 +12,7 @@ from . import selectors
 from .conf import METRICS, rankings_settings
 from .ingest import sales_ingest
 from .serializers import SaleEventSerializer
+from .status import status_read
 
 
 def exception_handler(exc, context):
@@ -306,3 +307,11 @@ class ProductNeighborsApi(APIView):
         return _selected(
             selectors.product_neighbors, product_id=product_id, **_params(NeighborParams, request)
         )
+
+
+class StatusApi(APIView):
+    """Backlog, lag, the last tick, ingest rate, duplicates and drops, boards per window."""
+
+    @extend_schema(operation_id="status", responses={200: OpenApiResponse(description="the system's health")})
+    def get(self, request):
+        return Response(status_read())

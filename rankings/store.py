@@ -348,3 +348,20 @@ def members_ranks(
 
 def dumps(value) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+def boards_summary(version: int) -> dict[str, dict[str, int]]:
+    """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
+    r = client()
+    keys = [k.decode() for k in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=1000)]
+    keys = [k for k in keys if ":rebuild:" not in k]
+    pipe = r.pipeline(transaction=False)
+    for key in keys:
+        pipe.zcard(key)
+    summary: dict[str, dict[str, int]] = {}
+    for key, members in zip(keys, pipe.execute(), strict=True):
+        window = key.split(":b:", 1)[1].split(":", 1)[0]
+        entry = summary.setdefault(window, {"boards": 0, "members": 0})
+        entry["boards"] += 1
+        entry["members"] += members
+    return summary

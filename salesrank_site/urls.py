@@ -14,6 +14,7 @@ urlpatterns = [
     path(
         "v1/products/<str:product_id>/neighbors", api.ProductNeighborsApi.as_view(), name="product-neighbors"
     ),
+    path("v1/status", api.StatusApi.as_view(), name="status"),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]

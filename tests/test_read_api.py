@@ -1,0 +1,137 @@
+"""The read API of DESIGN.md §4, served from Redis after real ticks."""
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from catalogue.models import Category, Product
+
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def shop():
+    toys = Category.objects.create(slug="toys", name="Toys")
+    gifts = Category.objects.create(slug="gifts", name="Gifts")
+    for i, name in enumerate(["Kite", "Yo-yo", "Puzzle", "Robot"]):
+        product = Product.objects.create(product_id=f"p{i}", name=name, price_cents=250)
+        product.categories.set([toys, gifts] if i == 0 else [toys])
+    shop = Shop(now=dt.datetime.now(dt.UTC).replace(microsecond=0))
+    shop.send(
+        shop.sale("p0", categories=["toys", "gifts"], qty=5, amount="12.50"),
+        shop.sale("p1", qty=7, amount="3.01"),
+        shop.sale("p2", qty=5, amount="99.99"),
+        shop.sale("p3", qty=1),
+    )
+    shop.tick()
+    return shop
+
+
+def test_top_lists_the_board_in_rank_order_with_names_and_both_metrics(api, shop):
+    reply = api.get("/v1/categories/toys/top?window=1d")
+
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["category"] == "toys" and body["window"] == "1d" and body["metric"] == "units"
+    assert body["total"] == 4
+    assert body["asOf"] == shop.now.isoformat().replace("+00:00", "Z")
+    assert body["items"] == [
+        {"rank": 1, "productId": "p1", "name": "Yo-yo", "units": 7, "revenue": "3.01"},
+        {"rank": 2, "productId": "p0", "name": "Kite", "units": 5, "revenue": "12.50"},
+        {"rank": 3, "productId": "p2", "name": "Puzzle", "units": 5, "revenue": "99.99"},
+        {"rank": 4, "productId": "p3", "name": "Robot", "units": 1, "revenue": "2.50"},
+    ]
+
+
+def test_top_by_revenue_with_limit_and_offset(api, shop):
+    body = api.get("/v1/categories/toys/top?metric=revenue&limit=2&offset=1").json()
+
+    assert [(i["rank"], i["productId"], i["revenue"]) for i in body["items"]] == [
+        (2, "p0", "12.50"),
+        (3, "p1", "3.01"),
+    ]
+
+
+def test_a_top_read_costs_one_catalogue_query(api, shop):
+    api.get("/v1/categories/toys/top")  # warm the category cache
+    with CaptureQueriesContext(connection) as queries:
+        api.get("/v1/categories/toys/top")
+    assert len(queries) == 1
+
+
+def test_rank_of_a_product_with_percentile(api, shop):
+    body = api.get("/v1/products/p2/rank?category=toys").json()
+
+    assert body["rank"] == 3 and body["total"] == 4 and body["units"] == 5 and body["revenue"] == "99.99"
+    assert body["percentile"] == 75.0
+
+
+def test_a_product_without_sales_on_a_board_is_unranked_not_an_error(api, shop):
+    body = api.get("/v1/products/p1/rank?category=gifts").json()
+
+    assert body["rank"] is None and body["percentile"] is None and body["units"] == 0
+
+
+def test_ranks_in_each_of_the_products_categories(api, shop):
+    body = api.get("/v1/products/p0/ranks?window=30d").json()
+
+    assert [(r["category"], r["rank"], r["total"]) for r in body["ranks"]] == [
+        ("gifts", 1, 1),
+        ("toys", 2, 4),
+    ]
+
+
+def test_neighbours_are_the_products_just_above_and_below(api, shop):
+    body = api.get("/v1/products/p0/neighbors?category=toys&n=1").json()
+
+    assert body["rank"] == 2
+    assert [i["productId"] for i in body["items"]] == ["p1", "p0", "p2"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/v1/categories/toys/top?window=2d",
+        "/v1/categories/toys/top?metric=likes",
+        "/v1/categories/toys/top?limit=0",
+        "/v1/categories/toys/top?limit=101",
+        "/v1/categories/toys/top?offset=9990&limit=11",
+        "/v1/categories/toys/top?offset=-1",
+        "/v1/categories/toys/top?limit=abc",
+        "/v1/products/p0/rank",
+        "/v1/products/p0/rank?category=no%20slug",
+        "/v1/products/p0/neighbors?category=toys&n=0",
+    ],
+)
+def test_bad_parameters_are_400_with_a_json_error(api, shop, url):
+    reply = api.get(url)
+
+    assert reply.status_code == 400
+    assert reply.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/v1/categories/nope/top",
+        "/v1/products/nope/rank?category=toys",
+        "/v1/products/p0/rank?category=nope",
+        "/v1/products/nope/ranks",
+    ],
+)
+def test_unknown_category_or_product_is_404(api, shop, url):
+    reply = api.get(url)
+
+    assert reply.status_code == 404
+    assert "unknown" in reply.json()["error"]
+
+
+def test_categories_list_starts_with_all(api, shop):
+    items = api.get("/v1/categories").json()["items"]
+
+    assert [i["slug"] for i in items] == ["all", "gifts", "toys"]
+    assert items[2]["url"].endswith("/v1/categories/toys/top")
