@@ -78,7 +78,12 @@ class SalesHistory(RuleBasedStateMachine):
             qty = data.draw(st.integers(1, 5))
             amount = data.draw(st.one_of(st.none(), st.decimals(0, 500, places=2).map(str)))
             event = self.shop.sale(
-                product, categories=categories, qty=qty, amount=amount, ago=data.draw(ages), event_id=self._id()
+                product,
+                categories=categories,
+                qty=qty,
+                amount=amount,
+                ago=data.draw(ages),
+                event_id=self._id(),
             )
             events.append(event)
         result = self.shop.send(*events)
