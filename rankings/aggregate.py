@@ -31,7 +31,7 @@ from catalogue.models import ALL, shard_of
 
 from . import store
 from .conf import METRICS, rankings_settings
-from .models import ShardState, TickLog
+from .models import Batch, ShardState, TickLog
 from .windows import bucket_sizes, oldest_bucket_start
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,8 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
             rebuilt_shards=report.rebuilt_shards,
         )
         TickLog.objects.filter(started_at__lt=started - TICK_LOG_KEPT).delete()
+    kept = dt.timedelta(seconds=rankings_settings.BATCH_LOG_SECONDS)
+    Batch.objects.filter(applied=True, created_at__lt=started - kept).delete()
     return report
 
 
@@ -121,9 +123,9 @@ def _shard_lock(shard: int):
 
 
 def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report: TickReport) -> None:
-    state, _ = ShardState.objects.get_or_create(shard=shard)
-    if not state.applied:
-        _apply(state=state, version=version, gen=gen, report=report)
+    ShardState.objects.get_or_create(shard=shard)
+    for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):
+        _apply(batch=batch, version=version, gen=gen, report=report)
     if store.shard_generation(version, shard) != gen:
         shard_rebuild(shard=shard, version=version, gen=gen)
         report.rebuilt_shards += 1
@@ -138,33 +140,52 @@ def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report:
                 return
             changes, too_old = _changes(shard=shard, old_now=state.now, new_now=now)
             _fold(shard=shard)
-            state.seq += 1
             state.now = now
-            state.delta = [[c.window, c.metric, c.category, c.product_id, c.delta] for c in changes]
-            state.applied = False
             state.too_old += too_old
+            batch = None
+            if claimed or changes:
+                state.seq += 1
+                batch = Batch.objects.create(
+                    shard=shard,
+                    seq=state.seq,
+                    now=now,
+                    changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in changes],
+                    sales=claimed,
+                )
             state.save()
         report.sales += claimed if shard == shard_of(ALL, rankings_settings.SHARDS) else 0
         report.too_old += too_old
-        report.batches += 1
-        _apply(state=state, version=version, gen=gen, report=report)
+        if batch is not None:
+            report.batches += 1
+            _apply(batch=batch, version=version, gen=gen, report=report)
+        elif not store.shard_touch(version=version, shard=shard, seq=state.seq, asof=_epoch(now), gen=gen):
+            shard_rebuild(shard=shard, version=version, gen=gen)
+            report.rebuilt_shards += 1
         if claimed < limit:
             return
 
 
-def _apply(*, state: ShardState, version: int, gen: str, report: TickReport) -> None:
-    """Apply the shard's recorded batch to Redis (again, if need be), then mark it applied."""
-    changes = [store.Change(*row) for row in state.delta or []]
-    outcome = store.batch_apply(
-        version=version, shard=state.shard, seq=state.seq, asof=_epoch(state.now), gen=gen, changes=changes
-    )
+def _apply(*, batch: Batch, version: int, gen: str, report: TickReport) -> None:
+    """Apply a recorded batch to Redis (again, if need be), then mark it applied."""
+    outcome = batch_replay(batch=batch, version=version, gen=gen)
     if outcome < 0:
-        shard_rebuild(shard=state.shard, version=version, gen=gen)
+        shard_rebuild(shard=batch.shard, version=version, gen=gen)
         report.rebuilt_shards += 1
     elif outcome > 0:
-        report.redis_writes += len(changes)
-    ShardState.objects.filter(shard=state.shard, seq=state.seq).update(applied=True, delta=None)
-    state.applied = True
+        report.redis_writes += len(batch.changes)
+    Batch.objects.filter(shard=batch.shard, seq=batch.seq).update(applied=True)
+
+
+def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
+    """Apply one recorded batch to a version; see store.batch_apply for the outcome."""
+    return store.batch_apply(
+        version=version,
+        shard=batch.shard,
+        seq=batch.seq,
+        asof=_epoch(batch.now),
+        gen=gen,
+        changes=[store.Change(*row) for row in batch.changes],
+    )
 
 
 # Dropped first as well: inside an enclosing transaction (a savepoint) ON COMMIT has not fired yet.
@@ -298,5 +319,5 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
                         boards[(w.name, "revenue", category)][product_id] = cents
         asof = _epoch(state.now) if state.now else 0.0
         store.shard_replace(version=version, shard=shard, seq=state.seq, asof=asof, gen=gen, boards=boards)
-        ShardState.objects.filter(shard=shard).update(applied=True, delta=None)
+        Batch.objects.filter(shard=shard, seq__lte=state.seq, applied=False).update(applied=True)
     log.warning("rebuilt shard %s of version %s from buckets", shard, version)

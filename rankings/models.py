@@ -64,20 +64,43 @@ class Bucket(models.Model):
 
 
 class ShardState(models.Model):
-    """Where one shard's aggregation stands; the row its tick locks and advances.
+    """Where one shard's aggregation stands: its last batch and the instant it reached.
 
-    A batch is committed here (seq, now, delta) before it is applied to Redis,
-    and marked applied after. A tick that finds an unapplied batch replays it;
-    Redis refuses a sequence number it has already seen, so a replay is a no-op.
+    The tick locks this row while it claims and folds a batch, so that the
+    batch sequence and the shard's clock advance together.
     """
 
     shard = models.PositiveSmallIntegerField(primary_key=True)
-    version = models.PositiveIntegerField(default=1)
     seq = models.BigIntegerField(default=0)
     now = models.DateTimeField(null=True)
-    delta = models.JSONField(null=True)
-    applied = models.BooleanField(default=True)
     too_old = models.BigIntegerField(default=0, help_text="sales too old for every window")
+
+
+class Batch(models.Model):
+    """One committed batch of a shard: the net board changes as its clock moved to `now`.
+
+    Committed before it is applied to Redis and marked applied after; a tick
+    that finds an unapplied batch replays it, and Redis refuses a sequence
+    number it has already seen, so a replay is a no-op. Applied batches are
+    kept for a while so that a version built by a backfill, or one switched
+    back to, can catch up by replaying the very same changes.
+    """
+
+    pk = models.CompositePrimaryKey("shard", "seq")
+    shard = models.PositiveSmallIntegerField()
+    seq = models.BigIntegerField()
+    now = models.DateTimeField()
+    changes = models.JSONField(help_text="[[window, metric, category, productId, delta], …]")
+    sales = models.IntegerField(default=0)
+    applied = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["shard", "applied"], condition=models.Q(applied=False), name="batch_unapplied"
+            )
+        ]
 
 
 class TickLog(models.Model):

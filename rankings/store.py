@@ -129,6 +129,17 @@ redis.call('HSET', state, 'seq', seq, 'asof', ARGV[2], 'gen', ARGV[3])
 return 1
 """
 
+# Move a shard's asof forward when the clock moved but no board changed;
+# only if Redis holds exactly the batch the caller believes it holds.
+_TOUCH = """
+local state = KEYS[1]
+if redis.call('HGET', state, 'seq') ~= ARGV[1] or redis.call('HGET', state, 'gen') ~= ARGV[3] then
+    return 0
+end
+redis.call('HSET', state, 'asof', ARGV[2])
+return 1
+"""
+
 # Put rebuilt boards in place in one step: readers see the old boards or the
 # new ones, never a missing or half-written board.
 # KEYS: state, then pairs (temporary, live); ARGV: seq, asof, gen, then stale live keys.
@@ -185,6 +196,11 @@ def batch_apply(
         argv.extend((index[key], c.product_id, -c.delta))
     r = client(write=True)
     return int(r.eval(_APPLY, len(keys), *keys, *argv))
+
+
+def shard_touch(*, version: int, shard: int, seq: int, asof: float, gen: str) -> bool:
+    """Advance a shard's asof; False when Redis does not hold the shard at `seq` (rebuild it)."""
+    return bool(client(write=True).eval(_TOUCH, 1, state_key(version, shard), str(seq), repr(asof), gen))
 
 
 def shard_replace(

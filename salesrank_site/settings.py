@@ -123,6 +123,9 @@ RANKINGS = {
     # A tick claims at most this many pending sales per batch, so a backlog is
     # worked through in steps that each commit and reach Redis quickly.
     "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=5000),
+    # Applied batches are kept this long, so that a rebuilt version, or one
+    # switched back to, can catch up by replaying them.
+    "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
     # Events whose ts is further ahead of the server clock are rejected.
     "MAX_FUTURE_SECONDS": 300,  # seconds
     "MAX_BATCH_EVENTS": 5000,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rankings.models import PendingSale, ShardState
+from rankings.models import Batch, PendingSale, ShardState
 
 from .processes import django_env, manage, python
 from .rankings_helpers import Shop
@@ -76,11 +76,11 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point):
     child = python(_CRASHING_TICK.format(point=point, now=shop.now.isoformat()), env=django_env())
     assert child.wait(timeout=60) == 9
     if point != "between-shards":
-        assert ShardState.objects.filter(applied=False).exists()
+        assert Batch.objects.filter(applied=False).exists()
     # then the next normal tick replays what was committed (no rebuild) and every board is exact
     report = shop.tick()
     assert report.rebuilt_shards == 0
-    assert not ShardState.objects.filter(applied=False).exists()
+    assert not Batch.objects.filter(applied=False).exists()
     assert not PendingSale.objects.exists()
     shop.assert_exact()
 
