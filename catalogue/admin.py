@@ -1,0 +1,105 @@
+"""Editing the catalogue: categories and products, with placeholders from sale events easy to find."""
+
+from django import forms
+from django.contrib import admin
+from django.db.models import Count
+from django.utils.html import format_html
+
+from .models import ALL, Category, Product
+
+PLACEHOLDER_HELP = "Created from a sale event for an unknown id: complete it, then untick."
+
+
+def _placeholder_marker(is_placeholder: bool) -> str:
+    if not is_placeholder:
+        return ""
+    return format_html(
+        '<span title="{}" style="color:#ba2121;font-weight:bold">needs completing</span>', PLACEHOLDER_HELP
+    )
+
+
+class PlaceholderFilter(admin.SimpleListFilter):
+    title = "completeness"
+    parameter_name = "placeholder"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "placeholders (need completing)"), ("no", "complete")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(is_placeholder=self.value() == "yes")
+        return queryset
+
+
+class CategoryForm(forms.ModelForm):
+    class Meta:
+        model = Category
+        fields = ["slug", "name", "is_placeholder"]
+        help_texts = {"is_placeholder": PLACEHOLDER_HELP}
+
+    def clean_slug(self):
+        slug = self.cleaned_data["slug"]
+        if slug == ALL:
+            raise forms.ValidationError(f"'{ALL}' is reserved for the board of every sale.")
+        return slug
+
+
+@admin.register(Category)
+class CategoryAdmin(admin.ModelAdmin):
+    form = CategoryForm
+    list_display = ["name", "slug", "placeholder", "product_count", "shard"]
+    list_filter = [PlaceholderFilter, "shard"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(product_count=Count("products"))
+
+    def get_readonly_fields(self, request, obj=None):
+        # Sales name categories by slug: renaming one would split its rankings in two.
+        return ["slug", "shard"] if obj else ["shard"]
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return {} if obj else self.prepopulated_fields
+
+    @admin.display(description="", ordering="is_placeholder")
+    def placeholder(self, obj):
+        return _placeholder_marker(obj.is_placeholder)
+
+    @admin.display(description="products", ordering="product_count")
+    def product_count(self, obj):
+        return obj.product_count
+
+
+@admin.register(Product)
+class ProductAdmin(admin.ModelAdmin):
+    list_display = ["product_id", "name", "placeholder", "price", "category_list"]
+    list_filter = [PlaceholderFilter, "categories"]
+    search_fields = ["=product_id", "name"]
+    filter_horizontal = ["categories"]
+    fields = ["product_id", "name", "price_cents", "categories", "is_placeholder"]
+    list_per_page = 50
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("categories")
+
+    def get_readonly_fields(self, request, obj=None):
+        # Sales refer to the product id: changing it would orphan them.
+        return ["product_id"] if obj else []
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "is_placeholder":
+            kwargs["help_text"] = PLACEHOLDER_HELP
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+    @admin.display(description="", ordering="is_placeholder")
+    def placeholder(self, obj):
+        return _placeholder_marker(obj.is_placeholder)
+
+    @admin.display(description="price", ordering="price_cents")
+    def price(self, obj):
+        return f"{obj.price_cents // 100}.{obj.price_cents % 100:02d}"
+
+    @admin.display(description="categories")
+    def category_list(self, obj):
+        return ", ".join(c.slug for c in obj.categories.all())
