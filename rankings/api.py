@@ -1,6 +1,7 @@
 """The HTTP API under /v1/: DRF views that call services (ingest) and selectors only."""
 
 from django.http import Http404
+from django.utils.cache import patch_cache_control
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import BasePermission
@@ -118,11 +119,28 @@ def _params(serializer_class, request) -> dict:
     return serializer.validated_data
 
 
+class ServiceUnavailable(exceptions.APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "rankings are unavailable right now; try again shortly"
+
+
+# Readers may reuse an answer this long; a tick every 2 s makes anything longer pointless.
+READ_MAX_AGE = 2  # seconds
+
+
 def _selected(call, **kwargs) -> Response:
+    """Run a selector; errors become 404/503 JSON, a stale answer carries a Warning header."""
     try:
-        return Response(call(**kwargs))
+        body = call(**kwargs)
     except selectors.NotFound as missing:
         raise exceptions.NotFound(str(missing)) from missing
+    except selectors.Unavailable as down:
+        raise ServiceUnavailable(str(down)) from down
+    response = Response(body)
+    patch_cache_control(response, max_age=READ_MAX_AGE, public=True)
+    if body.get("stale"):
+        response["Warning"] = '110 - "Response is Stale"'
+    return response
 
 
 class CategoryListApi(APIView):
@@ -181,6 +199,9 @@ _BOARD = {
     "window": serializers.CharField(),
     "metric": serializers.CharField(),
     "asOf": serializers.DateTimeField(allow_null=True),
+    "stale": serializers.BooleanField(
+        help_text="true when Redis is unreachable and this is the last known answer"
+    ),
 }
 
 

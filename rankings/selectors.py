@@ -5,9 +5,12 @@ Redis round trips (O(log n + limit) work there) and at most one catalogue query.
 """
 
 import datetime as dt
+import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
+
+from cachetools import LRUCache, TTLCache
 
 from catalogue.models import ALL, Category, Product, shard_of
 
@@ -17,11 +20,56 @@ from .conf import rankings_settings
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
 
+# A reader process answers a repeated query from memory for this long: fresh
+# enough next to a 2-second tick, and it absorbs bursts on hot boards.
+FRESH_SECONDS = 1.0  # seconds
+# Last known answers kept per process, served (flagged stale) while Redis is down.
+LAST_KNOWN_SIZE = 20_000  # answers
+
 _categories: tuple[float, dict[str, str]] | None = None
+_fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
+_last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
+_cache_lock = threading.Lock()
 
 
 class NotFound(LookupError):
     pass
+
+
+class Unavailable(RuntimeError):
+    """Redis is unreachable and no earlier answer to this query is known."""
+
+
+def answers_forget() -> None:
+    """Forget every remembered answer (fresh and last known)."""
+    with _cache_lock:
+        _fresh.clear()
+        _last_known.clear()
+
+
+def caches_clear() -> None:
+    answers_forget()
+    categories_forget()
+
+
+def _served(key: tuple, compute) -> dict:
+    """Answer from memory when fresh; else from Redis; when Redis fails, the last known answer, flagged stale."""
+    with _cache_lock:
+        hit = _fresh.get(key)
+    if hit is not None:
+        return hit
+    try:
+        value = {**compute(), "stale": False}
+    except store.Unreachable as error:
+        with _cache_lock:
+            known = _last_known.get(key)
+        if known is None:
+            raise Unavailable("rankings are unavailable right now; try again shortly") from error
+        return {**known, "stale": True}
+    with _cache_lock:
+        _fresh[key] = value
+        _last_known[key] = value
+    return value
 
 
 def categories_map() -> dict[str, str]:
@@ -108,6 +156,13 @@ def _items(rows, first_rank: int, metric: str) -> list[Item]:
 def board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
     """The products ranked offset+1 … offset+limit on a board."""
     category_name(category)
+    return _served(
+        ("top", category, window, metric, limit, offset),
+        lambda: _board_top(category=category, window=window, metric=metric, limit=limit, offset=offset),
+    )
+
+
+def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
     board = store.board_slice(
         version=store.active_version(),
         shard=_shard(category),
@@ -143,6 +198,13 @@ def _percentile(rank: int | None, total: int) -> float | None:
 def product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
     category_name(category)
     _product(product_id)
+    return _served(
+        ("rank", product_id, category, window, metric),
+        lambda: _product_rank(product_id=product_id, category=category, window=window, metric=metric),
+    )
+
+
+def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
     found = store.member_rank(
         version=store.active_version(),
         shard=_shard(category),
@@ -169,6 +231,13 @@ def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
     """The product's rank in each of its catalogue categories, in one Redis round trip."""
     product = _product(product_id)
     categories = sorted(product.categories.values_list("slug", flat=True))
+    return _served(
+        ("ranks", product_id, window, metric, tuple(categories)),
+        lambda: _product_ranks(product_id=product_id, window=window, metric=metric, categories=categories),
+    )
+
+
+def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> dict:
     found = store.members_ranks(
         version=store.active_version(),
         window=window,
@@ -202,6 +271,15 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
     """The n products ranked just above and just below the product, and the product itself."""
     category_name(category)
     _product(product_id)
+    return _served(
+        ("neighbors", product_id, category, window, metric, n),
+        lambda: _product_neighbors(
+            product_id=product_id, category=category, window=window, metric=metric, n=n
+        ),
+    )
+
+
+def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
     version = store.active_version()
     shard = _shard(category)
     found = store.member_rank(

@@ -8,6 +8,10 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
     P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen
     P:vV:{sS}:b:<window>:<metric>:<category>
                                      the board: a sorted set, product -> -score
+    P:vV:{sS}:t:<window>:<metric>:<category>
+                                     the board's first BLOB_SIZE ranks as one JSON
+                                     string, rewritten in the same Lua call that
+                                     changes the board, so reading them is one GET
 
 Scores are stored negated so that ZRANGE (ascending) yields score descending
 with equal scores by productId ascending in byte order: exactly the ranking
@@ -38,6 +42,14 @@ ACTIVE_VERSION_TTL = 1.0  # seconds
 # Members written per ZADD when a board is rebuilt: large enough to keep round
 # trips few, small enough not to block Redis for long.
 REBUILD_CHUNK = 5000
+# Ranks kept in a board's blob: the first page of every list and the product
+# page badges of the best sellers come from one GET (seed 000 §6.8).
+BLOB_SIZE = 100
+
+
+class Unreachable(Exception):
+    """Redis did not answer in time (down, paused or overloaded)."""
+
 
 _clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
@@ -91,16 +103,26 @@ def board_key(version: int, shard: int, window: str, metric: str, category: str)
     return f"{shard_tag(version, shard)}:b:{window}:{metric}:{category}"
 
 
+def blob_key(version: int, shard: int, window: str, metric: str, category: str) -> str:
+    return f"{shard_tag(version, shard)}:t:{window}:{metric}:{category}"
+
+
 # --- versions -------------------------------------------------------------------
 
 _active_cache: dict[str, tuple[float, int]] = {}
 
 
 def active_version(*, fresh: bool = False) -> int:
+    """The version that serves reads; when Redis is unreachable, the last one seen."""
     cached = _active_cache.get(prefix())
     if cached and not fresh and time.monotonic() - cached[0] < ACTIVE_VERSION_TTL:
         return cached[1]
-    value = client().get(active_key())
+    try:
+        value = client().get(active_key())
+    except redis.RedisError as error:
+        if cached:
+            return cached[1]
+        raise Unreachable(str(error)) from error
     version = int(value) if value else 1
     _active_cache[prefix()] = (time.monotonic(), version)
     return version
@@ -108,26 +130,69 @@ def active_version(*, fresh: bool = False) -> int:
 
 # --- the write path --------------------------------------------------------------
 
+# Rewrite the blob of each board in KEYS[first..last] (triples: board, the
+# other metric's board, blob) from the board itself. Scores are copied as the
+# strings Redis gives, so no precision is lost on the way to JSON; members are
+# product ids, which need no JSON escaping.
+_BLOBS = """
+local function write_blobs(first, last, size)
+    for i = first, last, 3 do
+        local board, other, blob = KEYS[i], KEYS[i + 1], KEYS[i + 2]
+        local total = redis.call('ZCARD', board)
+        if total == 0 then
+            redis.call('DEL', blob)
+        else
+            local rows = redis.call('ZRANGE', board, 0, size - 1, 'WITHSCORES')
+            local members = {}
+            for j = 1, #rows, 2 do members[#members + 1] = rows[j] end
+            local others = redis.call('ZMSCORE', other, unpack(members))
+            local parts = {}
+            for j = 1, #rows, 2 do
+                local o = others[(j + 1) / 2]
+                o = o and string.gsub(o, '^-', '') or '0'
+                parts[#parts + 1] = '["' .. rows[j] .. '",' .. string.gsub(rows[j + 1], '^-', '') .. ',' .. o .. ']'
+            end
+            redis.call('SET', blob, '{"total":' .. total .. ',"rows":[' .. table.concat(parts, ',') .. ']}')
+        end
+    end
+end
+"""
+
 # Apply one batch of a shard, exactly once: the batch's sequence number must be
 # the next one and the shard's generation must match, or nothing is written.
+# KEYS: state, then triples (board, other metric's board, blob).
+# ARGV: seq, asof, gen, blob size, then triples (board index, member, increment).
 # Returns 1 = applied, 0 = already applied (a replay), -1 = the shard must be
 # rebuilt (Redis lost it, or a batch is missing).
-_APPLY = """
+_APPLY = (
+    _BLOBS
+    + """
 local state = KEYS[1]
 local seq = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', state, 'seq') or '0')
 local gen = redis.call('HGET', state, 'gen')
 if cur >= seq and gen == ARGV[3] then return 0 end
 if cur ~= seq - 1 or (seq > 1 and gen ~= ARGV[3]) then return -1 end
-for i = 4, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
     local key = KEYS[tonumber(ARGV[i])]
     local member = ARGV[i + 1]
     local score = tonumber(redis.call('ZINCRBY', key, ARGV[i + 2], member))
     if score >= 0 then redis.call('ZREM', key, member) end
 end
+write_blobs(2, #KEYS, tonumber(ARGV[4]))
 redis.call('HSET', state, 'seq', seq, 'asof', ARGV[2], 'gen', ARGV[3])
 return 1
 """
+)
+
+# Rewrite the blobs of the given boards (after a rebuild swapped them in).
+_REFRESH_BLOBS = (
+    _BLOBS
+    + """
+write_blobs(1, #KEYS, tonumber(ARGV[1]))
+return 1
+"""
+)
 
 # Move a shard's asof forward when the clock moved but no board changed;
 # only if Redis holds exactly the batch the caller believes it holds.
@@ -181,19 +246,30 @@ def shard_generation(version: int, shard: int) -> str | None:
     return value.decode() if value else None
 
 
+def _board_keys(version: int, shard: int, window: str, metric: str, category: str) -> tuple[str, str, str]:
+    other = "revenue" if metric == "units" else "units"
+    return (
+        board_key(version, shard, window, metric, category),
+        board_key(version, shard, window, other, category),
+        blob_key(version, shard, window, metric, category),
+    )
+
+
 def batch_apply(
     *, version: int, shard: int, seq: int, asof: float, gen: str, changes: Iterable[Change]
 ) -> int:
-    """Apply a batch's changes atomically with its sequence number; see _APPLY."""
+    """Apply a batch's changes atomically with its sequence number and blobs; see _APPLY."""
     keys = [state_key(version, shard)]
-    index: dict[str, int] = {}
-    argv: list = [seq, repr(asof), gen]
+    index: dict[tuple, int] = {}
+    argv: list = [seq, repr(asof), gen, BLOB_SIZE]
     for c in changes:
-        key = board_key(version, shard, c.window, c.metric, c.category)
-        if key not in index:
-            keys.append(key)
-            index[key] = len(keys)
-        argv.extend((index[key], c.product_id, -c.delta))
+        if (c.window, c.category) not in index:
+            # Both metrics' blobs show both scores: a change to one rewrites both.
+            index[(c.window, c.category)] = len(keys) + 1
+            for metric in ("units", "revenue"):
+                keys.extend(_board_keys(version, shard, c.window, metric, c.category))
+        offset = 0 if c.metric == "units" else 3
+        argv.extend((index[(c.window, c.category)] + offset, c.product_id, -c.delta))
     r = client(write=True)
     return int(r.eval(_APPLY, len(keys), *keys, *argv))
 
@@ -229,8 +305,16 @@ def shard_replace(
     pipe.execute()
     live_keys = {live for _, live in pairs}
     stale = [k for k in shard_board_keys(version, shard) if k not in live_keys]
+    stale += [k.replace(":b:", ":t:", 1) for k in stale]
     keys = [state_key(version, shard)] + [k for pair in pairs for k in pair]
     r.eval(_SWAP, len(keys), *keys, seq, repr(asof), gen, len(pairs), *stale)
+    blob_keys = [
+        k
+        for window, metric, category in boards
+        for k in _board_keys(version, shard, window, metric, category)
+    ]
+    if blob_keys:
+        r.eval(_REFRESH_BLOBS, len(blob_keys), *blob_keys, BLOB_SIZE)
 
 
 def shard_board_keys(version: int, shard: int) -> list[str]:
@@ -279,11 +363,42 @@ def _other(metric: str) -> str:
     return "revenue" if metric == "units" else "units"
 
 
+def _unreachable(func):
+    """Reads raise Unreachable, never a redis exception, so callers need not import redis."""
+
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except redis.RedisError as error:
+            raise Unreachable(str(error)) from error
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+@_unreachable
 def board_slice(
     *, version: int, shard: int, window: str, metric: str, category: str, start: int, stop: int
 ) -> BoardSlice:
-    """Members ranked start..stop (0-based, inclusive), with both metrics, in two round trips."""
+    """Members ranked start..stop (0-based, inclusive), with both metrics.
+
+    Within the blob's ranks this is one round trip (GET); deeper, two
+    (ZRANGE, then ZMSCORE for the other metric).
+    """
     r = client()
+    if stop < BLOB_SIZE:
+        pipe = r.pipeline(transaction=False)
+        pipe.get(blob_key(version, shard, window, metric, category))
+        pipe.hget(state_key(version, shard), "asof")
+        blob, asof = pipe.execute()
+        if blob is not None:
+            data = json.loads(blob)
+            return BoardSlice(
+                asof=float(asof) if asof else None,
+                total=data["total"],
+                rows=[(m, int(s), int(o)) for m, s, o in data["rows"][start : stop + 1]],
+            )
     key = board_key(version, shard, window, metric, category)
     pipe = r.pipeline(transaction=False)
     pipe.zrange(key, start, stop, withscores=True)
@@ -313,6 +428,7 @@ class MemberRank:
     other: int
 
 
+@_unreachable
 def member_rank(
     *, version: int, shard: int, window: str, metric: str, category: str, product_id: str
 ) -> MemberRank:
@@ -334,6 +450,7 @@ def member_rank(
     )
 
 
+@_unreachable
 def members_ranks(
     *, version: int, window: str, metric: str, product_id: str, boards: list[tuple[int, str]]
 ) -> list[MemberRank]:
@@ -381,3 +498,8 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
         entry["boards"] += 1
         entry["members"] += members
     return summary
+
+
+def blob_read(key: str) -> dict | None:
+    raw = client(write=True).get(key)
+    return json.loads(raw) if raw is not None else None

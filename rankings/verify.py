@@ -64,4 +64,21 @@ def rankings_verify(*, version: int | None = None) -> VerifyReport:
             report.members += len(got)
             if want != got:
                 report.differences.append(Difference(board, shard, want, got))
+                continue
+            blob_difference = _blob_check(version, shard, board, want, expected)
+            if blob_difference:
+                report.differences.append(blob_difference)
     return report
+
+
+def _blob_check(version, shard, board, want, expected) -> Difference | None:
+    """The board's blob must hold its first ranks with both metrics' scores, and its size."""
+    window, metric, category = board
+    other = dict(expected.get((window, "revenue" if metric == "units" else "units", category), []))
+    blob = store.blob_read(store.blob_key(version, shard, window, metric, category))
+    head = want[: store.BLOB_SIZE]
+    rows = [[product_id, score, other.get(product_id, 0)] for product_id, score in head]
+    if (blob or {"total": 0, "rows": []}) == {"total": len(want), "rows": rows}:
+        return None
+    got = [(row[0], row[1]) for row in (blob or {"rows": []})["rows"]]
+    return Difference((window, f"{metric} (top-{store.BLOB_SIZE} blob)", category), shard, head, got)

@@ -18,7 +18,11 @@ def redis_client():
 
 @pytest.fixture(autouse=True)
 def _clean_redis(redis_client):
-    """Each test starts with no key of this run's prefix in Redis."""
+    """Each test starts with no key of this run's prefix in Redis and no remembered answers."""
+    from rankings import selectors, store
+
+    selectors.caches_clear()
+    store.reset_clients()
     yield
     prefix = settings.RANKINGS["KEY_PREFIX"]
     keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
