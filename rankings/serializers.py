@@ -247,10 +247,13 @@ class SaleEventSerializer(serializers.Serializer):
         if not isinstance(data, dict):
             self.fail("invalid")
         ret = {}
-        for name, field in self._event_fields:
+        for name, field, plain in self._event_fields:
             value = data.get(name, empty)
             try:
-                ret[name] = field.run_validation(value)
+                if plain and value is not empty and value is not None and value != "":
+                    ret[name] = field.to_internal_value(value)  # what run_validation would come to
+                else:
+                    ret[name] = field.run_validation(value)
             except serializers.ValidationError as exc:
                 raise serializers.ValidationError({name: exc.detail}) from None
             except serializers.SkipField:
@@ -258,8 +261,9 @@ class SaleEventSerializer(serializers.Serializer):
         return ret
 
     @cached_property
-    def _event_fields(self) -> list[tuple[str, serializers.Field]]:
-        return list(self.fields.items())
+    def _event_fields(self) -> list[tuple[str, serializers.Field, bool]]:
+        """(name, field, whether a present value needs nothing but the field's to_internal_value)."""
+        return [(name, field, not field.validators) for name, field in self.fields.items()]
 
     def run_validators(self, value):
         pass  # no serializer-level validators; the cross-field rules are in validate()

@@ -1,0 +1,1 @@
+"""Benchmarks, not tests: `make bench` runs the main() of each module."""
