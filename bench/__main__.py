@@ -1,0 +1,27 @@
+"""`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
+
+python -m bench [--runs 3] [--only engine|ingest|read]
+"""
+
+import argparse
+
+from bench import harness
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
+    parser.add_argument("--only", choices=["engine", "ingest", "read"], help="run one group")
+    args = parser.parse_args()
+    harness.setup()
+    table = harness.Table()
+    groups = [args.only] if args.only else ["ingest", "engine", "read"]
+    for group in groups:
+        module = __import__(f"bench.bench_{group}", fromlist=["main"])
+        module.run(table, runs=args.runs)
+    print()
+    print(table.render())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""What every benchmark needs: its own database and key prefix, clean state, real servers, a table.
+
+Benchmarks run against a database and a Redis key prefix of their own
+(`salesrank_bench`, `salesrank-bench`), so they never touch the data of
+`make run`. Each figure is the median of several runs.
+"""
+
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DATABASE = "salesrank_bench"
+BENCH_PREFIX = "salesrank-bench"
+PORT = 8011
+
+
+def environment() -> dict:
+    """The environment of the benchmark's Django processes (set before django.setup())."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "salesrank_site.settings",
+        "DATABASE_URL": os.environ.get("BENCH_DATABASE_URL", f"postgres:///{BENCH_DATABASE}"),
+        "RANKINGS_KEY_PREFIX": BENCH_PREFIX,
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "benchmark-only-key"),
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def setup() -> None:
+    os.environ.update(environment())
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from rankings.setup import database_ensure
+
+    database_ensure()
+    call_command("migrate", verbosity=0)
+
+
+def reset() -> None:
+    """An empty shop: no sales, buckets, state, catalogue, and no Redis key of the prefix."""
+    from django.db import connection
+
+    from rankings import selectors, store
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE rankings_sale, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
+            " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
+            " catalogue_category RESTART IDENTITY CASCADE"
+        )
+    r = store.client(write=True)
+    for key in r.scan_iter(f"{BENCH_PREFIX}:*", count=5000):
+        r.unlink(key)
+    selectors.caches_clear()
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def percentile(values, p: float):
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+@dataclass
+class Row:
+    benchmark: str
+    figure: str
+    baseline: str = ""
+    ratio: str = ""
+    note: str = ""
+
+
+@dataclass
+class Table:
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, benchmark, figure, baseline="", ratio="", note=""):
+        row = Row(benchmark, figure, baseline, ratio, note)
+        self.rows.append(row)
+        print(
+            f"  {benchmark}: {figure}" + (f"  (baseline {baseline}, ratio {ratio})" if baseline else ""),
+            flush=True,
+        )
+
+    def render(self) -> str:
+        headers = ("benchmark", "median", "baseline (same run)", "ratio", "note")
+        cells = [headers] + [(r.benchmark, r.figure, r.baseline, r.ratio, r.note) for r in self.rows]
+        widths = [max(len(str(c[i])) for c in cells) for i in range(len(headers))]
+        lines = []
+        for n, row in enumerate(cells):
+            lines.append("| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)) + " |")
+            if n == 0:
+                lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def services(*, web_workers: int = 2, tick_seconds: float | None = None, worker: bool = True):
+    """gunicorn (and a Celery worker and beat) on the benchmark's database, stopped afterwards."""
+    env = {**os.environ, **environment()}
+    if tick_seconds is not None:
+        env["RANKINGS_TICK_SECONDS"] = str(tick_seconds)
+    venv_bin = Path(sys.executable).parent
+    schedule = tempfile.mkdtemp(prefix="salesrank-bench-beat-")
+    commands = [
+        [
+            str(venv_bin / "gunicorn"),
+            "salesrank_site.wsgi",
+            "--bind",
+            f"127.0.0.1:{PORT}",
+            "--workers",
+            str(web_workers),
+            "--log-level",
+            "warning",
+        ]
+    ]
+    if worker:
+        commands += [
+            [
+                str(venv_bin / "celery"),
+                "-A",
+                "salesrank_site",
+                "worker",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "WARNING",
+            ],
+            [
+                str(venv_bin / "celery"),
+                "-A",
+                "salesrank_site",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "--schedule",
+                f"{schedule}/beat",
+            ],
+        ]
+    procs = [
+        subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for c in commands
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{PORT}/v1/categories", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("gunicorn did not start") from None
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{PORT}"
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(schedule, ignore_errors=True)
+
+
+def ingest_token() -> str:
+    """A token of a user allowed to post sales, in the benchmark's database."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from rest_framework.authtoken.models import Token
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    token, _ = Token.objects.get_or_create(user=user)
+    return token.key
