@@ -31,7 +31,7 @@ from catalogue.models import ALL, shard_of
 
 from . import store
 from .conf import METRICS, rankings_settings
-from .models import Batch, ShardState, TickLog
+from .models import Batch, RankingVersion, ShardState, TickLog
 from .windows import bucket_sizes, oldest_bucket_start
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,10 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
 
 
 def _write_version() -> int:
-    return store.active_version(fresh=True)
+    """PostgreSQL decides which version ticks write; Redis's pointer for readers follows it."""
+    version = RankingVersion.active_number()
+    store.active_ensure(version)
+    return version
 
 
 @contextmanager

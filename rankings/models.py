@@ -127,3 +127,50 @@ class IngestLog(models.Model):
     accepted = models.IntegerField()
     duplicates = models.IntegerField()
     rejected = models.IntegerField()
+
+
+class RankingVersion(models.Model):
+    """One generation of every board in Redis; exactly one is active and serves reads.
+
+    A rebuild replays the raw sales into a new version while the active one
+    keeps serving and ticking; a switch-over makes it active atomically; the
+    previous version is kept for a grace period so it can be switched back to.
+    """
+
+    class State(models.TextChoices):
+        BUILDING = "building"
+        READY = "ready"
+        ACTIVE = "active"
+        RETIRED = "retired"
+        FAILED = "failed"
+        DELETED = "deleted"
+
+    number = models.PositiveIntegerField(primary_key=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.BUILDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    built_at = models.DateTimeField(null=True, blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    # Where the snapshot stood: {shard: [batch seq, instant]}; replay starts after it.
+    watermark = models.JSONField(default=dict, blank=True)
+    progress = models.FloatField(default=0.0, help_text="0…1")
+    sales = models.BigIntegerField(default=0, help_text="raw sales replayed")
+    rate = models.FloatField(default=0.0, help_text="sales per second")
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+        permissions = [
+            ("rebuild_rankings", "Can rebuild rankings into a new version"),
+            ("switch_rankings", "Can switch the active rankings version"),
+            ("view_status", "Can view the operator's status page"),
+        ]
+
+    def __str__(self):
+        return f"v{self.number} ({self.state})"
+
+    @classmethod
+    def active_number(cls) -> int:
+        """The active version; 1 until a rebuild has been switched to."""
+        number = cls.objects.filter(state=cls.State.ACTIVE).values_list("number", flat=True).first()
+        return number or 1

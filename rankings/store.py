@@ -128,6 +128,20 @@ def active_version(*, fresh: bool = False) -> int:
     return version
 
 
+def active_set(version: int) -> None:
+    """Point every reader at `version` (they see it within ACTIVE_VERSION_TTL)."""
+    client(write=True).set(active_key(), version)
+    _active_cache.pop(prefix(), None)
+
+
+def active_ensure(version: int) -> None:
+    """Restore the readers' pointer if Redis lost it or it disagrees with PostgreSQL."""
+    r = client(write=True)
+    value = r.get(active_key())
+    if value is None or int(value) != version:
+        r.set(active_key(), version)
+
+
 # --- the write path --------------------------------------------------------------
 
 # Rewrite the blob of each board in KEYS[first..last] (triples: board, the
@@ -239,6 +253,12 @@ def generation(version: int) -> str:
     key = gen_key(version)
     r.set(key, uuid.uuid4().hex, nx=True)
     return r.get(key).decode()
+
+
+def generation_get(version: int) -> str | None:
+    """The version's generation token, or None when Redis does not hold the version."""
+    value = client(write=True).get(gen_key(version))
+    return value.decode() if value else None
 
 
 def shard_generation(version: int, shard: int) -> str | None:
@@ -503,3 +523,21 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
 def blob_read(key: str) -> dict | None:
     raw = client(write=True).get(key)
     return json.loads(raw) if raw is not None else None
+
+
+def boards_heads(
+    version: int, shard: int, n: int
+) -> dict[tuple[str, str, str], tuple[int, list[tuple[str, int]]]]:
+    """Every board of a shard: (window, metric, category) -> (size, first n members with scores)."""
+    keys = shard_board_keys(version, shard)
+    pipe = client(write=True).pipeline(transaction=False)
+    for key in keys:
+        pipe.zcard(key)
+        pipe.zrange(key, 0, n - 1, withscores=True)
+    values = pipe.execute()
+    heads = {}
+    for i, key in enumerate(keys):
+        window, metric, category = key.split(":b:", 1)[1].split(":", 2)
+        total, rows = values[2 * i], values[2 * i + 1]
+        heads[(window, metric, category)] = (total, [(m.decode(), int(-s)) for m, s in rows])
+    return heads

@@ -9,3 +9,19 @@ def tick():
     from .aggregate import tick as run_tick
 
     run_tick()
+
+
+@shared_task(ignore_result=True)
+def versions_expire():
+    """Delete versions whose grace period is over; mark abandoned rebuilds failed."""
+    from .backfill import versions_expire as expire
+
+    expire()
+
+
+@shared_task(ignore_result=True)
+def version_build(activate: bool = False):
+    """A rebuild started from the admin; its progress is kept on the version's row."""
+    from .backfill import version_build as build
+
+    build(activate=activate)

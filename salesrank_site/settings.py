@@ -128,6 +128,8 @@ RANKINGS = {
     # Applied batches are kept this long, so that a rebuilt version, or one
     # switched back to, can catch up by replaying them.
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
+    # A version switched away from is kept this long for switching back, then deleted.
+    "VERSION_GRACE_SECONDS": env.int("RANKINGS_VERSION_GRACE_SECONDS", default=3600),  # seconds
     # Events whose ts is further ahead of the server clock are rejected.
     "MAX_FUTURE_SECONDS": 300,  # seconds
     "MAX_BATCH_EVENTS": 5000,
@@ -147,6 +149,10 @@ CELERY_TASK_DEFAULT_QUEUE = RANKINGS["KEY_PREFIX"] + ":tasks"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BEAT_SCHEDULE = {
+    "rankings-versions-expire": {
+        "task": "rankings.tasks.versions_expire",
+        "schedule": 300,  # seconds; the grace period is measured in hours
+    },
     "rankings-tick": {
         "task": "rankings.tasks.tick",
         "schedule": RANKINGS["TICK_SECONDS"],

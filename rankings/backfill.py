@@ -1,0 +1,361 @@
+"""Versions: rebuild every board from raw sales into a new version, compare, switch, expire.
+
+A rebuild never writes the active version. It takes one consistent snapshot
+(REPEATABLE READ, begun while every shard's tick lock is held, so the
+snapshot sits exactly between two batches of each shard), lets PostgreSQL
+aggregate the raw sales in one GROUP BY, writes the new version's boards,
+then catches up by replaying the batches the ticks committed since the
+snapshot. Those batches are the very changes the active version received, so
+the new version reaches the same sequence number with the same content.
+
+A switch-over holds every shard's lock, brings the target version up to the
+last batch, and then changes the one key readers consult: a reader sees the
+old version or the new one, each whole.
+"""
+
+import datetime as dt
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from catalogue.models import ALL, shard_of
+
+from . import store
+from .aggregate import LOCK_NAMESPACE, batch_replay
+from .conf import METRICS, rankings_settings
+from .models import Batch, RankingVersion, ShardState
+
+log = logging.getLogger(__name__)
+
+# A builder holds this advisory lock (with its version number) while it works,
+# so a build whose process died is recognised and marked failed.
+BUILD_LOCK_NAMESPACE = LOCK_NAMESPACE + 1
+# How long a switch-over or a snapshot waits for the ticks to finish their batches.
+LOCK_TIMEOUT = "30s"
+
+Progress = Callable[[float, str], None]
+
+
+class VersionError(Exception):
+    pass
+
+
+@dataclass
+class BoardComparison:
+    window: str
+    metric: str
+    category: str
+    live_total: int
+    new_total: int
+    live_top: list[tuple[str, int]]
+    new_top: list[tuple[str, int]]
+
+    @property
+    def equal(self) -> bool:
+        return self.live_total == self.new_total and self.live_top == self.new_top
+
+
+def active_number() -> int:
+    return RankingVersion.active_number()
+
+
+def _lock_all_shards() -> None:
+    """Take every shard's tick lock, waiting for running ticks; session-level, so it spans transactions."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        try:
+            for shard in range(rankings_settings.SHARDS):
+                cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
+        except Exception:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+            raise
+        finally:
+            cursor.execute("SET lock_timeout = 0")
+
+
+def _unlock_all_shards() -> None:
+    with connection.cursor() as cursor:
+        for shard in range(rankings_settings.SHARDS):
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
+
+
+@contextmanager
+def _all_shards_locked():
+    _lock_all_shards()
+    try:
+        yield
+    finally:
+        _unlock_all_shards()
+
+
+def _nothing(progress: float, message: str) -> None:
+    pass
+
+
+def version_build(*, activate: bool = False, progress: Progress | None = None) -> RankingVersion:
+    """Rebuild every board from raw sales into a new version; optionally switch to it."""
+    progress = progress or _nothing
+    versions_fail_abandoned()
+    number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
+    version = RankingVersion.objects.create(number=number, state=RankingVersion.State.BUILDING)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
+    started = time.monotonic()
+
+    def report(fraction: float, message: str, sales: int | None = None) -> None:
+        elapsed = time.monotonic() - started
+        fields = {"progress": fraction, "message": message}
+        if sales is not None:
+            fields.update(sales=sales, rate=sales / elapsed if elapsed else 0.0)
+        RankingVersion.objects.filter(number=number).update(**fields)
+        progress(fraction, message)
+
+    try:
+        report(0.02, "taking a snapshot of the raw sales")
+        watermark, boards, sales = _snapshot_aggregate()
+        report(0.6, f"aggregated {sales:,} raw sales; writing boards", sales)
+        gen = store.generation(number)
+        shards = sorted(watermark)
+        for i, shard in enumerate(shards):
+            seq, asof = watermark[shard]
+            store.shard_replace(
+                version=number, shard=shard, seq=seq, asof=asof, gen=gen, boards=boards.pop(shard, {})
+            )
+            report(0.6 + 0.3 * (i + 1) / len(shards), f"wrote shard {shard + 1} of {len(shards)}", sales)
+        report(0.92, "catching up with the batches ticked since the snapshot", sales)
+        for shard in shards:
+            _catch_up(number, shard)
+        RankingVersion.objects.filter(number=number).update(
+            state=RankingVersion.State.READY,
+            built_at=timezone.now(),
+            watermark={str(k): [seq, asof] for k, (seq, asof) in watermark.items()},
+        )
+        report(1.0, "ready", sales)
+    except BaseException as error:
+        RankingVersion.objects.filter(number=number).update(
+            state=RankingVersion.State.FAILED, message=f"failed: {error!r}"[:2000]
+        )
+        store.version_delete(number)
+        raise
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
+    if activate:
+        version_switch(number=number)
+    version.refresh_from_db()
+    return version
+
+
+_AGGREGATE = """
+WITH cats AS (
+    SELECT slug, shard FROM catalogue_category WHERE shard = ANY(%(shards)s)
+    UNION ALL
+    SELECT %(all)s, %(all_shard)s WHERE %(all_shard)s = ANY(%(shards)s)
+)
+SELECT cats.shard, u.category, s.product_id, {sums}
+FROM rankings_sale s
+CROSS JOIN LATERAL unnest(s.categories || ARRAY[%(all)s]::varchar[]) AS u(category)
+JOIN cats ON cats.slug = u.category
+WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+  AND NOT EXISTS (
+      SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = cats.shard
+  )
+GROUP BY 1, 2, 3
+"""
+
+
+def _snapshot_aggregate():
+    """Per shard: (seq, instant) of the snapshot, and every board as of that instant."""
+    _lock_all_shards()
+    locked = True
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            # The first read fixes the snapshot, while no tick is between claim and apply;
+            # then the ticks may go on, and this transaction keeps seeing the snapshot.
+            states = {s.shard: (s.seq, s.now) for s in ShardState.objects.all()}
+            _unlock_all_shards()
+            locked = False
+            watermark = {}
+            for shard in range(rankings_settings.SHARDS):
+                seq, now = states.get(shard, (0, None))
+                watermark[shard] = (seq, now.timestamp() if now else 0.0)
+            boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
+            by_instant: dict[dt.datetime, list[int]] = defaultdict(list)
+            for shard, (_, now) in states.items():
+                if now is not None:
+                    by_instant[now].append(shard)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM rankings_sale")
+                (sales,) = cursor.fetchone()
+                for now, shards in by_instant.items():
+                    _aggregate_into(cursor, boards, now, shards)
+    finally:
+        if locked:
+            _unlock_all_shards()
+    return watermark, boards, sales
+
+
+def _aggregate_into(cursor, boards, now: dt.datetime, shards: list[int]) -> None:
+    t = int(now.timestamp())
+    windows = list(rankings_settings.windows.values())
+    sums, params = [], {}
+    for i, w in enumerate(windows):
+        first, last = w.bounds(t)
+        params[f"f{i}"] = dt.datetime.fromtimestamp(first, tz=dt.UTC)
+        params[f"t{i}"] = dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC)
+        inside = f"s.counted_at >= %(f{i})s AND s.counted_at < %(t{i})s"
+        sums.append(f"coalesce(sum(s.qty) FILTER (WHERE {inside}), 0)")
+        sums.append(
+            "coalesce(sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)"
+            f" FILTER (WHERE {inside}), 0)"
+        )
+    params.update(
+        shards=shards,
+        all=ALL,
+        all_shard=shard_of(ALL, rankings_settings.SHARDS),
+        oldest=min(params[f"f{i}"] for i in range(len(windows))),
+        stop=max(params[f"t{i}"] for i in range(len(windows))),
+    )
+    cursor.execute(_AGGREGATE.format(sums=", ".join(sums)), params)
+    while rows := cursor.fetchmany(20_000):
+        for shard, category, product_id, *values in rows:
+            for i, w in enumerate(windows):
+                for j, metric in enumerate(METRICS):
+                    value = int(values[2 * i + j])
+                    if value > 0:
+                        boards[shard][(w.name, metric, category)][product_id] = value
+
+
+def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
+    """Replay the logged batches the version has not seen, in order; return how many."""
+    gen = gen or store.generation_get(number)
+    if gen is None:
+        raise VersionError(f"version {number} is not in Redis any more (lost or deleted)")
+    state = store.shard_state(number, shard)
+    if state.get("gen") != gen:
+        raise VersionError(f"version {number} lost shard {shard} in Redis")
+    current = int(state.get("seq", 0))
+    replayed = 0
+    for batch in Batch.objects.filter(shard=shard, seq__gt=current).order_by("seq").iterator():
+        if batch.seq != current + 1:
+            raise VersionError(
+                f"shard {shard}: batch {current + 1} is no longer logged; rebuild instead of catching up"
+            )
+        if batch_replay(batch=batch, version=number, gen=gen) < 0:
+            raise VersionError(f"shard {shard}: version {number} refused batch {batch.seq}")
+        current += 1
+        replayed += 1
+    latest = ShardState.objects.filter(shard=shard).values_list("seq", "now").first()
+    if latest and current < latest[0]:
+        raise VersionError(f"shard {shard}: batches {current + 1}…{latest[0]} are no longer logged")
+    if latest and latest[1] is not None:
+        store.shard_touch(version=number, shard=shard, seq=current, asof=latest[1].timestamp(), gen=gen)
+    return replayed
+
+
+def version_switch(*, number: int) -> RankingVersion:
+    """Make a built (or recently retired) version the active one, atomically for readers."""
+    target = RankingVersion.objects.filter(number=number).first()
+    if target is None:
+        raise VersionError(f"there is no version {number}")
+    if target.state not in (RankingVersion.State.READY, RankingVersion.State.RETIRED):
+        raise VersionError(
+            f"version {number} is {target.state}; only a ready or retired version can be switched to"
+        )
+    with _all_shards_locked():
+        for shard in range(rankings_settings.SHARDS):
+            _catch_up(number, shard)
+        previous = active_number()
+        with transaction.atomic():
+            now = timezone.now()
+            RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE).update(
+                state=RankingVersion.State.RETIRED, retired_at=now
+            )
+            if not RankingVersion.objects.filter(number=previous).exists():
+                RankingVersion.objects.create(
+                    number=previous, state=RankingVersion.State.RETIRED, retired_at=now
+                )
+            RankingVersion.objects.filter(number=number).update(
+                state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None
+            )
+            store.active_set(number)
+    log.info("switched rankings from version %s to %s", previous, number)
+    target.refresh_from_db()
+    return target
+
+
+def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
+    """Each board's top-N and size in the active version against version `number`, at the same batch."""
+    live = active_number()
+    comparisons = []
+    for shard in range(rankings_settings.SHARDS):
+        with _shard_locked(shard):
+            _catch_up(number, shard)
+            live_heads = store.boards_heads(live, shard, top_n)
+            new_heads = store.boards_heads(number, shard, top_n)
+        for board in sorted(live_heads.keys() | new_heads.keys()):
+            live_total, live_top = live_heads.get(board, (0, []))
+            new_total, new_top = new_heads.get(board, (0, []))
+            comparisons.append(BoardComparison(*board, live_total, new_total, live_top, new_top))
+    return comparisons
+
+
+@contextmanager
+def _shard_locked(shard: int):
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        try:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
+        finally:
+            cursor.execute("SET lock_timeout = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
+
+
+def versions_fail_abandoned() -> list[int]:
+    """Mark failed the builds whose process died (nobody holds their build lock)."""
+    failed = []
+    for number in RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).values_list(
+        "number", flat=True
+    ):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
+            (free,) = cursor.fetchone()
+            if not free:
+                continue
+            try:
+                RankingVersion.objects.filter(number=number, state=RankingVersion.State.BUILDING).update(
+                    state=RankingVersion.State.FAILED, message="failed: the rebuild's process stopped"
+                )
+                store.version_delete(number)
+                failed.append(number)
+            finally:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
+    return failed
+
+
+def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
+    """Delete the Redis keys of versions retired longer ago than the grace period."""
+    now = now or timezone.now()
+    versions_fail_abandoned()
+    grace = dt.timedelta(seconds=rankings_settings.VERSION_GRACE_SECONDS)
+    expired = list(
+        RankingVersion.objects.filter(
+            state=RankingVersion.State.RETIRED, retired_at__lt=now - grace
+        ).values_list("number", flat=True)
+    )
+    for number in expired:
+        store.version_delete(number)
+        RankingVersion.objects.filter(number=number).update(state=RankingVersion.State.DELETED)
+    return expired

@@ -1,0 +1,165 @@
+"""Rebuild into a new version, compare, switch and switch back: exact, and never a broken read."""
+
+import datetime as dt
+import threading
+
+import pytest
+
+from rankings import backfill, selectors, store
+from rankings.models import RankingVersion
+
+from .processes import django_env, python
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _history(shop: Shop, n: int, tag: str):
+    shop.send(
+        *[
+            shop.sale(
+                f"p{i % 11}",
+                categories=[f"c{i % 4}"] + ([f"c{(i + 1) % 4}"] if i % 5 == 0 else []),
+                qty=1 + i % 4,
+                amount=f"{1 + i % 7}.25",
+                ago=dt.timedelta(minutes=13 * i),
+                event_id=f"{tag}-{i}",
+            )
+            for i in range(n)
+        ]
+    )
+
+
+def test_a_rebuild_during_ingestion_and_ticks_equals_the_live_version_after_switch_over():
+    # given a live version with history
+    shop = Shop()
+    _history(shop, 200, "old")
+    shop.tick()
+    # when sales and ticks go on while the rebuild runs
+    stop = threading.Event()
+    errors = []
+
+    def keep_selling():
+        from django.db import connection
+
+        try:
+            other = Shop(now=shop.now)
+            n = 0
+            while not stop.is_set():
+                n += 1
+                other.send(other.sale(f"p{n % 13}", categories=["c1"], qty=1, event_id=f"during-{n}"))
+                other.advance(seconds=7)
+                other.tick()
+        except Exception as error:  # surfaced below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    seller = threading.Thread(target=keep_selling)
+    seller.start()
+    try:
+        version = backfill.version_build()
+    finally:
+        stop.set()
+        seller.join()
+    assert not errors, errors
+    assert version.state == RankingVersion.State.READY
+    # then after the switch every board equals the recompute, and the comparison shows no difference
+    differing = [c for c in backfill.versions_compare(number=version.number) if not c.equal]
+    assert differing == []
+    backfill.version_switch(number=version.number)
+    assert store.active_version(fresh=True) == version.number
+    report = Shop().assert_exact()
+    assert report.members > 0
+
+
+def test_a_reader_never_sees_a_missing_empty_or_mixed_board_during_the_switch():
+    shop = Shop()
+    _history(shop, 120, "old")
+    shop.tick()
+    expected = selectors.board_top(category="c0", window="30d", metric="units", limit=50, offset=0)["items"]
+    version = backfill.version_build()
+    answers, stop = [], threading.Event()
+
+    def read():
+        from django.db import connection
+
+        while not stop.is_set():
+            selectors.answers_forget()
+            answers.append(
+                selectors.board_top(category="c0", window="30d", metric="units", limit=50, offset=0)
+            )
+        connection.close()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        backfill.version_switch(number=version.number)
+        store._active_cache.clear()
+        for _ in range(50):  # keep reading past the readers' version cache
+            if len(answers) > 200:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        stop.set()
+        reader.join()
+    assert len(answers) > 10
+    assert all(a["items"] == expected for a in answers)
+
+
+def test_switching_back_restores_the_old_version_caught_up():
+    shop = Shop()
+    _history(shop, 60, "old")
+    shop.tick()
+    version = backfill.version_build(activate=True)
+    shop.advance(minutes=30)
+    _history(shop, 30, "after-switch")
+    shop.tick()
+    backfill.version_switch(number=1)
+    assert store.active_version(fresh=True) == 1
+    shop.assert_exact()
+    assert RankingVersion.objects.get(number=version.number).state == RankingVersion.State.RETIRED
+
+
+_CRASHING_BUILD = """
+import os, django
+django.setup()
+from rankings import backfill, store
+real = store.shard_replace
+done = []
+def replace_then_die(**kwargs):
+    real(**kwargs)
+    done.append(kwargs["shard"])
+    if len(done) == 2:
+        os._exit(9)
+store.shard_replace = replace_then_die
+backfill.version_build()
+"""
+
+
+def test_a_crash_in_the_middle_of_a_rebuild_leaves_the_live_version_untouched():
+    shop = Shop()
+    _history(shop, 80, "old")
+    shop.tick()
+    child = python(_CRASHING_BUILD, env=django_env())
+    assert child.wait(timeout=60) == 9
+    half_built = RankingVersion.objects.get(state=RankingVersion.State.BUILDING)
+    assert backfill.versions_fail_abandoned() == [half_built.number]
+    half_built.refresh_from_db()
+    assert half_built.state == RankingVersion.State.FAILED
+    assert store.generation_get(half_built.number) is None
+    assert store.active_version(fresh=True) == 1
+    shop.assert_exact()
+
+
+def test_retired_versions_are_deleted_after_the_grace_period(settings):
+    shop = Shop()
+    _history(shop, 20, "old")
+    shop.tick()
+    backfill.version_build(activate=True)
+    assert backfill.versions_expire() == []
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=settings.RANKINGS["VERSION_GRACE_SECONDS"] + 1)
+    assert backfill.versions_expire(now=later) == [1]
+    assert store.generation_get(1) is None
+    with pytest.raises(backfill.VersionError):
+        backfill.version_switch(number=1)
