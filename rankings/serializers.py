@@ -54,7 +54,9 @@ class _EventField(serializers.Field):
         super().fail(key, name=self.field_name, **kwargs)
 
 
-@extend_schema_field({"type": "string", "maxLength": MAX_ID_LENGTH, "minLength": 1})
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_ID_LENGTH, "minLength": 1, "example": "ord-91-line-2"}
+)
 class EventIdField(_EventField):
     """An event id (the order line id): a string of 1 to 128 characters."""
 
@@ -67,7 +69,13 @@ class EventIdField(_EventField):
         return value
 
 
-@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}]})
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}],
+        "description": "epoch seconds, or ISO-8601 with a UTC offset; at most 5 minutes ahead of the server",
+        "example": "2025-10-09T08:53:20Z",
+    }
+)
 class TimestampField(_EventField):
     """Epoch seconds (a JSON number) or an ISO-8601 string with a UTC offset."""
 
@@ -105,7 +113,7 @@ class TimestampField(_EventField):
         return value.isoformat()
 
 
-@extend_schema_field({"type": "string", "pattern": _PRODUCT_ID.pattern})
+@extend_schema_field({"type": "string", "pattern": f"^{_PRODUCT_ID.pattern}$", "example": "p15"})
 class ProductIdField(_EventField):
     default_error_messages = {"invalid": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -"}
 
@@ -118,7 +126,16 @@ class ProductIdField(_EventField):
         return value
 
 
-@extend_schema_field({"type": "array", "items": {"type": "string", "pattern": _SLUG.pattern}})
+@extend_schema_field(
+    {
+        "type": "array",
+        "nullable": True,
+        "maxItems": MAX_CATEGORIES,
+        "items": {"type": "string", "pattern": f"^{_SLUG.pattern}$", "not": {"enum": [ALL]}},
+        "description": "category slugs; left out, empty or null: the product's catalogue categories",
+        "example": ["toys", "gifts"],
+    }
+)
 class CategoriesField(_EventField):
     """Category slugs; a slug listed twice counts once; `null` or `[]` means the catalogue's."""
 
@@ -147,7 +164,14 @@ class CategoriesField(_EventField):
         return value
 
 
-@extend_schema_field({"type": "integer", "minimum": -MAX_QTY, "maximum": MAX_QTY, "not": {"const": 0}})
+@extend_schema_field(
+    {
+        "type": "integer",
+        "minimum": -MAX_QTY,
+        "maximum": MAX_QTY,
+        "description": "non-zero; negative for a return",
+    }
+)
 class QtyField(_EventField):
     """Units: a non-zero JSON integer; negative for a return."""
 
@@ -168,7 +192,13 @@ class QtyField(_EventField):
 
 
 @extend_schema_field(
-    {"oneOf": [{"type": "string", "pattern": _AMOUNT.pattern}, {"type": "number", "minimum": 0}]}
+    {
+        "oneOf": [{"type": "string"}, {"type": "number", "minimum": 0}],
+        "nullable": True,
+        "description": "decimal ≥ 0, at most 2 places and 12 digits before the point; "
+        "left out or null: catalogue price × qty (a return: the pro-rata refund)",
+        "example": "25.00",
+    }
 )
 class AmountField(_EventField):
     """What the line cost the buyer: a decimal ≥ 0, at most 2 places and 12 digits before the point."""
@@ -214,7 +244,9 @@ class AmountField(_EventField):
         return str(value)
 
 
-@extend_schema_field({"type": "string", "maxLength": MAX_ID_LENGTH})
+@extend_schema_field(
+    {"type": "string", "maxLength": MAX_ID_LENGTH, "nullable": True, "description": "id of the sale returned"}
+)
 class ReturnOfField(EventIdField):
     """The id of the sale a return refers to; `null` or "" means the event is not a return."""
 
