@@ -179,7 +179,7 @@ def demo_seed(
     expected = round(shape.sales * (1 + shape.return_share))
     with tqdm(total=expected, unit="ev", unit_scale=True, desc="demo sales", disable=not progress) as bar:
         while chunk := list(itertools.islice(events, CHUNK_EVENTS)):
-            result.merge(sales_ingest(events=chunk, source="demo", now=now), offset=count)
+            result.merge(sales_ingest(events=chunk, source="demo"), offset=count)
             count += len(chunk)
             bar.update(len(chunk))
     return DemoReport(categories=shape.categories, products=shape.products, events=count, result=result)

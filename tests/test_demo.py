@@ -1,5 +1,6 @@
 """seed_demo: a catalogue and synthetic sales with the shape of the main source's demo, at small scale."""
 
+import datetime as dt
 from collections import Counter
 from io import StringIO
 
@@ -126,3 +127,14 @@ def test_the_command_scales_the_demo_and_prints_a_summary():
     assert Product.objects.count() == 30
     assert Sale.objects.filter(qty__gt=0).count() == 300
     assert out.getvalue().startswith("catalogue: 3 categories, 30 products; ")
+
+
+def test_a_now_ahead_of_the_clock_does_not_store_sales_in_the_future():
+    """The demo's sales are validated like any others: the server clock bounds them, not --now."""
+    ahead = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+
+    report = demo_seed(shape=DemoShape(sales=400, days=2, categories=3, products=30), seed=2, now=ahead)
+
+    assert report.result.rejected
+    assert {r["error"] for r in report.result.rejected} == {"ts is more than 5 minutes in the future"}
+    assert not Sale.objects.filter(ts__gt=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)).exists()
