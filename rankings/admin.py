@@ -1,10 +1,19 @@
-"""The admin's view of the write path: raw sales and ingest calls, read-only for everyone."""
+"""The admin: raw sales and ingest calls (read-only for everyone), versions and the operator's view."""
 
-from django.contrib import admin
-from django.urls import reverse
-from django.utils.html import format_html
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.decorators import method_decorator
+from django.utils.html import format_html, format_html_join
+from django.views.decorators.http import require_POST
 
-from .models import IngestLog, Sale
+from . import backfill, operations, tasks
+from .models import IngestLog, RankingVersion, Sale
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -98,3 +107,139 @@ class IngestLogAdmin(ReadOnlyAdmin):
     date_hierarchy = "at"
     ordering = ["-at"]
     show_full_result_count = False
+
+
+# --- operations: versions, rebuild, compare, switch, status -------------------------
+
+
+def _require(request, permission: str) -> None:
+    if not request.user.has_perm(f"rankings.{permission}"):
+        raise PermissionDenied
+
+
+@admin.register(RankingVersion)
+class RankingVersionAdmin(ReadOnlyAdmin):
+    """Rebuild the boards into a new version, compare it with the live one, switch, switch back."""
+
+    change_list_template = "admin/rankings/rankingversion/change_list.html"
+    list_display = ["number", "state", "progress_display", "sales", "rate_display", "eta", "created_at",
+                    "built_at", "activated_at", "retired_at", "message", "operations"]  # fmt: skip
+    list_display_links = None
+    ordering = ["-number"]
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("rebuild/", view(self.rebuild_view), name="rankings_rankingversion_rebuild"),
+            path("status/", view(self.status_view), name="rankings_status"),
+            path("<int:number>/compare/", view(self.compare_view), name="rankings_rankingversion_compare"),
+            path("<int:number>/switch/", view(self.switch_view), name="rankings_rankingversion_switch"),
+        ] + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):
+        building = RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).exists()
+        context = {
+            "building": building,
+            "active_number": RankingVersion.active_number(),
+            "can_rebuild": request.user.has_perm("rankings.rebuild_rankings"),
+            "can_view_status": request.user.has_perm("rankings.view_status"),
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra_context=context)
+
+    @admin.display(description="progress")
+    def progress_display(self, obj):
+        return format_html(
+            '<progress max="100" value="{}"></progress> {}%',
+            round(obj.progress * 100),
+            round(obj.progress * 100),
+        )
+
+    @admin.display(description="rate")
+    def rate_display(self, obj):
+        return f"{obj.rate:,.0f} sales/s" if obj.rate else "–"
+
+    @admin.display(description="ETA")
+    def eta(self, obj):
+        if obj.state != RankingVersion.State.BUILDING or obj.progress <= 0:
+            return "–"
+        elapsed = (timezone.now() - obj.created_at).total_seconds()
+        return f"{elapsed / obj.progress * (1 - obj.progress):.0f} s"
+
+    @admin.display(description="")
+    def operations(self, obj):
+        links = []
+        if obj.state in (RankingVersion.State.READY, RankingVersion.State.RETIRED):
+            compare = reverse("admin:rankings_rankingversion_compare", args=[obj.number])
+            links.append(format_html('<a href="{}">compare and switch…</a>', compare))
+        return format_html_join(" ", "{}", ((link,) for link in links))
+
+    @method_decorator(require_POST)
+    def rebuild_view(self, request):
+        _require(request, "rebuild_rankings")
+        activate = request.POST.get("activate") == "on"
+        transaction.on_commit(lambda: tasks.version_build.delay(activate=activate))
+        self.message_user(request, "A rebuild has started; its progress shows below.", messages.SUCCESS)
+        return redirect("admin:rankings_rankingversion_changelist")
+
+    def compare_view(self, request, number):
+        _require(request, "rebuild_rankings")
+        version = get_object_or_404(RankingVersion, number=number)
+        form = CompareForm(request.POST or None)
+        comparisons = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                comparisons = backfill.versions_compare(number=number, top_n=form.cleaned_data["top_n"])
+            except backfill.VersionError as error:
+                self.message_user(request, str(error), messages.ERROR)
+        differing = [c for c in comparisons or [] if not c.equal]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Compare version {number} with the live version {RankingVersion.active_number()}",
+            "opts": self.model._meta,
+            "version": version,
+            "form": form,
+            "comparisons": comparisons,
+            "differing": [_side_by_side(c) for c in differing[:50]],
+            "differing_count": len(differing),
+            "can_switch": request.user.has_perm("rankings.switch_rankings"),
+        }
+        return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)
+
+    @method_decorator(require_POST)
+    def switch_view(self, request, number):
+        _require(request, "switch_rankings")
+        try:
+            backfill.version_switch(number=number)
+        except backfill.VersionError as error:
+            self.message_user(request, str(error), messages.ERROR)
+        else:
+            self.message_user(request, f"Version {number} now serves every read.", messages.SUCCESS)
+        return redirect("admin:rankings_rankingversion_changelist")
+
+    def status_view(self, request):
+        _require(request, "view_status")
+        data = operations.operations_read()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Rankings status",
+            "opts": self.model._meta,
+            **data,
+            "chart": operations.hourly_chart(data["hourly"]),
+        }
+        return TemplateResponse(request, "admin/rankings/status.html", context)
+
+
+class CompareForm(forms.Form):
+    top_n = forms.IntegerField(
+        label="Compare the first N ranks of every board", min_value=1, max_value=10_000, initial=100
+    )
+
+
+def _side_by_side(c: backfill.BoardComparison) -> dict:
+    rows = []
+    for i in range(max(len(c.live_top), len(c.new_top))):
+        live = c.live_top[i] if i < len(c.live_top) else None
+        new = c.new_top[i] if i < len(c.new_top) else None
+        rows.append({"rank": i + 1, "live": live, "new": new, "same": live == new})
+    return {"board": c, "rows": rows}

@@ -541,3 +541,19 @@ def boards_heads(
         total, rows = values[2 * i], values[2 * i + 1]
         heads[(window, metric, category)] = (total, [(m.decode(), int(-s)) for m, s in rows])
     return heads
+
+
+def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, float]]:
+    """Per window: board keys and their memory, measured with MEMORY USAGE … SAMPLES 0 on up to
+    `samples` keys and extrapolated to the rest (exact when there are no more keys than that)."""
+    r = client(write=True)
+    keys: dict[str, list[bytes]] = {}
+    for key in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=1000):
+        window = key.decode().split(":b:", 1)[1].split(":", 1)[0]
+        keys.setdefault(window, []).append(key)
+    out = {}
+    for window, window_keys in keys.items():
+        sample = window_keys[:samples]
+        used = [r.memory_usage(k, samples=0) or 0 for k in sample]
+        out[window] = {"keys": len(window_keys), "bytes": sum(used) / len(sample) * len(window_keys)}
+    return out

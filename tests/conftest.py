@@ -1,6 +1,8 @@
 """Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
 
 import datetime as dt
+import subprocess
+import sys
 
 import pytest
 import redis as redis_lib
@@ -52,3 +54,33 @@ def ingest_api(ingest_user):
 
 def utc(*args) -> dt.datetime:
     return dt.datetime(*args, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def worker_and_beat(tmp_path):
+    from .processes import ROOT, django_env
+
+    env = django_env(RANKINGS_TICK_SECONDS=0.5)
+    celery = [sys.executable, "-m", "celery", "-A", "salesrank_site"]
+    procs = [
+        subprocess.Popen(
+            [*celery, "worker", "--pool", "solo", "--loglevel", "WARNING"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [*celery, "beat", "--loglevel", "WARNING", "--schedule", str(tmp_path / "beat-schedule")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+    ]
+    yield
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

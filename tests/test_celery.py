@@ -1,43 +1,11 @@
 """The real write path: a Celery worker and beat against Redis make a posted sale visible."""
 
-import subprocess
-import sys
 import time
 
 import pytest
 from django.utils import timezone
 
-from .processes import ROOT, django_env
-
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
-
-
-@pytest.fixture
-def worker_and_beat(tmp_path):
-    env = django_env(RANKINGS_TICK_SECONDS=0.5)
-    celery = [sys.executable, "-m", "celery", "-A", "salesrank_site"]
-    procs = [
-        subprocess.Popen(
-            [*celery, "worker", "--pool", "solo", "--loglevel", "WARNING"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [*celery, "beat", "--loglevel", "WARNING", "--schedule", str(tmp_path / "beat-schedule")],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        ),
-    ]
-    yield
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_a_posted_sale_appears_in_top_within_seconds(worker_and_beat, ingest_api, api):
