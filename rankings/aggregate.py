@@ -327,4 +327,7 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
         asof = _epoch(state.now) if state.now else 0.0
         store.shard_replace(version=version, shard=shard, seq=state.seq, asof=asof, gen=gen, boards=boards)
         Batch.objects.filter(shard=shard, seq__lte=state.seq, applied=False).update(applied=True)
-    log.warning("rebuilt shard %s of version %s from buckets", shard, version)
+    # A shard that never ticked has nothing to lose; any other was lost by Redis.
+    (log.warning if state.now is not None else log.info)(
+        "rebuilt shard %s of version %s from buckets", shard, version
+    )

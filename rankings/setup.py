@@ -1,5 +1,6 @@
 """First-run chores for `make run`: the database, demo data, an admin and an ingest token."""
 
+import json
 import secrets
 
 import psycopg
@@ -7,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
+from django.utils import timezone
 from psycopg import sql
 from rest_framework.authtoken.models import Token
 
@@ -51,10 +53,15 @@ def site_setup(*, demo: bool, out) -> None:
         )
         token = Token.objects.create(user=ingest)
         out.write(f"ingest token (keep it; shown once): {token.key}")
+        event = {
+            "id": "ord-1-line-1",
+            "ts": timezone.now().replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+            "productId": "p1",
+            "categories": ["toys"],
+            "qty": 1,
+            "amount": "9.99",
+        }
         out.write(
-            "  curl -H 'Authorization: Token "
-            + token.key
-            + "' -H 'Content-Type: application/json' http://127.0.0.1:8000/v1/sales "
-            + '-d \'{"events": [{"id": "ord-1-line-1", "ts": "2026-01-01T00:00:00Z", '
-            + '"productId": "p1", "categories": ["toys"], "qty": 1, "amount": "9.99"}]}\''
+            f"  curl -H 'Authorization: Token {token.key}' -H 'Content-Type: application/json' "
+            f"http://127.0.0.1:8000/v1/sales -d '{json.dumps({'events': [event]})}'"
         )
