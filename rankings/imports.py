@@ -93,6 +93,12 @@ def sales_import(*, path: str | Path, file_format: str | None = None, progress: 
                         report.rejected_path = out_path
                     for rejection in rejections:
                         rejected_out.write(json.dumps(rejection) + "\n")
+                bar.set_postfix(
+                    accepted=report.accepted,
+                    duplicates=report.duplicates,
+                    rejected=report.rejected,
+                    refresh=False,
+                )
                 bar.update(raw.tell() - bar.n)
         finally:
             if rejected_out is not None:
