@@ -3,9 +3,13 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from rankings import api
+from rankings import views as pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("", pages.home, name="home"),
+    path("c/<slug:slug>/", pages.category, name="category"),
+    path("p/<str:product_id>/", pages.product, name="product"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/categories", api.CategoryListApi.as_view(), name="categories"),
     path("v1/categories/<slug:slug>/top", api.BoardTopApi.as_view(), name="board-top"),
