@@ -1,5 +1,9 @@
 """The HTTP API under /v1/: DRF views that call services (ingest) and selectors only."""
 
+import functools
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from django.utils.cache import patch_cache_control
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
@@ -17,12 +21,16 @@ from .status import status_read
 
 
 def exception_handler(exc, context):
-    """Every error is JSON {"error": "…"} with the status DRF chose."""
+    """Every error is JSON {"error": "…"} with the status DRF chose; a 429 says when to retry."""
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
+    elif isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge(f"request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
+    if isinstance(exc, exceptions.Throttled):
+        response["Retry-After"] = str(max(1, exc.wait or 0))
     detail = response.data
     if isinstance(detail, dict) and "detail" in detail:
         message = str(detail["detail"])
@@ -63,12 +71,22 @@ _IngestReply = inline_serializer(
     },
 )
 _Error = inline_serializer("Error", {"error": serializers.CharField()})
+_THROTTLED = OpenApiResponse(
+    _Error, description="too many requests; the Retry-After header says when to retry"
+)
+# What every board read may answer besides 200, 400 and 404.
+_READ_ERRORS = {
+    304: OpenApiResponse(description="not modified: If-None-Match still matches the ETag"),
+    429: _THROTTLED,
+    503: OpenApiResponse(_Error, description="Redis is unreachable and no earlier answer is known"),
+}
 
 
 class SalesIngestApi(APIView):
     """Accept a batch of sale events; valid events are stored even when others are rejected."""
 
     permission_classes = [CanAddSales]
+    throttle_scope = "ingest"
 
     class InputSerializer(serializers.Serializer):
         events = serializers.ListField(child=SaleEventSerializer(), max_length=5000)
@@ -81,7 +99,8 @@ class SalesIngestApi(APIView):
             400: OpenApiResponse(_Error, description='body is not {"events": [...]}'),
             401: _Error,
             403: _Error,
-            413: OpenApiResponse(_Error, description="more than 5,000 events"),
+            413: OpenApiResponse(_Error, description="more than 5,000 events, or a body over 4 MB"),
+            429: _THROTTLED,
         },
     )
     def post(self, request):
@@ -146,22 +165,28 @@ def _selected(call, **kwargs) -> Response:
 class CategoryListApi(APIView):
     """Every category, with `all` (the board of every sale) first."""
 
+    throttle_scope = "reads"
+
     @extend_schema(
         operation_id="categories_list",
-        responses=inline_serializer(
-            "CategoryList",
-            {
-                "items": inline_serializer(
-                    "CategoryItem",
-                    {
-                        "slug": serializers.CharField(),
-                        "name": serializers.CharField(),
-                        "url": serializers.URLField(),
-                    },
-                    many=True,
-                )
-            },
-        ),
+        responses={
+            200: inline_serializer(
+                "CategoryList",
+                {
+                    "items": inline_serializer(
+                        "CategoryItem",
+                        {
+                            "slug": serializers.CharField(),
+                            "name": serializers.CharField(),
+                            "url": serializers.URLField(),
+                        },
+                        many=True,
+                    )
+                },
+            ),
+            304: _READ_ERRORS[304],
+            429: _THROTTLED,
+        },
     )
     def get(self, request):
         items = [
@@ -181,6 +206,7 @@ class TopParams(_board_params()):
         return attrs
 
 
+@functools.cache  # one component: two of the same name would make the schema ambiguous
 def _items_schema():
     return inline_serializer(
         "RankedItem",
@@ -208,6 +234,8 @@ _BOARD = {
 class BoardTopApi(APIView):
     """The best sellers of a category: ranks offset+1 … offset+limit."""
 
+    throttle_scope = "reads"
+
     @extend_schema(
         operation_id="board_top",
         parameters=[TopParams],
@@ -223,6 +251,7 @@ class BoardTopApi(APIView):
             ),
             400: _Error,
             404: _Error,
+            **_READ_ERRORS,
         },
     )
     def get(self, request, slug):
@@ -235,6 +264,8 @@ class RankParams(_board_params(category=serializers.SlugField(max_length=50))):
 
 class ProductRankApi(APIView):
     """A product's rank on one board; rank is null when it has no sales there."""
+
+    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="product_rank",
@@ -255,6 +286,7 @@ class ProductRankApi(APIView):
             ),
             400: _Error,
             404: _Error,
+            **_READ_ERRORS,
         },
     )
     def get(self, request, product_id):
@@ -267,6 +299,8 @@ class RanksParams(_board_params()):
 
 class ProductRanksApi(APIView):
     """A product's rank in each of its categories."""
+
+    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="product_ranks",
@@ -293,6 +327,7 @@ class ProductRanksApi(APIView):
             ),
             400: _Error,
             404: _Error,
+            **_READ_ERRORS,
         },
     )
     def get(self, request, product_id):
@@ -305,6 +340,8 @@ class NeighborParams(_board_params(category=serializers.SlugField(max_length=50)
 
 class ProductNeighborsApi(APIView):
     """The n products ranked just above and just below a product (and the product itself)."""
+
+    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="product_neighbors",
@@ -322,6 +359,7 @@ class ProductNeighborsApi(APIView):
             ),
             400: _Error,
             404: _Error,
+            **_READ_ERRORS,
         },
     )
     def get(self, request, product_id):
@@ -333,6 +371,15 @@ class ProductNeighborsApi(APIView):
 class StatusApi(APIView):
     """Backlog, lag, the last tick, ingest rate, duplicates and drops, boards per window."""
 
-    @extend_schema(operation_id="status", responses={200: OpenApiResponse(description="the system's health")})
+    throttle_scope = "reads"
+
+    @extend_schema(
+        operation_id="status",
+        responses={
+            200: OpenApiResponse(description="the system's health"),
+            304: _READ_ERRORS[304],
+            429: _THROTTLED,
+        },
+    )
     def get(self, request):
         return Response(status_read())

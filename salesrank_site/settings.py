@@ -1,6 +1,7 @@
 """Settings, read from the environment (django-environ); defaults suit a developer machine."""
 
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import environ
 
@@ -19,6 +20,23 @@ DEBUG = env("DEBUG")
 # A fixed key only for a developer's DEBUG run; production must set SECRET_KEY.
 SECRET_KEY = env("SECRET_KEY", default="insecure-development-key" if DEBUG else environ.Env.NOTSET)
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+
+# Production serves HTTPS only. One switch, HTTPS=true, turns on the redirect,
+# secure cookies and HSTS; each can also be set on its own. Off by default
+# because a developer's `make run` is plain HTTP, where HSTS would lock the
+# browser out of 127.0.0.1 for a year.
+HTTPS = env.bool("HTTPS", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=HTTPS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=HTTPS)
+# A year: the least that HSTS preload lists accept.
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=365 * 24 * 3600 if HTTPS else 0)  # seconds
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=HTTPS)
+# gunicorn sits behind a TLS-terminating proxy, which must set (and overwrite)
+# X-Forwarded-Proto; without this the SSL redirect would loop forever.
+if env.bool("SECURE_PROXY_SSL_HEADER", default=HTTPS):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -79,6 +97,10 @@ CACHES = {
             # A slow or absent Redis must not hang a page: fail fast, serve stale.
             "SOCKET_CONNECT_TIMEOUT": 0.25,  # seconds
             "SOCKET_TIMEOUT": 0.25,  # seconds
+            # The cache holds only the API's throttle counters: while Redis is
+            # down a read is let through unthrottled rather than failing with a
+            # 500, so that it can serve its last known answer.
+            "IGNORE_EXCEPTIONS": True,
         },
     }
 }
@@ -93,6 +115,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # A full ingest batch (5,000 events) is about 1 MB of JSON; allow some headroom.
+# A larger body is refused (413) before it is parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024  # bytes
 
 REST_FRAMEWORK = {
@@ -106,6 +129,21 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "rankings.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # Views name their scope (throttle_scope): "ingest" is counted per user
+    # (token), "reads" per client address. An empty rate turns a scope off.
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.ScopedRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        # Ten full batches a second (50,000 events/s) sustained: far above a shop's peak
+        # and the benchmarks, low enough to stop a runaway client.
+        "ingest": env("THROTTLE_INGEST", default="600/min") or None,
+        # 6,000 a minute, counted per second: DRF keeps one timestamp per request
+        # in the window, so a minute-long window would move 6,000 of them
+        # through Redis on every read.
+        "reads": env("THROTTLE_READS", default="100/s") or None,
+    },
+    # Behind a proxy every client has the proxy's address: count the
+    # X-Forwarded-For address that this many proxies appended instead.
+    "NUM_PROXIES": env.int("NUM_PROXIES", default=None),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -144,19 +182,66 @@ RANKINGS = {
 
 # Celery: the broker is Redis; every queue name carries the key prefix so that
 # two deployments or test runs on one Redis never take each other's tasks.
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+
+
+def _next_database(url: str) -> str:
+    """The same Redis server, the next database number (redis://h:p/0 -> redis://h:p/1)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        return url
+    number = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{number + 1}"))
+
+
+# The broker has a Redis database of its own: the boards' database can lose
+# every key (a FLUSHDB, or the fault suite deleting the prefix) without taking
+# the queued ticks along, and the queues never show up in the boards' SCANs.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=_next_database(REDIS_URL))
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = RANKINGS["KEY_PREFIX"] + ":tasks"
+# One task reserved per worker process: a tick must not wait in the buffer of
+# a process busy with a long task (a rebuild) while another process is idle.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A tick is acknowledged when it starts, and one whose worker died is not run
+# again: the next tick, one interval later, replays the batches the dead one
+# committed and claims what it left. Redelivery (acks_late) would add nothing
+# but a stale tick an hour later, and repeating a rebuild whose process died
+# would only repeat the death; versions_expire marks such a build failed.
 CELERY_TASK_ACKS_LATE = False
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # How long a message fetched but not acknowledged stays hidden before
+    # another worker gets it. Kept far above the longest task (the time limits
+    # below), so that even with acks_late a running tick is never handed to a
+    # second worker; with early acks it only covers prefetched messages.
+    "visibility_timeout": 3 * 3600,  # seconds
+}
+# Time limits. A tick works a backlog in batches that each commit on their
+# own, so cutting a long one short loses nothing: the soft limit raises inside
+# the task (an open transaction rolls back, a batch not yet in Redis is
+# replayed by the next tick) and the hard limit kills the process (its
+# connection closes and the shard locks go with it). A tick of a normal
+# interval takes well under a second; a minute covers the catch-up after an
+# outage one bite at a time without ever letting a stuck tick hold a shard.
+CELERY_TASK_ANNOTATIONS = {
+    "rankings.tasks.tick": {"soft_time_limit": 60, "time_limit": 90},  # seconds
+}
+# Any other task (a rebuild replays every raw sale) gets two hours.
+CELERY_TASK_SOFT_TIME_LIMIT = 2 * 3600  # seconds
+CELERY_TASK_TIME_LIMIT = 2 * 3600 + 300  # seconds
 CELERY_BEAT_SCHEDULE = {
     "rankings-versions-expire": {
         "task": "rankings.tasks.versions_expire",
         "schedule": 300,  # seconds; the grace period is measured in hours
+        # Two of these queued (a worker was down) do the same work once: drop the older.
+        "options": {"expires": 300},  # seconds
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",
         "schedule": RANKINGS["TICK_SECONDS"],
-        # A tick that waited longer than a few intervals is stale: the next one covers it.
+        # A tick that waited longer than a few intervals is stale: the next one
+        # covers it, and a backlog of queued ticks after an outage is dropped
+        # instead of run one after another.
         "options": {"expires": RANKINGS["TICK_SECONDS"] * 3},
     },
 }

@@ -1,0 +1,289 @@
+"""Security: production settings pass `check --deploy`, ingest needs a permitted token,
+throttles answer 429 with Retry-After, bodies have a size limit, admin is staff-only
+with CSRF, and no secret is committed."""
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Permission
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from rest_framework.throttling import ScopedRateThrottle
+
+from .processes import ROOT
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db
+
+
+def _settings_env(**extra) -> dict:
+    """An environment with none of the settings' variables but those given."""
+    names = {"DEBUG", "SECRET_KEY", "HTTPS", "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE"}
+    env = {k: v for k, v in os.environ.items() if k not in names and not k.startswith("SECURE_")}
+    return {**env, "DJANGO_SETTINGS_MODULE": "salesrank_site.settings", "PYTHONPATH": str(ROOT), **extra}
+
+
+def _run(args, env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+# --- settings ----------------------------------------------------------------------
+
+
+def test_check_deploy_is_clean_with_production_settings():
+    """DEBUG unset, a long random SECRET_KEY and HTTPS on: not one warning."""
+    env = _settings_env(SECRET_KEY=secrets.token_urlsafe(50), HTTPS="true", ALLOWED_HOSTS="ranks.example.com")
+
+    result = _run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], env)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_check_deploy_warns_when_https_is_off():
+    """The check above is not vacuous: without the production flags it complains."""
+    env = _settings_env(SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="ranks.example.com")
+
+    result = _run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], env)
+
+    assert result.returncode != 0
+    for check in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert check in result.stderr
+
+
+def test_debug_is_off_unless_set():
+    env = _settings_env(SECRET_KEY=secrets.token_urlsafe(50))
+
+    result = _run(
+        ["-c", "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"], env
+    )
+
+    assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.skipif((ROOT / ".env").exists(), reason="a local .env provides a SECRET_KEY")
+def test_without_debug_the_secret_key_must_come_from_the_environment():
+    result = _run(["-c", "import django; django.setup()"], _settings_env())
+
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr
+
+
+# --- ingest needs a permitted token ------------------------------------------------
+
+
+def event(**overrides):
+    return {"id": "sec-1", "ts": 1760000000, "productId": "p1", "categories": ["toys"], "qty": 1, **overrides}
+
+
+def test_a_logged_in_session_cannot_post_sales_without_a_csrf_token(django_user_model):
+    """Session authentication is for the admin's pages; a cross-site form post is refused."""
+    user = django_user_model.objects.create_user("staff", password="pw-123456", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    client = APIClient(enforce_csrf_checks=True)
+    client.login(username="staff", password="pw-123456")
+
+    reply = client.post("/v1/sales", {"events": [event()]}, format="json")
+
+    assert reply.status_code == 403
+    assert "CSRF" in reply.json()["error"]
+
+
+# --- throttling --------------------------------------------------------------------
+
+
+@pytest.fixture
+def low_rates(monkeypatch):
+    """Rates low enough to reach in a test (DRF reads them once, at import, hence the patch)."""
+    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"ingest": "2/min", "reads": "3/min"})
+
+
+def test_reads_beyond_the_rate_get_429_with_retry_after(api, low_rates):
+    Shop().tick()
+
+    statuses = [api.get("/v1/categories/all/top").status_code for _ in range(3)]
+    refused = api.get("/v1/categories/all/top")
+
+    assert statuses == [200, 200, 200]
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert set(refused.json()) == {"error"}
+
+
+def test_reads_are_counted_per_client_address(api, low_rates):
+    Shop().tick()
+    for _ in range(3):
+        api.get("/v1/categories", REMOTE_ADDR="10.0.0.1")
+
+    assert api.get("/v1/categories", REMOTE_ADDR="10.0.0.1").status_code == 429
+    assert api.get("/v1/categories", REMOTE_ADDR="10.0.0.2").status_code == 200
+
+
+def test_ingest_is_counted_per_token(ingest_api, ingest_user, django_user_model, low_rates):
+    # given a second user with the permission and a token of its own
+    other = django_user_model.objects.create_user("ingest-other")
+    other.user_permissions.add(
+        Permission.objects.get(codename="add_sale", content_type__app_label="rankings")
+    )
+    other_api = APIClient()
+    other_api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=other).key}")
+    # when the first token posts three batches
+    replies = [ingest_api.post("/v1/sales", {"events": [event(id=f"t{i}")]}, format="json") for i in range(3)]
+    # then the third is refused with a JSON error and Retry-After, and the other token is unaffected
+    assert [r.status_code for r in replies] == [200, 200, 429]
+    assert int(replies[2]["Retry-After"]) >= 1 and "error" in replies[2].json()
+    assert other_api.post("/v1/sales", {"events": [event(id="o1")]}, format="json").status_code == 200
+
+
+def test_with_the_throttle_store_unreachable_reads_and_ingest_still_answer(
+    api, ingest_api, settings, low_rates
+):
+    """The throttle counts in Redis; when that Redis is gone, requests go through rather than fail."""
+    Shop().tick()
+    with socket_closed_port() as port:
+        settings.CACHES = {
+            "default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{port}/0"}
+        }
+        reads = [api.get("/v1/categories/all/top").status_code for _ in range(5)]
+        posted = ingest_api.post("/v1/sales", {"events": [event()]}, format="json")
+
+    assert reads == [200] * 5  # no counting, so no 429 either
+    assert posted.status_code == 200 and posted.json()["accepted"] == 1
+
+
+class socket_closed_port:
+    """A local port that nothing listens on, for as long as the block runs."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        return self._socket.getsockname()[1]
+
+    def __exit__(self, *exc):
+        self._socket.close()
+
+
+def test_the_schema_documents_429_and_503(api):
+    schema = api.get("/v1/schema", HTTP_ACCEPT="application/json").json()
+    top = schema["paths"]["/v1/categories/{slug}/top"]["get"]["responses"]
+    sales = schema["paths"]["/v1/sales"]["post"]["responses"]
+
+    assert {"200", "304", "400", "404", "429", "503"} <= set(top)
+    assert {"200", "400", "401", "403", "413", "429"} <= set(sales)
+
+
+# --- request body size -------------------------------------------------------------
+
+
+def test_a_body_over_the_limit_is_refused_with_413_json(ingest_api):
+    padding = "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    body = json.dumps({"events": [event(pad=padding)]})
+
+    reply = ingest_api.post("/v1/sales", body, content_type="application/json")
+
+    assert reply.status_code == 413
+    assert "larger than" in reply.json()["error"]
+
+
+def test_a_body_over_the_limit_without_a_token_is_refused_before_it_is_read(api):
+    body = json.dumps({"events": [event(pad="x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1))]})
+
+    reply = api.post("/v1/sales", body, content_type="application/json")
+
+    assert reply.status_code == 401
+
+
+def test_a_full_batch_is_well_under_the_limit(ingest_api):
+    """5,000 events of the longest allowed ids fit: the limit only stops what is not a batch."""
+    events = [
+        event(
+            id=f"{i:0>128}", productId=f"{i:0>64}", categories=["a" * 50, "b" * 50], amount="123456789012.99"
+        )
+        for i in range(5000)
+    ]
+
+    assert len(json.dumps({"events": events})) < settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+# --- admin -------------------------------------------------------------------------
+
+
+def test_admin_is_for_staff_only(client, django_user_model):
+    django_user_model.objects.create_user("customer", password="pw-123456")
+
+    anonymous = client.get("/admin/")
+    login = client.post("/admin/login/", {"username": "customer", "password": "pw-123456"})
+
+    assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
+    assert login.status_code == 200  # the form again, with an error: not staff
+    assert client.get("/admin/").status_code == 302
+
+
+def test_admin_login_needs_a_csrf_token(django_user_model):
+    django_user_model.objects.create_user("boss", password="pw-123456", is_staff=True)
+    client = Client(enforce_csrf_checks=True)
+
+    without = client.post("/admin/login/", {"username": "boss", "password": "pw-123456"})
+    form = client.get("/admin/login/")
+    token = form.cookies["csrftoken"].value
+    with_token = client.post(
+        "/admin/login/", {"username": "boss", "password": "pw-123456", "csrfmiddlewaretoken": token}
+    )
+
+    assert without.status_code == 403
+    assert with_token.status_code == 302
+
+
+def test_admin_actions_need_a_csrf_token(admin_user):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+
+    reply = client.post("/admin/auth/user/add/", {"username": "x", "password1": "p", "password2": "p"})
+
+    assert reply.status_code == 403
+
+
+# --- no secret committed -----------------------------------------------------------
+
+SECRET_PATTERNS = [
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+    r"AKIA[0-9A-Z]{16}",  # an AWS access key id
+    r"gh[pousr]_[A-Za-z0-9]{36}",  # a GitHub token
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",  # a Slack token
+    r"SECRET_KEY\s*[=:]\s*['\"][^'\"\s]{20,}['\"]",  # a literal long secret key
+    r"(?i)(password|passwd|api_key|apikey|secret)\s*[:=]\s*['\"][A-Za-z0-9+/=_-]{24,}['\"]",
+]
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_no_secret_is_committed():
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    files = [f for f in files if f]
+
+    assert ".env" not in files
+    found = []
+    for name in files:
+        path = ROOT / name
+        if not path.is_file() or path.stat().st_size > 1_000_000:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for pattern in SECRET_PATTERNS:
+            found += [f"{name}: {m.group(0)[:40]}" for m in re.finditer(pattern, text)]
+    assert not found, found
