@@ -31,6 +31,9 @@ def environment() -> dict:
         "RANKINGS_KEY_PREFIX": BENCH_PREFIX,
         "SECRET_KEY": os.environ.get("SECRET_KEY", "benchmark-only-key"),
         "LOG_LEVEL": "WARNING",
+        # One load generator on one address: per-client throttling would answer 429 to nearly all of it.
+        "THROTTLE_READS": "",
+        "THROTTLE_INGEST": "",
     }
 
 

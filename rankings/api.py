@@ -1,7 +1,9 @@
 """The HTTP API under /v1/: DRF views that call services (ingest) and selectors only."""
 
 import functools
+import threading
 
+from cachetools import LRUCache
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
@@ -132,10 +134,25 @@ def _board_params(**extra):
     return type("BoardParams", (serializers.Serializer,), fields)
 
 
+# Validated query strings, per parameter class: a hot board is asked the same
+# question thousands of times a second, and building a serializer costs more
+# than answering from memory.
+_valid_params: LRUCache = LRUCache(maxsize=10_000)
+_valid_params_lock = threading.Lock()
+
+
 def _params(serializer_class, request) -> dict:
+    key = (serializer_class, request.META.get("QUERY_STRING", ""))
+    with _valid_params_lock:
+        cached = _valid_params.get(key)
+    if cached is not None:
+        return cached
     serializer = serializer_class(data=request.query_params)
     serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+    params = dict(serializer.validated_data)
+    with _valid_params_lock:
+        _valid_params[key] = params
+    return params
 
 
 class ServiceUnavailable(exceptions.APIException):

@@ -60,7 +60,11 @@ class Bucket(models.Model):
     revenue_cents = models.BigIntegerField(default=0)
 
     class Meta:
-        indexes = [models.Index(fields=["shard", "size", "start"])]
+        indexes = [
+            models.Index(fields=["shard", "size", "start"]),
+            # A product page's daily chart: one product's buckets, without scanning every product's.
+            models.Index(fields=["product_id", "size", "category", "start"], name="bucket_product"),
+        ]
 
 
 class ShardState(models.Model):

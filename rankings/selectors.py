@@ -1,10 +1,11 @@
 """The read path: top-N, rank, ranks and neighbours from Redis, names from the catalogue.
 
-A read never touches raw sales or buckets. Each costs a bounded number of
+A read never touches raw sales; only a product page's daily chart reads buckets. Each costs a bounded number of
 Redis round trips (O(log n + limit) work there) and at most one catalogue query.
 """
 
 import datetime as dt
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from decimal import Decimal
 
 from cachetools import LRUCache, TTLCache
 
-from catalogue.models import ALL, Category, Product, shard_of
+from catalogue.models import ALL, PRODUCT_ID_PATTERN, Category, Product, shard_of
 
 from . import store
 from .conf import rankings_settings
@@ -26,6 +27,7 @@ FRESH_SECONDS = 0.5  # seconds
 # Last known answers kept per process, served (flagged stale) while Redis is down.
 LAST_KNOWN_SIZE = 20_000  # answers
 
+_PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _categories: tuple[float, dict[str, str]] | None = None
 _fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
@@ -183,6 +185,8 @@ def _board_top(*, category: str, window: str, metric: str, limit: int, offset: i
 
 
 def _product(product_id: str) -> Product:
+    if not _PRODUCT_ID.fullmatch(product_id):
+        raise NotFound(f"unknown product '{product_id}'")
     product = Product.objects.filter(product_id=product_id).first()
     if product is None:
         raise NotFound(f"unknown product '{product_id}'")
@@ -197,7 +201,6 @@ def _percentile(rank: int | None, total: int) -> float | None:
 
 def product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
     category_name(category)
-    _product(product_id)
     return _served(
         ("rank", product_id, category, window, metric),
         lambda: _product_rank(product_id=product_id, category=category, window=window, metric=metric),
@@ -205,6 +208,7 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 
 
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
+    _product(product_id)
     found = store.member_rank(
         version=store.active_version(),
         shard=_shard(category),
@@ -270,7 +274,6 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
 def product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
     """The n products ranked just above and just below the product, and the product itself."""
     category_name(category)
-    _product(product_id)
     return _served(
         ("neighbors", product_id, category, window, metric, n),
         lambda: _product_neighbors(
@@ -280,6 +283,7 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 
 
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
+    _product(product_id)
     version = store.active_version()
     shard = _shard(category)
     found = store.member_rank(

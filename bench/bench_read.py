@@ -1,0 +1,152 @@
+"""The read path under load: /top and /rank through gunicorn, against two floors measured in the same run.
+
+Floors: a bare Django view (same settings and middleware) that returns a
+constant JSON body of the same size, and redis-benchmark on the Redis command
+each read needs. Load: wrk on loopback, 2 threads, 16 connections, 10 s.
+"""
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from bench import harness
+
+FLOOR_PORT = 8012
+WRK = ["wrk", "-t2", "-c16", "-d10s", "--latency"]
+_RANDOM_RANK = """
+math.randomseed(os.time())
+request = function()
+    return wrk.format("GET", "/v1/products/p" .. math.random(0, 19999) .. "/rank?category=all")
+end
+"""
+
+
+def _wrk(url: str, script: str | None = None) -> tuple[float, float, float]:
+    """Requests/s, p50 and p99 latency (ms) of one wrk run."""
+    command = [*WRK]
+    if script:
+        command += ["-s", script]
+    out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return rate, _latency(out, "50%"), _latency(out, "99%")
+
+
+def _latency(out: str, label: str) -> float:
+    value, unit = re.search(rf"{re.escape(label)}\s+([\d.]+)(us|ms|s)", out).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def _redis_benchmark(*command: str) -> float:
+    from django.conf import settings
+
+    url = urllib.parse.urlsplit(settings.REDIS_URL)
+    out = subprocess.run(
+        ["redis-benchmark", "-h", url.hostname or "127.0.0.1", "-p", str(url.port or 6379), "-c", "16", "-n", "200000",
+         "-q", *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(re.findall(r"([\d.]+) requests per second", out)[-1])
+
+
+def _median_run(url: str, runs: int, script: str | None = None) -> tuple[float, float, float]:
+    results = [_wrk(url, script) for _ in range(runs)]
+    return tuple(harness.median([r[i] for r in results]) for i in range(3))
+
+
+def _floor_server(body_path: str):
+    env = {**os.environ, **harness.environment(), "BENCH_FLOOR_BODY": body_path}
+    venv_bin = Path(os.sys.executable).parent
+    return subprocess.Popen(
+        [str(venv_bin / "gunicorn"), "bench.floor:application", "--bind", f"127.0.0.1:{FLOOR_PORT}", "--workers", "2",
+         "--log-level", "warning"],
+        cwd=harness.ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait(url: str) -> None:
+    for _ in range(150):
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
+    from django.utils import timezone
+
+    from bench.bench_engine import _seed_demo
+    from catalogue.models import shard_of
+    from rankings import store
+    from rankings.aggregate import tick
+    from rankings.conf import rankings_settings
+
+    table = table or harness.Table()
+    print("read: demo data, then wrk against gunicorn (2 sync workers)…", flush=True)
+    harness.reset()
+    _seed_demo()
+    tick(now=timezone.now())
+    version = store.active_version(fresh=True)
+    cat0 = shard_of("cat0", rankings_settings.SHARDS)
+    board = store.board_key(version, cat0, "7d", "units", "cat0")
+    blob = store.blob_key(version, cat0, "7d", "units", "cat0")
+    member = store.client().zrange(board, 40, 40)[0].decode()
+
+    with harness.services(worker=False) as url, tempfile.TemporaryDirectory() as tmp:
+        top_body = urllib.request.urlopen(f"{url}/v1/categories/cat0/top").read()
+        rank_body = urllib.request.urlopen(f"{url}/v1/products/{member}/rank?category=cat0").read()
+        floors = {}
+        for name, body in (("top", top_body), ("rank", rank_body)):
+            path = Path(tmp) / f"{name}.json"
+            path.write_bytes(body)
+            server = _floor_server(str(path))
+            try:
+                _wait(f"http://127.0.0.1:{FLOOR_PORT}/floor")
+                floors[name] = _median_run(f"http://127.0.0.1:{FLOOR_PORT}/floor", runs)
+            finally:
+                server.terminate()
+                server.wait()
+        script = Path(tmp) / "random_rank.lua"
+        script.write_text(_RANDOM_RANK)
+        measured = {
+            "top": _median_run(f"{url}/v1/categories/cat0/top", runs),
+            "top-deep": _median_run(f"{url}/v1/categories/cat0/top?offset=200&limit=50", runs),
+            "rank": _median_run(f"{url}/v1/products/{member}/rank?category=cat0", runs),
+            "rank-random": _median_run(f"{url}/v1/products/p0/rank?category=all", runs, str(script)),
+        }
+    redis_get = _redis_benchmark("GET", blob)
+    redis_zrange = _redis_benchmark("ZRANGE", board, "200", "249", "WITHSCORES")
+    redis_zrank = _redis_benchmark("ZRANK", board, member)
+
+    def add(label, key, floor_key, goal, redis_rate, redis_label):
+        rate, p50, p99 = measured[key]
+        floor_rate, _, floor_p99 = floors[floor_key]
+        table.add(
+            label,
+            f"{rate:,.0f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+            f"constant view {floor_rate:,.0f} req/s (p99 {floor_p99:.1f} ms); redis-benchmark {redis_label} {redis_rate:,.0f}/s",
+            f"{rate / floor_rate:.2f}x",
+            goal,
+        )
+
+    add("/top first page (blob)", "top", "top", "goal ≥ 0.85x, p99 < 10 ms", redis_get, "GET blob")
+    add("/top ranks 201-250 (ZRANGE)", "top-deep", "top", "", redis_zrange, "ZRANGE 50")
+    add("/rank one product", "rank", "rank", "goal ≥ 0.75x, p99 < 10 ms", redis_zrank, "ZRANK")
+    add("/rank random products of 20,000", "rank-random", "rank", "no two requests alike", redis_zrank, "ZRANK")
+    return table
+
+
+if __name__ == "__main__":
+    harness.setup()
+    print(run().render())
