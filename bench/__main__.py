@@ -11,11 +11,11 @@ from bench import harness
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
-    parser.add_argument("--only", choices=["engine", "ingest", "read"], help="run one group")
+    parser.add_argument("--only", choices=["ingest", "engine", "read", "rebuild"], help="run one group")
     args = parser.parse_args()
     harness.setup()
     table = harness.Table()
-    groups = [args.only] if args.only else ["ingest", "engine", "read"]
+    groups = [args.only] if args.only else ["ingest", "engine", "read", "rebuild"]
     for group in groups:
         module = __import__(f"bench.bench_{group}", fromlist=["main"])
         module.run(table, runs=args.runs)

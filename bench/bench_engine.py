@@ -4,7 +4,7 @@
     /top; the lag p50/p99 at 2,000 events/s, and the sustained rate.
 (b) board writes per tick with and without coalescing, on the demo data and a
     flash sale (seed 000 §6.6: 100,000 sales in one hour, one category, 20 products).
-(c) rebuilding every board, from the buckets (after a Redis loss) and from raw sales.
+(c) rebuilding every board from raw sales: see bench_rebuild.
 (d) Redis memory per board member against a plain sorted set of the same members.
 """
 
@@ -71,6 +71,8 @@ def coalescing(table: harness.Table, runs: int) -> None:
             demo_rates.append(report.sales / (time.perf_counter() - started))
         plain = _uncoalesced_writes(now)
         demo_ratios.append(plain / report.redis_writes)
+        if not flash_ratios:
+            memory(table)
         demo_writes = (plain, report.redis_writes)
 
         harness.reset()
@@ -119,44 +121,6 @@ def _rankings():
     from django.conf import settings
 
     return settings.RANKINGS
-
-
-def rebuilds(table: harness.Table, runs: int, sales: int) -> None:
-    from django.utils import timezone
-
-    from rankings import store
-    from rankings.aggregate import shard_rebuild, tick
-    from rankings.conf import rankings_settings
-    from rankings.recompute import boards_recompute
-
-    harness.reset()
-    _seed_demo(sales)
-    tick(now=timezone.now())
-    version = store.active_version(fresh=True)
-    gen = store.generation(version)
-    from_buckets, from_raw = [], []
-    for _ in range(runs):
-        started = time.perf_counter()
-        for shard in range(rankings_settings.SHARDS):
-            shard_rebuild(shard=shard, version=version, gen=gen)
-        from_buckets.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        now = time.time()
-        for shard in range(rankings_settings.SHARDS):
-            boards_recompute(shard=shard, now=now)
-        from_raw.append(time.perf_counter() - started)
-    b, r = harness.median(from_buckets), harness.median(from_raw)
-    table.add(
-        f"(c) rebuild every board from buckets, {sales:,} sales",
-        f"{b:.2f} s",
-        note=f"{sales / b:,.0f} sales/s",
-    )
-    table.add(
-        f"(c) recompute every board from raw sales, {sales:,} sales",
-        f"{r:.2f} s",
-        "0.76 s for 200,000 (seed 000, in memory)",
-        note=f"{sales / r:,.0f} sales/s (rankings_verify's GROUP BY, no Redis writes)",
-    )
 
 
 def memory(table: harness.Table) -> None:
@@ -321,10 +285,6 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     table = table or harness.Table()
     print("engine: coalescing (demo and flash sale)…", flush=True)
     coalescing(table, runs)
-    print("engine: rebuilds…", flush=True)
-    rebuilds(table, runs, 200_000)
-    memory(table)
-    rebuilds(table, runs, 2_000_000)
     print("engine: end to end through gunicorn, Celery worker and beat…", flush=True)
     harness.reset()
     _seed_demo()

@@ -177,3 +177,63 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def run(table, runs: int = 3):
+    """For `make bench`: the three ingest rates, POST through gunicorn started on the benchmark database."""
+    from bench import harness
+
+    harness.reset()
+    from django.core.management import call_command
+
+    call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
+    rng = random.Random(0)
+    with harness.services(worker=False) as url:
+        token = harness.ingest_token()
+        seconds = [
+            bench_http(url=url, token=token, batches=20, batch_size=1000, rng=rng) for _ in range(runs)
+        ]
+        http_rate = 20_000 / statistics.median(seconds)
+    import_rate = 50_000 / statistics.median([bench_import(events=50_000, rng=rng) for _ in range(runs)])
+    service_rate = 50_000 / statistics.median(
+        [bench_service(batches=10, batch_size=5000, rng=rng) for _ in range(runs)]
+    )
+    copy_rate = _copy_floor()
+    table.add(
+        "POST /v1/sales, batches of 1,000, one client",
+        f"{http_rate:,.0f} events/s",
+        f"COPY + INSERT ON CONFLICT {copy_rate:,.0f} rows/s",
+        f"{http_rate / copy_rate:.2f}x",
+    )
+    table.add(
+        "import_sales, JSON lines",
+        f"{import_rate:,.0f} events/s",
+        f"COPY + INSERT ON CONFLICT {copy_rate:,.0f} rows/s",
+        f"{import_rate / copy_rate:.2f}x",
+    )
+    table.add(
+        "sales_ingest, batches of 5,000",
+        f"{service_rate:,.0f} events/s",
+        f"COPY + INSERT ON CONFLICT {copy_rate:,.0f} rows/s",
+        f"{service_rate / copy_rate:.2f}x",
+    )
+    return table
+
+
+def _copy_floor(rows: int = 200_000) -> float:
+    """Rows/s of the plain bulk insert the ingest path builds on: COPY to a temporary table, then
+    INSERT … ON CONFLICT DO NOTHING into a table with a unique key."""
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMPORARY TABLE floor_target (id varchar(128) PRIMARY KEY, v bigint) ON COMMIT DROP"
+        )
+        cursor.execute("CREATE TEMPORARY TABLE floor_stage (id varchar(128), v bigint) ON COMMIT DROP")
+        prefix = uuid.uuid4().hex
+        start = time.perf_counter()
+        with cursor.copy("COPY floor_stage (id, v) FROM STDIN") as copy:
+            for i in range(rows):
+                copy.write_row((f"{prefix}-{i}", i))
+        cursor.execute("INSERT INTO floor_target SELECT * FROM floor_stage ON CONFLICT DO NOTHING")
+        return rows / (time.perf_counter() - start)

@@ -46,8 +46,19 @@ def _redis_benchmark(*command: str) -> float:
 
     url = urllib.parse.urlsplit(settings.REDIS_URL)
     out = subprocess.run(
-        ["redis-benchmark", "-h", url.hostname or "127.0.0.1", "-p", str(url.port or 6379), "-c", "16", "-n", "200000",
-         "-q", *command],
+        [
+            "redis-benchmark",
+            "-h",
+            url.hostname or "127.0.0.1",
+            "-p",
+            str(url.port or 6379),
+            "-c",
+            "16",
+            "-n",
+            "200000",
+            "-q",
+            *command,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -64,8 +75,16 @@ def _floor_server(body_path: str):
     env = {**os.environ, **harness.environment(), "BENCH_FLOOR_BODY": body_path}
     venv_bin = Path(os.sys.executable).parent
     return subprocess.Popen(
-        [str(venv_bin / "gunicorn"), "bench.floor:application", "--bind", f"127.0.0.1:{FLOOR_PORT}", "--workers", "2",
-         "--log-level", "warning"],
+        [
+            str(venv_bin / "gunicorn"),
+            "bench.floor:application",
+            "--bind",
+            f"127.0.0.1:{FLOOR_PORT}",
+            "--workers",
+            "2",
+            "--log-level",
+            "warning",
+        ],
         cwd=harness.ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -143,7 +162,14 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     add("/top first page (blob)", "top", "top", "goal ≥ 0.85x, p99 < 10 ms", redis_get, "GET blob")
     add("/top ranks 201-250 (ZRANGE)", "top-deep", "top", "", redis_zrange, "ZRANGE 50")
     add("/rank one product", "rank", "rank", "goal ≥ 0.75x, p99 < 10 ms", redis_zrank, "ZRANK")
-    add("/rank random products of 20,000", "rank-random", "rank", "no two requests alike", redis_zrank, "ZRANK")
+    add(
+        "/rank random products of 20,000",
+        "rank-random",
+        "rank",
+        "no two requests alike",
+        redis_zrank,
+        "ZRANK",
+    )
     return table
 
 
