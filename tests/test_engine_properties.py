@@ -133,7 +133,7 @@ def test_random_histories_match_the_batch_recompute():
     run_state_machine_as_test(
         SalesHistory,
         settings=hypothesis_settings(
-            max_examples=150,
+            max_examples=200,
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
