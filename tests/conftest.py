@@ -1,8 +1,10 @@
 """Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
 
 import datetime as dt
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import redis as redis_lib
@@ -84,3 +86,33 @@ def worker_and_beat(tmp_path):
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def own_redis(settings):
+    """A Redis server of this test's own, so that stopping it disturbs nobody else."""
+    port = _free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    from rankings import store
+
+    store.reset_clients()
+    for _ in range(100):
+        try:
+            store.client().ping()
+            break
+        except Exception:
+            time.sleep(0.05)
+    yield server
+    server.kill()
+    server.wait()
+    store.reset_clients()

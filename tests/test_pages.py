@@ -2,8 +2,6 @@
 
 import datetime as dt
 import re
-import socket
-import subprocess
 import time
 
 import pytest
@@ -11,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings import selectors, store
+from rankings import selectors
 from rankings.views import age_text, chart
 
 from .rankings_helpers import Shop
@@ -434,34 +432,6 @@ def test_product_page_queries_do_not_grow_with_its_categories(client):
 
 
 # --- when Redis is away ----------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def own_redis(settings):
-    """A Redis server of this test's own, so that stopping it disturbs nobody else."""
-    port = _free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-    store.reset_clients()
-    for _ in range(100):
-        try:
-            store.client().ping()
-            break
-        except Exception:
-            time.sleep(0.05)
-    yield server
-    server.kill()
-    server.wait()
-    store.reset_clients()
 
 
 def test_with_redis_stopped_pages_show_the_last_known_rankings_with_a_note(client, own_redis):

@@ -1,44 +1,12 @@
 """Reads stay up: cache headers, ETag/304, and the last known answer while Redis is down."""
 
-import socket
-import subprocess
 import time
 
 import pytest
 
-from rankings import store
-
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def own_redis(settings):
-    """A Redis server of this test's own, so that stopping it disturbs nobody else."""
-    port = _free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-    store.reset_clients()
-    for _ in range(100):
-        try:
-            store.client().ping()
-            break
-        except Exception:
-            time.sleep(0.05)
-    yield server
-    server.kill()
-    server.wait()
-    store.reset_clients()
 
 
 def test_reads_carry_cache_control_and_an_etag_and_answer_304(api):

@@ -1,22 +1,14 @@
-import datetime as dt
-
 from django.core.management.base import BaseCommand, CommandError
 
 from rankings.aggregate import ClockWentBackwards, tick
-
-
-def _instant(value: str) -> dt.datetime:
-    parsed = dt.datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError("give a UTC offset, e.g. 2026-10-11T10:00:00Z")
-    return parsed
+from rankings.management.arguments import instant
 
 
 class Command(BaseCommand):
     help = "Aggregate every pending sale and expire buckets, as of --now (default: the clock)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--now", type=_instant, help="ISO-8601 instant with offset; may not go backwards")
+        parser.add_argument("--now", type=instant, help="ISO-8601 instant with offset; may not go backwards")
 
     def handle(self, *args, **options):
         try:

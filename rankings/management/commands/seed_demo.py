@@ -1,15 +1,7 @@
-import datetime as dt
-
 from django.core.management.base import BaseCommand
 
 from rankings.demo import DemoShape, demo_seed
-
-
-def _instant(value: str) -> dt.datetime:
-    parsed = dt.datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError("give a UTC offset, e.g. 2026-10-11T10:00:00Z")
-    return parsed
+from rankings.management.arguments import instant
 
 
 class Command(BaseCommand):
@@ -27,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=float, default=default.days, help="days of history before now")
         parser.add_argument("--categories", type=int, default=default.categories, help="number of categories")
         parser.add_argument("--products", type=int, default=default.products, help="number of products")
-        parser.add_argument("--now", type=_instant, help="end of the history, ISO-8601 (default: the clock)")
+        parser.add_argument("--now", type=instant, help="end of the history, ISO-8601 (default: the clock)")
         parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
 
     def handle(self, *args, **options):
