@@ -1,0 +1,425 @@
+"""Real processes for the fault suite, and what it measures them with.
+
+A Stack starts gunicorn, Celery workers and beats against this test run's
+database and a Redis of the suite's own; a SaleStream posts sales to the web
+process from client threads and remembers every event it sent; a Reader asks
+the read API over and over and checks every answer; settle() waits until the
+write path has caught up, and figures() compares everything with what was sent.
+"""
+
+import datetime as dt
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from django.db import connection
+
+from catalogue.models import ALL, shard_of
+from rankings import store
+from rankings.aggregate import LOCK_NAMESPACE
+from rankings.conf import rankings_settings
+from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
+from rankings.verify import rankings_verify
+
+from ..processes import ROOT, django_env
+
+# Ticks every half second: four times the production rate, so faults meet many ticks.
+TICK_SECONDS = 0.5  # seconds
+# The workers' PostgreSQL sessions carry this name, to be found in pg_stat_activity.
+WORKER_APPLICATION = "salesrank-fault-worker"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """gunicorn, Celery workers and beats of one test; everything is stopped at the end."""
+
+    def __init__(self, tmp_path: Path, redis_url: str, **env):
+        self.tmp_path = tmp_path
+        self.env = django_env(
+            REDIS_URL=redis_url, RANKINGS_TICK_SECONDS=TICK_SECONDS, LOG_LEVEL="WARNING", **env
+        )
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+        self.url: str | None = None
+
+    def _start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
+        log = self.tmp_path / f"{name}.log"
+        self.logs.append(log)
+        with log.open("ab") as out:
+            proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def web(self, workers: int = 2) -> str:
+        port = free_port()
+        gunicorn = str(Path(sys.executable).parent / "gunicorn")
+        args = [gunicorn, "salesrank_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
+        self._start("web", [*args, "--log-level", "warning"], self.env)
+        self.url = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, _ = get(self.url, "/v1/categories")
+                if status == 200:
+                    return self.url
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("gunicorn did not start: " + self.log_tail())
+            time.sleep(0.1)
+
+    def worker(self, name: str) -> subprocess.Popen:
+        env = {
+            **self.env,
+            "DATABASE_URL": self.env["DATABASE_URL"] + f"?application_name={WORKER_APPLICATION}",
+        }
+        args = [sys.executable, "-m", "celery", "-A", "salesrank_site", "worker", "--pool", "solo"]
+        args += ["-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        return self._start(name, [*args, "--loglevel", "WARNING"], env)
+
+    def beat(self, name: str) -> subprocess.Popen:
+        args = [sys.executable, "-m", "celery", "-A", "salesrank_site", "beat", "--loglevel", "WARNING"]
+        return self._start(name, [*args, "--schedule", str(self.tmp_path / f"{name}-schedule")], self.env)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    @staticmethod
+    def kill9(proc: subprocess.Popen) -> None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop_celery(self) -> None:
+        """Stop beats first, then workers (a warm shutdown lets a running tick finish)."""
+        for proc in self.procs:
+            if "beat" in proc.args:
+                self.stop(proc)
+        for proc in self.procs:
+            if "worker" in proc.args:
+                self.stop(proc)
+
+    def close(self) -> None:
+        """Stop everything still running; gunicorn on SIGTERM takes its workers (and their sessions) along."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return "\n".join(
+            f"--- {log.name}\n{log.read_text(errors='replace')[-chars:]}" for log in self.logs if log.exists()
+        )
+
+
+# --- HTTP ----------------------------------------------------------------------------
+
+
+def get(host: str, path: str, timeout: float = 10) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        return reply.status, reply.read()
+    finally:
+        conn.close()
+
+
+def post_json(conn: http.client.HTTPConnection, path: str, body: dict, token: str) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+    conn.request("POST", path, json.dumps(body), headers)
+    reply = conn.getresponse()
+    return reply.status, reply.read()
+
+
+# --- the stream of sales -------------------------------------------------------------
+
+PRODUCTS = 200
+CATEGORIES = 12
+
+
+def sale_event(rng: random.Random, event_id: str, now: float, spread: float = 3 * 3600) -> dict:
+    """A sale of the last `spread` seconds: skewed products, one or two categories."""
+    qty = rng.choice((1, 1, 1, 2, 3))
+    categories = [f"c{rng.randrange(CATEGORIES)}"]
+    if rng.random() < 0.3:
+        categories.append(f"c{rng.randrange(CATEGORIES)}")
+    return {
+        "id": event_id,
+        "ts": int(now - rng.uniform(0, spread)),
+        "productId": f"p{min(int(rng.paretovariate(0.8)) - 1, PRODUCTS - 1)}",
+        "categories": sorted(set(categories)),
+        "qty": qty,
+        "amount": f"{qty * rng.randrange(100, 5000) / 100:.2f}",
+    }
+
+
+class SaleStream:
+    """Client threads posting batches of new sales to the web process until stopped."""
+
+    def __init__(
+        self, host: str, token: str, *, clients: int = 2, batch: int = 40, pause: float = 0.02, seed=0
+    ):
+        self.host, self.token, self.batch, self.pause = host, token, batch, pause
+        self.rng = random.Random(seed)
+        self.sent: dict[str, dict] = {}
+        self.replies = Counter()
+        self.statuses = Counter()
+        self.retries = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(clients)]
+
+    def start(self) -> "SaleStream":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def _run(self, client: int) -> None:
+        conn = http.client.HTTPConnection(self.host, timeout=30)
+        n = 0
+        while not self._stop.is_set():
+            with self._lock:
+                events = [sale_event(self.rng, f"s-{client}-{n + i}", time.time()) for i in range(self.batch)]
+            n += self.batch
+            self._send(conn, events)
+            time.sleep(self.pause)
+        conn.close()
+
+    def _send(self, conn, events: list[dict]) -> None:
+        for attempt in range(20):
+            try:
+                status, body = post_json(conn, "/v1/sales", {"events": events}, self.token)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self.retries += 1
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                self.statuses[status] += 1
+                if status == 200:
+                    reply = json.loads(body)
+                    self.replies["accepted"] += reply["accepted"]
+                    self.replies["duplicates"] += reply["duplicates"]
+                    self.replies["rejected"] += len(reply["rejected"])
+                    for event in events:
+                        self.sent[event["id"]] = event
+                    return
+            self.retries += 1
+            time.sleep(0.2 * (attempt + 1))  # a 429 or 503: back off, send the same batch again
+        raise RuntimeError(f"a batch could not be posted: {self.statuses}")
+
+
+# --- the reader ----------------------------------------------------------------------
+
+READ_PATHS = [
+    "/v1/categories/all/top?window=1h",
+    "/v1/categories/all/top?window=30d&metric=revenue&limit=100",
+    "/v1/categories/c0/top?window=1d",
+    "/v1/products/p0/rank?category=all&window=7d",
+    "/v1/products/p1/ranks?window=1d",
+    "/v1/products/p2/neighbors?category=all&window=1h&n=3",
+    "/v1/categories",
+    "/v1/status",
+]
+
+
+class Reader:
+    """Threads reading the API; every stale answer must be one served fresh before, with its asOf."""
+
+    def __init__(self, host: str, *, threads: int = 2, paths=READ_PATHS):
+        self.host, self.paths = host, paths
+        self.statuses = Counter()
+        self.stale = 0
+        self.stale_unknown: list[str] = []  # stale answers never seen fresh: a false asOf
+        self.fresh: dict[str, set[str]] = {p: set() for p in paths}
+        self.slowest = 0.0
+        self.no_asof: list[float] = []  # when an answer had no asOf (nothing in Redis for it)
+        self.marks: list[tuple[float, int, bool, str, float]] = []  # (time, status, stale, path, seconds)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(threads)]
+
+    def start(self) -> "Reader":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def _run(self, n: int) -> None:
+        i = n
+        while not self._stop.is_set():
+            path = self.paths[i % len(self.paths)]
+            i += 1
+            started = time.monotonic()
+            try:
+                status, raw = get(self.host, path, timeout=15)
+            except (OSError, http.client.HTTPException):
+                status, raw = 0, b""
+            elapsed = time.monotonic() - started
+            body = json.loads(raw) if status == 200 and raw.startswith(b"{") else None
+            with self._lock:
+                self.slowest = max(self.slowest, elapsed)
+                self.statuses[status] += 1
+                stale = bool(body and body.get("stale"))
+                self.marks.append((time.monotonic(), status, stale, path, elapsed))
+                if body is None or "asOf" not in body:
+                    continue
+                if body["asOf"] is None:
+                    self.no_asof.append(time.monotonic())
+                answer = json.dumps({k: v for k, v in body.items() if k != "stale"}, sort_keys=True)
+                if stale:
+                    self.stale += 1
+                    if answer not in self.fresh[path]:
+                        self.stale_unknown.append(f"{path}: {answer[:200]}")
+                else:
+                    self.fresh[path].add(answer)
+
+    @property
+    def server_errors(self) -> int:
+        """Answers of 500 and above other than 503 (nothing known while Redis is away), and dropped connections."""
+        return sum(n for status, n in self.statuses.items() if status >= 500 and status != 503 or status == 0)
+
+
+# --- the write path at rest, and the figures -------------------------------------------
+
+
+def worker_backends() -> list[tuple[int, str | None, bool]]:
+    """(pid, backend_xid, holds a shard's tick lock) of every worker session of this database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT a.pid, a.backend_xid::text,
+                   EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'
+                           AND l.classid = %s AND l.granted)
+            FROM pg_stat_activity a
+            WHERE a.application_name = %s AND a.datname = current_database()
+            """,
+            [LOCK_NAMESPACE, WORKER_APPLICATION],
+        )
+        return cursor.fetchall()
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.002, what: str = "a condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def redis_caught_up() -> bool:
+    """Every shard's state in Redis holds the last batch PostgreSQL committed, with the current generation."""
+    version = store.active_version(fresh=True)
+    gen = store.client(write=True).get(store.gen_key(version))
+    if gen is None:
+        return False
+    states = dict(ShardState.objects.values_list("shard", "seq"))
+    if len(states) < rankings_settings.SHARDS:
+        return False
+    for shard, seq in states.items():
+        state = store.shard_state(version, shard)
+        if state.get("gen") != gen.decode() or state.get("seq") != str(seq):
+            return False
+    return True
+
+
+def settle(timeout: float = 90) -> float:
+    """Wait until no sale is pending, every batch is applied and Redis holds it; return the seconds waited."""
+    started = time.monotonic()
+
+    def done() -> bool:
+        return (
+            not PendingSale.objects.exists()
+            and not Batch.objects.filter(applied=False).exists()
+            and redis_caught_up()
+        )
+
+    wait_for(done, timeout, interval=0.05, what="the ticks to catch up")
+    return time.monotonic() - started
+
+
+def figures(sent: dict[str, dict], *, accepted: int) -> dict:
+    """Compare the boards and the raw sales with what was sent; the write path must be at rest."""
+    report = rankings_verify()
+    stored = Sale.objects.count()
+    version = store.active_version(fresh=True)
+    board = store.board_key(version, shard_of(ALL, rankings_settings.SHARDS), "30d", "units", ALL)
+    units = sum(score for _, score in store.board_read_all(board))
+    month_ago = time.time() - 29 * 86400
+    expected = sum(e["qty"] for e in sent.values() if e["ts"] >= month_ago)
+    return {
+        "events": len(sent),
+        "accepted": accepted,
+        "stored": stored,
+        "lost": max(0, len(sent) - stored) + max(0, expected - units),
+        "double counts": max(0, stored - len(sent)) + max(0, units - expected),
+        "all/30d units": units,
+        "units sent": expected,
+        "boards": report.boards,
+        "board differences": len(report.differences),
+        "ticks": TickLog.objects.count(),
+        "_differences": "\n".join(d.describe() for d in report.differences[:5]),
+    }
+
+
+def assert_exact(result: dict) -> None:
+    assert result["board differences"] == 0, result["_differences"]
+    assert result["stored"] == result["events"] == result["accepted"], result
+    assert result["all/30d units"] == result["units sent"], result
+    assert result["lost"] == 0 and result["double counts"] == 0, result
+
+
+def show(title: str, result: dict) -> None:
+    shown = ", ".join(f"{k}: {v}" for k, v in result.items() if not k.startswith("_"))
+    print(f"\n[faults] {title}: {shown}")
+
+
+def token_for_ingest() -> str:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from rest_framework.authtoken.models import Token
+
+    user = get_user_model().objects.create_user(f"fault-{time.monotonic_ns()}")
+    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    return Token.objects.create(user=user).key
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
