@@ -175,10 +175,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{what:<58} {events:>9,} {median:>9.2f} {events / median:>10,.0f}   {each}")
 
 
-if __name__ == "__main__":
-    main()
-
-
 def run(table, runs: int = 3):
     """For `make bench`: the three ingest rates, POST through gunicorn started on the benchmark database."""
     from bench import harness
@@ -237,3 +233,7 @@ def _copy_floor(rows: int = 200_000) -> float:
                 copy.write_row((f"{prefix}-{i}", i))
         cursor.execute("INSERT INTO floor_target SELECT * FROM floor_stage ON CONFLICT DO NOTHING")
         return rows / (time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    main()

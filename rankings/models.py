@@ -15,21 +15,29 @@ class Sale(models.Model):
         db_column="product_id",
         on_delete=models.PROTECT,
         related_name="sales",
+        db_index=False,  # the (product, counted_at) index serves every lookup by product
     )
     # The categories the sale counts in: the event's, or the product's at ingest.
     categories = ArrayField(models.CharField(max_length=50))
     qty = models.IntegerField()
     amount_cents = models.BigIntegerField("amount (cents)")
-    return_of = models.CharField(max_length=128, null=True, blank=True, db_index=True)
+    return_of = models.CharField(max_length=128, null=True, blank=True)
     # The instant whose bucket the sale counts in: its own ts, or for a return
     # the original sale's ts (a window holds the net sales made in it).
     counted_at = models.DateTimeField(db_index=True)
-    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    received_at = models.DateTimeField(auto_now_add=True)
     # Hash of the event as sent, so a resend is told apart from a reuse of its id.
     digest = models.CharField(max_length=32)
 
     class Meta:
-        indexes = [models.Index(fields=["product", "counted_at"])]
+        # Few indexes: each one costs every ingest batch. Returns are a small
+        # share of sales, so only they are indexed by the sale they return.
+        indexes = [
+            models.Index(fields=["product", "counted_at"]),
+            models.Index(
+                fields=["return_of"], condition=models.Q(return_of__isnull=False), name="sale_return_of"
+            ),
+        ]
 
     def __str__(self):
         return self.event_id
@@ -44,7 +52,10 @@ class PendingSale(models.Model):
 
     pk = models.CompositePrimaryKey("shard", "sale")
     shard = models.PositiveSmallIntegerField()
-    sale = models.ForeignKey(Sale, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    # The primary key (shard, sale) serves the claim; no index of its own.
+    sale = models.ForeignKey(
+        Sale, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
 
 
 class Bucket(models.Model):
