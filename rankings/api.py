@@ -6,8 +6,9 @@ import threading
 from cachetools import LRUCache
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.utils.cache import patch_cache_control
+from django.views import defaults
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import BasePermission
@@ -400,3 +401,16 @@ class StatusApi(APIView):
     )
     def get(self, request):
         return Response(status_read())
+
+
+def not_found(request, exception):
+    """A URL no route matches: JSON under /v1/, the site's page elsewhere."""
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": "no such endpoint or resource"}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    if request.path.startswith("/v1/"):
+        return JsonResponse({"error": "internal error"}, status=500)
+    return defaults.server_error(request)

@@ -62,6 +62,10 @@ def _served(key: tuple, compute) -> dict:
         return hit
     try:
         value = {**compute(), "stale": False}
+        if "asOf" in value and value["asOf"] is None:
+            # No tick has reached this board's shard in Redis: it was lost (or
+            # never built). An empty board would pass for the truth; it is not.
+            raise store.Unreachable("the board's shard has no state in Redis")
     except store.Unreachable as error:
         with _cache_lock:
             known = _last_known.get(key)

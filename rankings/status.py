@@ -9,7 +9,7 @@ from catalogue.models import ALL, shard_of
 
 from . import store
 from .conf import rankings_settings
-from .models import IngestLog, PendingSale, ShardState, TickLog
+from .models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
@@ -25,11 +25,11 @@ def status_read() -> dict:
     totals = IngestLog.objects.aggregate(
         accepted=Sum("accepted"), duplicates=Sum("duplicates"), rejected=Sum("rejected")
     )
-    version = store.active_version(fresh=True)
+    version = RankingVersion.active_number()
     try:
         boards = store.boards_summary(version)
         redis_ok = True
-    except store.redis.RedisError:
+    except (store.Unreachable, store.redis.RedisError):
         boards, redis_ok = {}, False
     return {
         "now": now,

@@ -12,7 +12,7 @@ urlpatterns = [
     path("p/<str:product_id>/", pages.product, name="product"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/categories", api.CategoryListApi.as_view(), name="categories"),
-    path("v1/categories/<slug:slug>/top", api.BoardTopApi.as_view(), name="board-top"),
+    path("v1/categories/<str:slug>/top", api.BoardTopApi.as_view(), name="board-top"),
     path("v1/products/<str:product_id>/rank", api.ProductRankApi.as_view(), name="product-rank"),
     path("v1/products/<str:product_id>/ranks", api.ProductRanksApi.as_view(), name="product-ranks"),
     path(
@@ -22,3 +22,7 @@ urlpatterns = [
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]
+
+# Under /v1/ every error is JSON, even for a URL that matches no route.
+handler404 = "rankings.api.not_found"
+handler500 = "rankings.api.server_error"

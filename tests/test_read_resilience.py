@@ -4,6 +4,8 @@ import time
 
 import pytest
 
+from rankings import store
+
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,4 +47,40 @@ def test_with_redis_stopped_and_nothing_known_the_answer_is_503(api, own_redis):
 
     reply = api.get("/v1/categories/all/top?window=30d")
     assert reply.status_code == 503
+    assert reply.json()["error"]
+
+
+def test_status_answers_with_redis_stopped(api, own_redis):
+    Shop().tick()
+    own_redis.kill()
+    own_redis.wait()
+    store.reset_clients()
+
+    reply = api.get("/v1/status")
+
+    assert reply.status_code == 200
+    assert reply.json()["redis"] == "unreachable"
+
+
+def test_a_board_whose_shard_redis_lost_is_not_served_as_empty_and_fresh(api, redis_client, settings):
+    # given a board that was never read by this process, and Redis then emptied
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=2))
+    shop.tick()
+    redis_client.delete(*redis_client.keys(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    # when it is read before the next tick rebuilds it
+    reply = api.get("/v1/categories/toys/top")
+    # then the answer says it is unavailable instead of showing an empty list as the truth
+    assert reply.status_code == 503
+    shop.tick()
+    assert api.get("/v1/categories/toys/top").json()["items"][0]["productId"] == "p1"
+
+
+@pytest.mark.parametrize(
+    "url", ["/v1/categories/not%20a%20slug/top", "/v1/nothing-here", "/v1/products/a/b/rank"]
+)
+def test_every_error_under_v1_is_json(api, url):
+    reply = api.get(url)
+
+    assert reply.status_code == 404
     assert reply.json()["error"]
