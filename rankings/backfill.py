@@ -254,7 +254,10 @@ def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
     current = int(state.get("seq", 0))
     # The shard's row first: a batch commits together with it, so every batch up
     # to the seq read here is visible below (unless the log has dropped it).
-    latest_seq, latest_now = ShardState.objects.filter(shard=shard).values_list("seq", "now").first() or (0, None)
+    latest_seq, latest_now = ShardState.objects.filter(shard=shard).values_list("seq", "now").first() or (
+        0,
+        None,
+    )
     replayed = 0
     batches = Batch.objects.filter(shard=shard, seq__gt=current, seq__lte=latest_seq).order_by("seq")
     for batch in batches.iterator():
