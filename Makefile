@@ -27,6 +27,8 @@ run: db
 	$(VENV)/bin/honcho start
 
 test: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Benchmarks use a database and key prefix of their own; wrk drives the read benchmarks.
