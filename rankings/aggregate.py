@@ -125,6 +125,22 @@ def _shard_lock(shard: int):
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
 
 
+@contextmanager
+def shard_locked(shard: int, *, timeout: str = "30s"):
+    """Wait for the shard's tick lock (a running tick finishes its batch first), hold it, release it."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET lock_timeout = '{timeout}'")
+        try:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
+        finally:
+            cursor.execute("SET lock_timeout = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
+
+
 def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report: TickReport) -> None:
     ShardState.objects.get_or_create(shard=shard)
     for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):

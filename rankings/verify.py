@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from . import store
+from .aggregate import shard_locked
 from .conf import rankings_settings
 from .models import ShardState
 from .recompute import boards_recompute
@@ -46,29 +47,35 @@ def rankings_verify(*, version: int | None = None) -> VerifyReport:
     version = version or store.active_version(fresh=True)
     report = VerifyReport()
     for shard in range(rankings_settings.SHARDS):
-        state = store.shard_state(version, shard)
-        if state.get("asof"):
-            asof = float(state["asof"])
-        else:  # Redis lost the shard: compare with what the last tick made
-            last = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
-            asof = last.timestamp() if last else None
-        report.asof[shard] = asof
-        expected = boards_recompute(shard=shard, now=asof) if asof is not None else {}
-        actual = {}
-        for key in store.shard_board_keys(version, shard):
-            window, metric, category = key.split(":b:", 1)[1].split(":", 2)
-            actual[(window, metric, category)] = store.board_read_all(key)
-        for board in sorted(expected.keys() | actual.keys()):
-            want, got = expected.get(board, []), actual.get(board, [])
-            report.boards += 1
-            report.members += len(got)
-            if want != got:
-                report.differences.append(Difference(board, shard, want, got))
-                continue
-            blob_difference = _blob_check(version, shard, board, want, expected)
-            if blob_difference:
-                report.differences.append(blob_difference)
+        # Between two batches of the shard, so that Redis and the recompute see the same instant.
+        with shard_locked(shard):
+            _verify_shard(report, version, shard)
     return report
+
+
+def _verify_shard(report: VerifyReport, version: int, shard: int) -> None:
+    state = store.shard_state(version, shard)
+    if state.get("asof"):
+        asof = float(state["asof"])
+    else:  # Redis lost the shard: compare with what the last tick made
+        last = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
+        asof = last.timestamp() if last else None
+    report.asof[shard] = asof
+    expected = boards_recompute(shard=shard, now=asof) if asof is not None else {}
+    actual = {}
+    for key in store.shard_board_keys(version, shard):
+        window, metric, category = key.split(":b:", 1)[1].split(":", 2)
+        actual[(window, metric, category)] = store.board_read_all(key)
+    for board in sorted(expected.keys() | actual.keys()):
+        want, got = expected.get(board, []), actual.get(board, [])
+        report.boards += 1
+        report.members += len(got)
+        if want != got:
+            report.differences.append(Difference(board, shard, want, got))
+            continue
+        blob_difference = _blob_check(version, shard, board, want, expected)
+        if blob_difference:
+            report.differences.append(blob_difference)
 
 
 def _blob_check(version, shard, board, want, expected) -> Difference | None:
