@@ -54,7 +54,7 @@ def caches_clear() -> None:
     categories_forget()
 
 
-def _served(key: tuple, compute) -> dict:
+def _served(key: tuple, compute, *, boards: bool = True) -> dict:
     """Answer from memory when fresh; else from Redis; when Redis fails, the last known answer, flagged stale."""
     with _cache_lock:
         hit = _fresh.get(key)
@@ -62,7 +62,7 @@ def _served(key: tuple, compute) -> dict:
         return hit
     try:
         value = {**compute(), "stale": False}
-        if "asOf" in value and value["asOf"] is None:
+        if boards and "asOf" in value and value["asOf"] is None:
             # No tick has reached this board's shard in Redis: it was lost (or
             # never built). An empty board would pass for the truth; it is not.
             raise store.Unreachable("the board's shard has no state in Redis")
@@ -242,6 +242,7 @@ def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
     return _served(
         ("ranks", product_id, window, metric, tuple(categories)),
         lambda: _product_ranks(product_id=product_id, window=window, metric=metric, categories=categories),
+        boards=bool(categories),  # a product in no category reads no board
     )
 
 

@@ -352,6 +352,15 @@ def test_a_product_without_sales_in_the_window_is_unranked_not_an_error(client, 
     assert "Not ranked anywhere in this window" in reply.content.decode()
 
 
+def test_a_product_in_no_category_has_a_page(client, shop):
+    Product.objects.create(product_id="loner", name="Loner", price_cents=100)
+
+    reply = client.get("/p/loner/")
+
+    assert reply.status_code == 200
+    assert "Loner" in reply.content.decode()
+
+
 def test_daily_units_add_up_the_hourly_buckets_of_each_utc_day():
     # given sales of one product over several days, in two categories, one returned in part
     _catalogue({"toys": "Toys", "gifts": "Gifts"}, {"k": ("Kite", 500, ["toys"])})

@@ -137,3 +137,12 @@ def test_categories_list_starts_with_all(api, shop):
 
     assert [i["slug"] for i in items] == ["all", "gifts", "toys"]
     assert items[2]["url"].endswith("/v1/categories/toys/top")
+
+
+def test_ranks_of_a_product_in_no_category_is_an_empty_list(api, shop):
+    Product.objects.create(product_id="loner", name="Loner")
+
+    reply = api.get("/v1/products/loner/ranks")
+
+    assert reply.status_code == 200
+    assert reply.json()["ranks"] == []
