@@ -14,7 +14,10 @@ env = environ.Env(
     REDIS_URL=(str, "redis://127.0.0.1:6379/0"),
     RANKINGS_KEY_PREFIX=(str, "salesrank"),
 )
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+# A developer's .env (written by `make run`) fills in what the environment leaves out;
+# READ_DOT_ENV=0 ignores it, to see the settings exactly as the environment gives them.
+if env.bool("READ_DOT_ENV", default=True):
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEBUG = env("DEBUG")
 # A fixed key only for a developer's DEBUG run; production must set SECRET_KEY.

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 
@@ -28,7 +27,13 @@ def _settings_env(**extra) -> dict:
     """An environment with none of the settings' variables but those given."""
     names = {"DEBUG", "SECRET_KEY", "HTTPS", "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE"}
     env = {k: v for k, v in os.environ.items() if k not in names and not k.startswith("SECURE_")}
-    return {**env, "DJANGO_SETTINGS_MODULE": "salesrank_site.settings", "PYTHONPATH": str(ROOT), **extra}
+    return {
+        **env,
+        "DJANGO_SETTINGS_MODULE": "salesrank_site.settings",
+        "PYTHONPATH": str(ROOT),
+        "READ_DOT_ENV": "0",  # a developer's .env must not fill in what these tests leave out
+        **extra,
+    }
 
 
 def _run(args, env) -> subprocess.CompletedProcess:
@@ -71,7 +76,6 @@ def test_debug_is_off_unless_set():
     assert result.stdout.strip() == "False", result.stderr
 
 
-@pytest.mark.skipif((ROOT / ".env").exists(), reason="a local .env provides a SECRET_KEY")
 def test_without_debug_the_secret_key_must_come_from_the_environment():
     result = _run(["-c", "import django; django.setup()"], _settings_env())
 
@@ -267,7 +271,6 @@ SECRET_PATTERNS = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
 def test_no_secret_is_committed():
     files = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
