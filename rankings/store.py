@@ -499,10 +499,6 @@ def members_ranks(
     return out
 
 
-def dumps(value) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
 def boards_summary(version: int) -> dict[str, dict[str, int]]:
     """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
     r = client()

@@ -23,10 +23,6 @@ class Window:
         last = self.bucket_of(now)
         return last - (self.buckets - 1) * self.bucket_seconds, last
 
-    def contains(self, now: int, t: int) -> bool:
-        first, last = self.bounds(now)
-        return first <= self.bucket_of(t) <= last
-
     def transition(
         self, old_now: int | None, new_now: int
     ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
