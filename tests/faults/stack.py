@@ -74,10 +74,10 @@ class Stack:
         while True:
             try:
                 status, _ = get(self.url, "/v1/categories")
-                if status == 200:
-                    return self.url
             except OSError:
-                pass
+                status = None  # not listening yet
+            if status == 200:
+                return self.url
             if time.monotonic() > deadline:
                 raise RuntimeError("gunicorn did not start: " + self.log_tail())
             time.sleep(0.1)
@@ -109,6 +109,14 @@ class Stack:
     def kill9(proc: subprocess.Popen) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+
+    def wind_down(self, stream: "SaleStream", reader: "Reader") -> tuple[dict, float]:
+        """Stop the sales, let the workers catch up, stop reading and Celery; the figures and the catch-up time."""
+        stream.stop()
+        caught_up = settle()
+        reader.stop()
+        self.stop_celery()
+        return figures(stream.sent, accepted=stream.replies["accepted"]), caught_up
 
     def stop_celery(self) -> None:
         """Stop beats first, then workers (a warm shutdown lets a running tick finish)."""
@@ -179,7 +187,26 @@ def sale_event(rng: random.Random, event_id: str, now: float, spread: float = 3 
     }
 
 
-class SaleStream:
+class _Threads:
+    """Threads running self._run(n) until stopped."""
+
+    def _spawn(self, count: int) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(count)]
+
+    def start(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+class SaleStream(_Threads):
     """Client threads posting batches of new sales to the web process until stopped."""
 
     def __init__(
@@ -191,19 +218,7 @@ class SaleStream:
         self.replies = Counter()
         self.statuses = Counter()
         self.retries = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(clients)]
-
-    def start(self) -> "SaleStream":
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
+        self._spawn(clients)
 
     def _run(self, client: int) -> None:
         conn = http.client.HTTPConnection(self.host, timeout=30)
@@ -254,7 +269,7 @@ READ_PATHS = [
 ]
 
 
-class Reader:
+class Reader(_Threads):
     """Threads reading the API; every stale answer must be one served fresh before, with its asOf."""
 
     def __init__(self, host: str, *, threads: int = 2, paths=READ_PATHS):
@@ -266,19 +281,7 @@ class Reader:
         self.slowest = 0.0
         self.no_asof: list[float] = []  # when an answer had no asOf (nothing in Redis for it)
         self.marks: list[tuple[float, int, bool, str, float]] = []  # (time, status, stale, path, seconds)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(threads)]
-
-    def start(self) -> "Reader":
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
+        self._spawn(threads)
 
     def _run(self, n: int) -> None:
         i = n

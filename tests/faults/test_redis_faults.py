@@ -60,11 +60,7 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
         wait_for(redis_caught_up, 60, interval=0.02, what="the rebuild")
         converged = time.monotonic() - lost_at
         time.sleep(2)
-        stream.stop()
-        caught_up = settle()
-        reader.stop()
-        stack.stop_celery()
-        result = figures(stream.sent, accepted=stream.replies["accepted"])
+        result, caught_up = stack.wind_down(stream, reader)
         result.update(
             **{
                 "keys deleted": len(keys),

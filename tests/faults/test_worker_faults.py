@@ -61,12 +61,8 @@ def test_worker_killed_mid_tick_three_times_loses_and_doubles_nothing(stack):
         stack.kill9(worker)
         worker = stack.worker(f"w{kill}")
     time.sleep(1.0)
-    stream.stop()
     # then the last worker catches up and everything is exact
-    caught_up = settle()
-    reader.stop()
-    stack.stop_celery()
-    result = figures(stream.sent, accepted=stream.replies["accepted"])
+    result, caught_up = stack.wind_down(stream, reader)
     result.update(
         **{"kills mid-batch": KILLS},
         reads=sum(reader.statuses.values()),
@@ -92,11 +88,7 @@ def test_two_beats_at_once_never_double_apply(stack):
     ticks_with_two = TickLog.objects.count()
     stack.stop(second)
     time.sleep(2)
-    stream.stop()
-    caught_up = settle()
-    reader.stop()
-    stack.stop_celery()
-    result = figures(stream.sent, accepted=stream.replies["accepted"])
+    result, caught_up = stack.wind_down(stream, reader)
     result.update(
         **{"ticks while two beats ran": ticks_with_two},
         reads=sum(reader.statuses.values()),
