@@ -14,7 +14,9 @@ shard's queue is empty:
    so a batch replayed after a crash is a no-op; then mark it applied.
 
 Because the change is computed as the difference between two whole windows,
-additions and expiry can never be applied in the wrong order (seed 000 §6.3).
+additions and expiry can never be applied in the wrong order (expiring first would subtract
+old buckets before a batch's sales of those very hours are added, leaving expired sales on the
+board).
 """
 
 import datetime as dt

@@ -1,4 +1,4 @@
-"""Demo data like the main source's (seed 000, §6.4): a catalogue and synthetic sales with its shape.
+"""Demo data: a catalogue and synthetic sales shaped like a real shop's, large enough to measure.
 
 The shape: a share of the sales (40%) in one hot category, cat0; products
 whose popularity falls off like Zipf's law, so a few sell a lot and most sell
@@ -46,7 +46,7 @@ _NOUNS = [
 
 # Zipf exponent of product popularity within a category: with 1.0 and 400
 # products a category's favourite takes about a seventh of its sales (p0 takes
-# a tenth of cat0's in §6.4) and the top 20 about half.
+# about a tenth of cat0's, its 7-day units in the full demo) and the top 20 about half.
 ZIPF_EXPONENT = 1.0
 
 

@@ -5,7 +5,7 @@ from django.db import models
 
 
 class Sale(models.Model):
-    """One accepted sale event, as DESIGN.md §2 defines it. Never updated, never deleted."""
+    """One accepted sale event (docs/api.md, POST /v1/sales). Never updated, never deleted."""
 
     event_id = models.CharField("event id", max_length=128, unique=True)
     ts = models.DateTimeField("sale time", db_index=True)

@@ -257,7 +257,7 @@ class ReturnOfField(EventIdField):
 
 
 class SaleEventSerializer(serializers.Serializer):
-    """One sale event as DESIGN.md §4 defines it; unknown keys are ignored."""
+    """One sale event of POST /v1/sales (docs/api.md); unknown keys are ignored."""
 
     default_error_messages = {"invalid": "event must be a JSON object"}
 

@@ -43,7 +43,7 @@ ACTIVE_VERSION_TTL = 1.0  # seconds
 # trips few, small enough not to block Redis for long.
 REBUILD_CHUNK = 5000
 # Ranks kept in a board's blob: the first page of every list and the product
-# page badges of the best sellers come from one GET (seed 000 §6.8).
+# page badges of the best sellers come from one GET, the read that is asked most.
 BLOB_SIZE = 100
 
 

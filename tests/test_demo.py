@@ -1,4 +1,4 @@
-"""seed_demo: a catalogue and synthetic sales with the shape of the main source's demo, at small scale."""
+"""seed_demo: a catalogue and synthetic sales of the demo's shape (hot category, skew, returns), small."""
 
 import datetime as dt
 from collections import Counter

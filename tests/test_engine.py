@@ -1,4 +1,4 @@
-"""The tick against the batch recompute: the reference tests of seed 000 §6.4 and seed 003."""
+"""The tick against the batch recompute: order, ties, windows, duplicates, late sales, backlog, Redis loss."""
 
 import datetime as dt
 
@@ -14,7 +14,7 @@ HOUR = dt.timedelta(hours=1)
 
 
 def test_ordering_is_score_descending_then_product_id_ascending():
-    """Seed 000 test 1: b 9, a 6, c 5; equal scores by productId; a score back at zero leaves the board."""
+    """b 9, a 6, c 5; equal scores by productId; a score back at zero leaves the board."""
     # given
     shop = Shop()
     shop.send(
@@ -33,7 +33,7 @@ def test_ordering_is_score_descending_then_product_id_ascending():
 
 
 def test_a_tie_and_a_one_unit_difference():
-    """Seed 003: a one-unit lead always wins; a tie is broken by productId, never by time."""
+    """A one-unit lead always wins; a tie is broken by productId, never by time."""
     shop = Shop()
     shop.send(shop.sale("z", qty=3), shop.sale("a", qty=3), shop.sale("m", qty=4))
     shop.tick()
@@ -46,7 +46,7 @@ def test_a_tie_and_a_one_unit_difference():
 
 
 def test_a_product_in_two_categories_ranks_in_both():
-    """Seed 000 test 2."""
+    """A sale in two categories counts once in each, and once in `all`."""
     shop = Shop()
     shop.send(
         shop.sale("p1", categories=["toys", "gifts"], qty=2), shop.sale("p2", categories=["gifts"], qty=5)
@@ -59,7 +59,7 @@ def test_a_product_in_two_categories_ranks_in_both():
 
 
 def test_the_window_slides_and_old_hours_are_subtracted():
-    """Seed 000 test 3: the 1d window forgets a sale 24 hours after its hour began."""
+    """The 1d window forgets a sale 24 hours after its hour began."""
     shop = Shop()
     shop.send(shop.sale("old", qty=5))
     shop.tick()
@@ -75,7 +75,7 @@ def test_the_window_slides_and_old_hours_are_subtracted():
 
 
 def test_three_minute_buckets_walk_out_of_the_hour():
-    """Seed 003: three minute buckets leave the 1h window one by one."""
+    """Three minute buckets leave the 1h window one by one."""
     shop = Shop(now=dt.datetime(2026, 3, 2, 12, 0, 30, tzinfo=dt.UTC))
     for product in ("first", "second", "third"):
         shop.send(shop.sale(product, qty=1))
@@ -95,7 +95,7 @@ def test_three_minute_buckets_walk_out_of_the_hour():
 
 
 def test_duplicates_are_ignored_and_too_old_sales_are_counted_as_dropped():
-    """Seed 000 test 4."""
+    """A resent event counts once; a sale older than every window is stored and counted as dropped."""
     shop = Shop()
     sale = shop.sale("p1", qty=2)
     shop.send(sale)
@@ -109,7 +109,7 @@ def test_duplicates_are_ignored_and_too_old_sales_are_counted_as_dropped():
 
 
 def test_a_late_sale_still_inside_the_window_is_counted():
-    """Seed 000 test 5: ten hours late, it lands in its own hour and expires with it."""
+    """Ten hours late, it lands in its own hour and expires with it."""
     shop = Shop()
     shop.tick()
     shop.send(shop.sale("late", qty=3, ago=10 * HOUR))
@@ -123,7 +123,7 @@ def test_a_late_sale_still_inside_the_window_is_counted():
 
 
 def test_one_batch_that_moves_the_clock_forward_many_hours_adds_before_it_expires():
-    """Seed 000 §6.3: sales of old hours and a clock jump in one tick leave nothing that expired."""
+    """Sales of old hours and a clock jump in one tick leave nothing that expired (add before expire)."""
     shop = Shop()
     shop.tick()
     shop.advance(hours=30)
@@ -150,7 +150,7 @@ def test_a_sale_ahead_of_the_clock_enters_the_window_when_its_bucket_does():
 
 
 def test_a_backlog_is_worked_in_bounded_batches(settings):
-    """Incremental in batches of 3 equals the recompute (seed 000 test 6, small)."""
+    """Incremental in batches of 3 equals the recompute."""
     settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3}
     shop = Shop()
     shop.send(
@@ -162,7 +162,7 @@ def test_a_backlog_is_worked_in_bounded_batches(settings):
 
 
 def test_lost_redis_data_is_rebuilt_by_the_next_tick(redis_client, settings):
-    """Seed 000 test 7 in its Redis-loss form: every key of the prefix deleted, then a tick."""
+    """Every key of the prefix deleted, then a tick: the boards come back from the buckets."""
     shop = Shop()
     shop.send(*[shop.sale(f"p{i}", qty=i + 1, ago=i * HOUR) for i in range(10)])
     shop.tick()

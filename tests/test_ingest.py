@@ -1,4 +1,4 @@
-"""sales_ingest: which events are stored, which are rejected and why (DESIGN.md §2 and §4)."""
+"""sales_ingest: which events are stored, which are rejected and why (docs/api.md, POST /v1/sales)."""
 
 import datetime as dt
 
@@ -96,7 +96,7 @@ REJECTIONS = [
 
 @pytest.mark.parametrize(("bad_event", "reason"), REJECTIONS)
 def test_an_invalid_event_is_rejected_with_its_reason(bad_event, reason):
-    """Each rule of §4 has its own reason, naming the field, so the sender can fix the event."""
+    """Each field rule has its own reason, naming the field, so the sender can fix the event."""
     # given a batch with one good event and the bad one
     good = event(id="good")
 

@@ -1,4 +1,4 @@
-"""POST /v1/sales: the contract of DESIGN.md §4."""
+"""POST /v1/sales: authentication, batch limits, per-event rejections (docs/api.md)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""The pages of DESIGN.md §5: home, a category's best sellers and a product, from real ticks."""
+"""The pages: home, a category's best sellers and a product, from real ticks."""
 
 import datetime as dt
 import re

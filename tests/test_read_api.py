@@ -1,4 +1,4 @@
-"""The read API of DESIGN.md §4, served from Redis after real ticks."""
+"""The read API (docs/api.md), served from Redis after real ticks."""
 
 import datetime as dt
 

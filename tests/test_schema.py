@@ -67,7 +67,7 @@ def ingest_token(ingest_user):
 # Loaded once, at collection: /v1/schema needs neither the database nor Redis.
 schema = schemathesis.openapi.from_wsgi("/v1/schema", application)
 schema.config.generation.update(max_examples=MAX_EXAMPLES)
-# More than 5,000 events is refused with 413 (DESIGN.md §4), which is a refusal too.
+# More than 5,000 events is refused with 413 (MAX_BATCH_EVENTS), which is a refusal too.
 schema.config.checks.negative_data_rejection.expected_statuses += ["413"]
 
 
@@ -113,7 +113,7 @@ def test_every_response_is_documented_and_no_input_causes_a_server_error(case, a
         excluded += [content_type_conformance, response_schema_conformance]
     if _a_batch(case):
         # A batch with bad events is answered 200, each bad event listed as
-        # rejected (DESIGN.md §4); that every event is accounted for is checked below.
+        # rejected, so one bad event costs the others nothing; every event is accounted for below.
         excluded.append(negative_data_rejection)
 
     response = case.call_and_validate(

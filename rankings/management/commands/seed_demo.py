@@ -6,7 +6,7 @@ from rankings.management.arguments import instant
 
 class Command(BaseCommand):
     help = (
-        "Create a demo catalogue (cat0…, p0…) and ingest synthetic sales like the main source's demo: "
+        "Create a demo catalogue (cat0…, p0…) and ingest synthetic sales shaped like a real shop's: "
         "200,000 sales over 14 days, 40%% in the hot category cat0, skewed product popularity, "
         "20%% of sales in two categories, 1%% followed by a return. The same --seed and --now give "
         "the same events."
