@@ -475,6 +475,7 @@ def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
         for number in leftovers:
             log.warning("deleting what Redis still held of version %s", number)
             store.version_delete(number)
-        # A temporary board is given its TTL right after it is created, so one without is a leak.
+        # A temporary board is given its TTL by the command after the one that creates it, so one
+        # without is a leak (or, rarely, one caught in between: its rebuild then fails and is retried).
         store.keys_delete(leaked)
     return expired

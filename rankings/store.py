@@ -12,6 +12,8 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
                                      the board's first BLOB_SIZE ranks as one JSON
                                      string, rewritten in the same Lua call that
                                      changes the board, so reading them is one GET
+    P:vV:{sS}:b:…:rebuild:<token>    a rebuild's temporary board until it is swapped
+                                     in; it expires, so a rebuild that dies leaves none
 
 Scores are stored negated so that ZRANGE (ascending) yields score descending
 with equal scores by productId ascending in byte order: exactly the ranking
@@ -107,7 +109,8 @@ def eviction_policy() -> str | None:
     if cached and time.monotonic() - cached[0] < EVICTION_CHECK_SECONDS:
         return cached[1]
     try:
-        answer = client(write=True).config_get("maxmemory-policy")
+        # The read client: a status page must not hang on a Redis that is down.
+        answer = client().config_get("maxmemory-policy")
         policy = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
         policy = policy.decode() if isinstance(policy, bytes) else policy
     except redis.ResponseError as error:
@@ -602,7 +605,7 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
     """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
     r = client()
     keys = [k.decode() for k in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=1000)]
-    keys = [k for k in keys if ":rebuild:" not in k]
+    keys = [k for k in keys if TEMP_MARK not in k]
     pipe = r.pipeline(transaction=False)
     for key in keys:
         pipe.zcard(key)
