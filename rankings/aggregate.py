@@ -68,6 +68,7 @@ def _epoch(value: dt.datetime) -> float:
 
 def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport:
     """Aggregate every pending sale and expire buckets, as of `now` (default: the clock)."""
+    store.eviction_policy_check()
     started = timezone.now()
     clock = time.perf_counter()
     now = now or started

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import psycopg
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 # A builder holds this advisory lock (with its version number) while it works,
 # so a build whose process died is recognised and marked failed.
 BUILD_LOCK_NAMESPACE = LOCK_NAMESPACE + 1
+# A switch-over and the expiry of versions hold this advisory lock, so that a
+# version cannot become active between expiry choosing it and deleting it.
+VERSION_LOCK_NAMESPACE = LOCK_NAMESPACE + 2
 # How long a switch-over or a snapshot waits for the ticks to finish their batches.
 LOCK_TIMEOUT = "30s"
 
@@ -99,6 +103,22 @@ def _all_shards_locked():
         yield
     finally:
         _unlock_all_shards()
+
+
+@contextmanager
+def _versions_locked():
+    """Hold the lock of version changes (switch-over, expiry); session-level, released even on error."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        try:
+            cursor.execute("SELECT pg_advisory_lock(%s, 0)", [VERSION_LOCK_NAMESPACE])
+        finally:
+            cursor.execute("SET lock_timeout = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, 0)", [VERSION_LOCK_NAMESPACE])
 
 
 def _nothing(progress: float, message: str) -> None:
@@ -347,30 +367,32 @@ def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
 
 def version_switch(*, number: int) -> RankingVersion:
     """Make a built (or recently retired) version the active one, atomically for readers."""
-    target = RankingVersion.objects.filter(number=number).first()
-    if target is None:
-        raise VersionError(f"there is no version {number}")
-    if target.state not in (RankingVersion.State.READY, RankingVersion.State.RETIRED):
-        raise VersionError(
-            f"version {number} is {target.state}; only a ready or retired version can be switched to"
-        )
-    with _all_shards_locked():
-        for shard in range(rankings_settings.SHARDS):
-            _catch_up(number, shard)
-        previous = active_number()
-        with transaction.atomic():
-            now = timezone.now()
-            RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE).update(
-                state=RankingVersion.State.RETIRED, retired_at=now
+    with _versions_locked():
+        # Read under the lock: expiry may have deleted the version a moment ago.
+        target = RankingVersion.objects.filter(number=number).first()
+        if target is None:
+            raise VersionError(f"there is no version {number}")
+        if target.state not in (RankingVersion.State.READY, RankingVersion.State.RETIRED):
+            raise VersionError(
+                f"version {number} is {target.state}; only a ready or retired version can be switched to"
             )
-            if not RankingVersion.objects.filter(number=previous).exists():
-                RankingVersion.objects.create(
-                    number=previous, state=RankingVersion.State.RETIRED, retired_at=now
+        with _all_shards_locked():
+            for shard in range(rankings_settings.SHARDS):
+                _catch_up(number, shard)
+            previous = active_number()
+            with transaction.atomic():
+                now = timezone.now()
+                RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE).update(
+                    state=RankingVersion.State.RETIRED, retired_at=now
                 )
-            RankingVersion.objects.filter(number=number).update(
-                state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None
-            )
-            store.active_set(number)
+                if not RankingVersion.objects.filter(number=previous).exists():
+                    RankingVersion.objects.create(
+                        number=previous, state=RankingVersion.State.RETIRED, retired_at=now
+                    )
+                RankingVersion.objects.filter(number=number).update(
+                    state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None
+                )
+                store.active_set(number)
     log.info("switched rankings from version %s to %s", previous, number)
     target.refresh_from_db()
     return target
@@ -415,16 +437,45 @@ def versions_fail_abandoned() -> list[int]:
 
 
 def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
-    """Delete the Redis keys of versions retired longer ago than the grace period."""
+    """Delete the versions nobody can switch to any more; return their numbers.
+
+    Deleted: a retired version past the grace period (the latest retired one
+    is what a switch-back needs, so it too is kept for the grace period, and
+    no longer), and a ready version never switched to, past its keep. Never
+    the active version: the choice is made and carried out under the lock a
+    switch-over takes, so no switch can make a chosen version active
+    meanwhile. Also deleted: whatever Redis still holds of failed or deleted
+    versions, and temporary boards without a TTL.
+    """
     now = now or timezone.now()
     versions_fail_abandoned()
     grace = dt.timedelta(seconds=rankings_settings.VERSION_GRACE_SECONDS)
-    expired = list(
-        RankingVersion.objects.filter(
-            state=RankingVersion.State.RETIRED, retired_at__lt=now - grace
+    keep = dt.timedelta(seconds=rankings_settings.VERSION_READY_KEEP_SECONDS)
+    State = RankingVersion.State
+    with _versions_locked():
+        # Both pointers: PostgreSQL's decides, and Redis's is what readers follow until they agree.
+        active = {RankingVersion.active_number(), store.active_version(fresh=True)}
+        expired = list(
+            RankingVersion.objects.filter(
+                Q(state=State.RETIRED, retired_at__lt=now - grace)
+                | Q(state=State.READY, built_at__lt=now - keep)
+            )
+            .exclude(number__in=active)
+            .order_by("number")
+            .values_list("number", flat=True)
+        )
+        for number in expired:
+            # Marked first: should the deletion stop half-way, nobody switches to what is left.
+            RankingVersion.objects.filter(number=number).update(state=State.DELETED)
+            store.version_delete(number)
+        present, leaked = store.keyspace_survey()
+        leftovers = RankingVersion.objects.filter(
+            number__in=present - active, state__in=(State.FAILED, State.DELETED)
         ).values_list("number", flat=True)
-    )
-    for number in expired:
-        store.version_delete(number)
-        RankingVersion.objects.filter(number=number).update(state=RankingVersion.State.DELETED)
+        for number in leftovers:
+            log.warning("deleting what Redis still held of version %s", number)
+            store.version_delete(number)
+        # A temporary board is given its TTL by the command after the one that creates it, so one
+        # without is a leak (or, rarely, one caught in between: its rebuild then fails and is retried).
+        store.keys_delete(leaked)
     return expired

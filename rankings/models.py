@@ -134,6 +134,18 @@ class TickLog(models.Model):
         ordering = ["-started_at"]
 
 
+class VerifyLog(models.Model):
+    """One run of the sampled verify (or of rankings_verify --repair): boards compared, shards rebuilt."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    source = models.CharField(max_length=20)
+    boards = models.IntegerField(default=0)
+    repaired = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+
 class IngestLog(models.Model):
     """One ingest call (an API batch or an import chunk) and what became of its events."""
 

@@ -10,6 +10,7 @@ from catalogue.models import ALL
 from . import store
 from .models import Bucket, RankingVersion, TickLog
 from .status import status_read
+from .verify import redis_safety
 
 HOURLY = 3600  # seconds: the bucket size the chart reads
 CHART_HOURS = 48
@@ -34,6 +35,7 @@ def operations_read() -> dict:
         "versions": list(RankingVersion.objects.exclude(state=RankingVersion.State.DELETED)[:20]),
         "memory": memory,
         "hourly": units_per_hour(),
+        "redis_safety": redis_safety(),
     }
 
 

@@ -12,6 +12,8 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
                                      the board's first BLOB_SIZE ranks as one JSON
                                      string, rewritten in the same Lua call that
                                      changes the board, so reading them is one GET
+    P:vV:{sS}:b:…:rebuild:<token>    a rebuild's temporary board until it is swapped
+                                     in; it expires, so a rebuild that dies leaves none
 
 Scores are stored negated so that ZRANGE (ascending) yields score descending
 with equal scores by productId ascending in byte order: exactly the ranking
@@ -20,6 +22,7 @@ whose score is not positive is removed from the board.
 """
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -30,6 +33,8 @@ import redis
 from django.conf import settings
 
 from .conf import rankings_settings
+
+log = logging.getLogger(__name__)
 
 # Reads must fail fast when Redis is slow or down so that pages can serve the
 # last known answer instead of hanging a worker.
@@ -45,10 +50,16 @@ REBUILD_CHUNK = 5000
 # Ranks kept in a board's blob: the first page of every list and the product
 # page badges of the best sellers come from one GET, the read that is asked most.
 BLOB_SIZE = 100
+# Marks a rebuild's temporary board, written beside the live one until the swap.
+TEMP_MARK = ":rebuild:"
 
 
 class Unreachable(Exception):
     """Redis did not answer in time (down, paused or overloaded)."""
+
+
+class UnsafeEvictionPolicy(RuntimeError):
+    """Redis may evict any key under memory pressure, and a board lost that way goes unnoticed."""
 
 
 _clients: dict[str, redis.Redis] = {}
@@ -74,6 +85,64 @@ def reset_clients() -> None:
     """Forget connections (after a fork, or in tests that restart Redis)."""
     _clients.clear()
     _active_cache.clear()
+    _eviction_cache.clear()
+
+
+# --- eviction policy ---------------------------------------------------------------
+
+# How long the answer of CONFIG GET maxmemory-policy is trusted: a tick every
+# few seconds then costs no extra round trip, and a change of policy is still
+# seen within this time.
+EVICTION_CHECK_SECONDS = 30.0  # seconds
+
+_eviction_cache: dict[str, tuple[float, str | None]] = {}
+
+
+def eviction_policy() -> str | None:
+    """Redis's maxmemory-policy (remembered for EVICTION_CHECK_SECONDS); None when CONFIG is refused.
+
+    Managed Redis services often rename or forbid CONFIG; then the policy
+    cannot be known here and is the operator's responsibility.
+    """
+    url = settings.REDIS_URL
+    cached = _eviction_cache.get(url)
+    if cached and time.monotonic() - cached[0] < EVICTION_CHECK_SECONDS:
+        return cached[1]
+    try:
+        # The read client: a status page must not hang on a Redis that is down.
+        answer = client().config_get("maxmemory-policy")
+        policy = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
+        policy = policy.decode() if isinstance(policy, bytes) else policy
+    except redis.ResponseError as error:
+        if not cached or cached[1] is not None:  # once, not on every tick
+            log.warning(
+                "cannot read Redis maxmemory-policy (%s): make sure it is noeviction or a volatile-*"
+                " policy, or boards may be evicted unnoticed",
+                error,
+            )
+        policy = None
+    _eviction_cache[url] = (time.monotonic(), policy)
+    return policy
+
+
+def eviction_policy_safe(policy: str | None) -> bool | None:
+    """Boards carry no TTL, so only allkeys-* policies can evict them; None when unknown."""
+    if policy is None:
+        return None
+    return not policy.startswith("allkeys-")
+
+
+def eviction_policy_check() -> None:
+    """Raise UnsafeEvictionPolicy when Redis may evict a board; warn only when the policy is hidden."""
+    try:
+        policy = eviction_policy()
+    except redis.RedisError:
+        return  # Redis is unreachable: the tick's own calls meet that, and the check runs next time
+    if eviction_policy_safe(policy) is False:
+        raise UnsafeEvictionPolicy(
+            f"Redis maxmemory-policy is {policy}: boards would be evicted;"
+            " set noeviction or a volatile-* policy"
+        )
 
 
 # --- key names ---------------------------------------------------------------
@@ -199,15 +268,6 @@ return 1
 """
 )
 
-# Rewrite the blobs of the given boards (after a rebuild swapped them in).
-_REFRESH_BLOBS = (
-    _BLOBS
-    + """
-write_blobs(1, #KEYS, tonumber(ARGV[1]))
-return 1
-"""
-)
-
 # Move a shard's asof forward when the clock moved but no board changed;
 # only if Redis holds exactly the batch the caller believes it holds.
 _TOUCH = """
@@ -219,21 +279,37 @@ redis.call('HSET', state, 'asof', ARGV[2])
 return 1
 """
 
-# Put rebuilt boards in place in one step: readers see the old boards or the
-# new ones, never a missing or half-written board.
-# KEYS: state, then pairs (temporary, live); ARGV: seq, asof, gen, then stale live keys.
-_SWAP = """
+# Put rebuilt boards in place and rewrite their blobs in one step: readers see
+# the old boards with their blobs or the new ones with theirs, never a missing
+# or half-written board, nor a blob that lags its board. Temporary boards carry
+# a TTL (so that a rebuild that dies leaves nothing behind); the live board
+# must not inherit it, as RENAME would make it. If a temporary board is gone,
+# nothing at all is changed.
+# KEYS: state, then pairs (temporary, live), then triples (board, other
+# metric's board, blob); ARGV: seq, asof, gen, number of pairs, blob size, then
+# stale live keys.
+_SWAP = (
+    _BLOBS
+    + """
 local pairs_end = 1 + 2 * tonumber(ARGV[4])
 for i = 2, pairs_end, 2 do
-    redis.call('RENAME', KEYS[i], KEYS[i + 1])
+    if redis.call('EXISTS', KEYS[i]) == 0 then
+        return redis.error_reply('temporary board ' .. KEYS[i] .. ' is gone (expired?); nothing was swapped')
+    end
 end
-for i = 5, #ARGV do
+for i = 2, pairs_end, 2 do
+    redis.call('RENAME', KEYS[i], KEYS[i + 1])
+    redis.call('PERSIST', KEYS[i + 1])
+end
+for i = 6, #ARGV do
     redis.call('DEL', ARGV[i])
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'asof', ARGV[2], 'gen', ARGV[3])
+write_blobs(pairs_end + 1, #KEYS, tonumber(ARGV[5]))
 return 1
 """
+)
 
 
 @dataclass(frozen=True)
@@ -311,6 +387,7 @@ def shard_replace(
     """Replace every board of a shard with `boards` ((window, metric, category) -> scores)."""
     r = client(write=True)
     token = uuid.uuid4().hex[:8]
+    ttl = rankings_settings.REBUILD_TEMP_KEY_SECONDS
     pairs = []
     pipe = r.pipeline(transaction=False)
     for (window, metric, category), scores in boards.items():
@@ -318,29 +395,29 @@ def shard_replace(
         if not positive:
             continue
         live = board_key(version, shard, window, metric, category)
-        temp = f"{live}:rebuild:{token}"
+        temp = f"{live}{TEMP_MARK}{token}"
         for start in range(0, len(positive), REBUILD_CHUNK):
             pipe.zadd(temp, dict(positive[start : start + REBUILD_CHUNK]))
+            if start == 0:
+                pipe.expire(temp, ttl)
         pairs.append((temp, live))
     pipe.execute()
     live_keys = {live for _, live in pairs}
     stale = [k for k in shard_board_keys(version, shard) if k not in live_keys]
     stale += [k.replace(":b:", ":t:", 1) for k in stale]
-    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair]
-    r.eval(_SWAP, len(keys), *keys, seq, repr(asof), gen, len(pairs), *stale)
     blob_keys = [
         k
         for window, metric, category in boards
         for k in _board_keys(version, shard, window, metric, category)
     ]
-    if blob_keys:
-        r.eval(_REFRESH_BLOBS, len(blob_keys), *blob_keys, BLOB_SIZE)
+    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys
+    r.eval(_SWAP, len(keys), *keys, seq, repr(asof), gen, len(pairs), BLOB_SIZE, *stale)
 
 
 def shard_board_keys(version: int, shard: int) -> list[str]:
     pattern = f"{shard_tag(version, shard)}:b:*"
     keys = [k.decode() for k in client(write=True).scan_iter(match=pattern, count=1000)]
-    return [k for k in keys if ":rebuild:" not in k]
+    return [k for k in keys if TEMP_MARK not in k]
 
 
 def board_read_all(key: str) -> list[tuple[str, int]]:
@@ -367,6 +444,31 @@ def version_delete(version: int) -> int:
     if batch:
         deleted += r.unlink(*batch)
     return deleted
+
+
+def keyspace_survey() -> tuple[set[int], list[str]]:
+    """One SCAN of every version's keys: the versions Redis holds, and the temporary boards without
+    a TTL (left by a rebuild that died before temporary boards were given one)."""
+    r = client(write=True)
+    start = len(prefix()) + 2  # past "P:v"
+    versions: set[int] = set()
+    temporary: list[str] = []
+    for raw in r.scan_iter(match=f"{prefix()}:v*", count=1000):
+        key = raw.decode()
+        number = key[start:].split(":", 1)[0]
+        if number.isdigit():
+            versions.add(int(number))
+        if TEMP_MARK in key:
+            temporary.append(key)
+    pipe = r.pipeline(transaction=False)
+    for key in temporary:
+        pipe.ttl(key)
+    ttls = pipe.execute() if temporary else []
+    return versions, [key for key, ttl in zip(temporary, ttls, strict=True) if ttl == -1]
+
+
+def keys_delete(keys: list[str]) -> int:
+    return client(write=True).unlink(*keys) if keys else 0
 
 
 # --- the read path -----------------------------------------------------------------
@@ -503,7 +605,7 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
     """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
     r = client()
     keys = [k.decode() for k in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=1000)]
-    keys = [k for k in keys if ":rebuild:" not in k]
+    keys = [k for k in keys if TEMP_MARK not in k]
     pipe = r.pipeline(transaction=False)
     for key in keys:
         pipe.zcard(key)

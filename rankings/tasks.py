@@ -20,6 +20,14 @@ def versions_expire():
 
 
 @shared_task(ignore_result=True)
+def verify_sampled():
+    """Compare a few random categories' boards with the buckets; rebuild a shard that differs."""
+    from .verify import verify_sampled as verify
+
+    verify()
+
+
+@shared_task(ignore_result=True)
 def version_build(activate: bool = False):
     """A rebuild started from the admin; its progress is kept on the version's row."""
     from .backfill import version_build as build

@@ -1,12 +1,32 @@
-"""Compare every board in Redis with the batch recompute from raw sales."""
+"""Compare boards in Redis with what PostgreSQL says they hold, and rebuild a shard that differs.
 
+Two checks: `rankings_verify` recomputes every board from raw sales (exact,
+slow, run by an operator); the sampled verify compares a few categories'
+boards with the buckets (cheap, run periodically), so that a board Redis
+evicted or lost is found and rebuilt without waiting for an operator.
+"""
+
+import datetime as dt
+import logging
+import random
+from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.db import connection
+from django.utils import timezone
+
+from catalogue.models import ALL, Category, shard_of
+
 from . import store
-from .aggregate import shard_locked
-from .conf import rankings_settings
-from .models import ShardState
+from .aggregate import shard_locked, shard_rebuild
+from .conf import METRICS, rankings_settings
+from .models import ShardState, VerifyLog
 from .recompute import boards_recompute
+
+log = logging.getLogger(__name__)
+
+# Verify runs are kept this long for the status page's count of repairs.
+VERIFY_LOG_KEPT = dt.timedelta(days=7)
 
 
 @dataclass
@@ -36,21 +56,50 @@ class VerifyReport:
     members: int = 0
     differences: list[Difference] = field(default_factory=list)
     asof: dict[int, float | None] = field(default_factory=dict)
+    repaired: list[int] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
         return not self.differences
 
 
-def rankings_verify(*, version: int | None = None) -> VerifyReport:
-    """Recompute every board as of its shard's instant and compare it with Redis, exactly."""
+def rankings_verify(*, version: int | None = None, repair: bool = False) -> VerifyReport:
+    """Recompute every board as of its shard's instant and compare it with Redis, exactly.
+
+    With `repair`, a shard with a difference is rebuilt from the buckets and
+    compared again; what still differs then is reported (the buckets
+    themselves disagree with the raw sales, which a rebuild cannot mend).
+    """
     version = version or store.active_version(fresh=True)
     report = VerifyReport()
     for shard in range(rankings_settings.SHARDS):
         # Between two batches of the shard, so that Redis and the recompute see the same instant.
         with shard_locked(shard):
-            _verify_shard(report, version, shard)
+            found = VerifyReport()
+            _verify_shard(found, version, shard)
+            if repair and found.differences:
+                _repair(version, shard, f"{len(found.differences)} boards differ from the raw sales")
+                report.repaired.append(shard)
+                found = VerifyReport()
+                _verify_shard(found, version, shard)
+        report.boards += found.boards
+        report.members += found.members
+        report.differences += found.differences
+        report.asof.update(found.asof)
+    if repair:
+        _log_run("verify --repair", report.boards, report.repaired)
     return report
+
+
+def _repair(version: int, shard: int, reason: str) -> None:
+    """Rebuild a shard's boards from the buckets; the caller holds the shard's lock."""
+    log.warning("shard %s of version %s: %s; rebuilding it from the buckets", shard, version, reason)
+    shard_rebuild(shard=shard, version=version, gen=store.generation(version))
+
+
+def _log_run(source: str, boards: int, repaired: list[int]) -> None:
+    VerifyLog.objects.create(source=source, boards=boards, repaired=repaired)
+    VerifyLog.objects.filter(at__lt=timezone.now() - VERIFY_LOG_KEPT).delete()
 
 
 def _verify_shard(report: VerifyReport, version: int, shard: int) -> None:
@@ -89,3 +138,103 @@ def _blob_check(version, shard, board, want, expected) -> Difference | None:
         return None
     got = [(row[0], row[1]) for row in (blob or {"rows": []})["rows"]]
     return Difference((window, f"{metric} (top-{store.BLOB_SIZE} blob)", category), shard, head, got)
+
+
+# One board pair (both metrics) of one category and window, from the buckets, as
+# the tick's rebuild computes it: cheap, because the buckets are few per product.
+_CATEGORY_BUCKET_SUMS = """
+SELECT product_id, sum(units)::bigint, sum(revenue_cents)::bigint FROM rankings_bucket
+WHERE shard = %s AND size = %s AND category = %s AND start BETWEEN %s AND %s
+GROUP BY product_id
+"""
+
+
+@dataclass
+class SampleReport:
+    categories: list[str] = field(default_factory=list)
+    boards: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    repaired: list[int] = field(default_factory=list)
+
+
+def sample_categories(n: int) -> list[str]:
+    """Up to n categories picked at random; the board of every sale counts as one of them."""
+    total = Category.objects.count() + 1
+    if n >= total:
+        return [ALL, *Category.objects.values_list("slug", flat=True)]
+    picked = list(Category.objects.order_by("?").values_list("slug", flat=True)[:n])
+    if random.random() < n / total:
+        picked[-1] = ALL
+    return picked
+
+
+def verify_sampled(*, sample: int | None = None, categories: list[str] | None = None) -> SampleReport:
+    """Compare a few categories' boards with the buckets; rebuild each shard where one differs."""
+    version = store.active_version(fresh=True)
+    if categories is None:
+        categories = sample_categories(
+            rankings_settings.VERIFY_SAMPLE_CATEGORIES if sample is None else sample
+        )
+    report = SampleReport(categories=list(categories))
+    by_shard: dict[int, list[str]] = defaultdict(list)
+    for category in categories:
+        by_shard[shard_of(category, rankings_settings.SHARDS)].append(category)
+    for shard, shard_categories in sorted(by_shard.items()):
+        # Between two batches of the shard: Redis and the buckets stand at the same instant.
+        with shard_locked(shard):
+            found = []
+            for category in shard_categories:
+                found += _sample_check(report, version, shard, category)
+            if found:
+                report.differences += found
+                _repair(version, shard, f"{len(found)} sampled boards differ from the buckets")
+                report.repaired.append(shard)
+    _log_run("sampled", report.boards, report.repaired)
+    return report
+
+
+def _sample_check(report: SampleReport, version: int, shard: int, category: str) -> list[Difference]:
+    """Every window's and metric's board of one category, and its blob, against the buckets."""
+    now = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
+    differences = []
+    for w in rankings_settings.windows.values():
+        expected: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
+        if now is not None:
+            first, last = w.bounds(int(now.timestamp()))
+            with connection.cursor() as cursor:
+                cursor.execute(_CATEGORY_BUCKET_SUMS, [shard, w.bucket_seconds, category, first, last])
+                rows = cursor.fetchall()
+            for i, metric in enumerate(METRICS):
+                scores = [(product_id, int(values[i])) for product_id, *values in rows if values[i] > 0]
+                if scores:
+                    expected[(w.name, metric, category)] = sorted(
+                        scores, key=lambda row: (-row[1], row[0].encode())
+                    )
+        for metric in METRICS:
+            board = (w.name, metric, category)
+            want = expected.get(board, [])
+            got = store.board_read_all(store.board_key(version, shard, *board))
+            report.boards += 1
+            if want != got:
+                differences.append(Difference(board, shard, want, got))
+                continue
+            blob_difference = _blob_check(version, shard, board, want, expected)
+            if blob_difference:
+                differences.append(blob_difference)
+    return differences
+
+
+def redis_safety() -> dict:
+    """For the status page: can Redis evict a board, and what the verify runs found and repaired."""
+    try:
+        policy = store.eviction_policy()
+    except store.redis.RedisError:
+        policy = None
+    last = VerifyLog.objects.filter(source="sampled").first()
+    repaired = VerifyLog.objects.filter(at__gte=timezone.now() - VERIFY_LOG_KEPT).exclude(repaired=[])
+    return {
+        "evictionPolicy": policy,
+        "evictionSafe": store.eviction_policy_safe(policy),
+        "lastSampledVerify": last.at if last else None,
+        "repairedShards": sum(len(shards) for shards in repaired.values_list("repaired", flat=True)),
+    }

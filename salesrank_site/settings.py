@@ -177,6 +177,18 @@ RANKINGS = {
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
     # A version switched away from is kept this long for switching back, then deleted.
     "VERSION_GRACE_SECONDS": env.int("RANKINGS_VERSION_GRACE_SECONDS", default=3600),  # seconds
+    # A version built but never switched to is deleted after this long. Once the
+    # batches it would replay to catch up have left the log (BATCH_LOG_SECONDS),
+    # it could not be switched to anyway.
+    "VERSION_READY_KEEP_SECONDS": env.int("RANKINGS_VERSION_READY_KEEP_SECONDS", default=2 * 3600),  # s
+    # A rebuild's temporary boards expire after this long, so that a rebuild that
+    # dies leaves nothing behind; far longer than writing one shard's boards takes.
+    "REBUILD_TEMP_KEY_SECONDS": 3600,  # seconds
+    # The sampled verify compares this many categories' boards (every window and
+    # metric of each) with the buckets on each run, and rebuilds a shard that
+    # differs: an evicted or damaged board is found without reading raw sales.
+    "VERIFY_SAMPLE_CATEGORIES": env.int("RANKINGS_VERIFY_SAMPLE_CATEGORIES", default=20),
+    "VERIFY_SAMPLE_SECONDS": env.int("RANKINGS_VERIFY_SAMPLE_SECONDS", default=300),  # seconds between runs
     # Events whose ts is further ahead of the server clock are rejected.
     "MAX_FUTURE_SECONDS": 300,  # seconds
     "MAX_BATCH_EVENTS": 5000,
@@ -244,6 +256,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 300,  # seconds; the grace period is measured in hours
         # Two of these queued (a worker was down) do the same work once: drop the older.
         "options": {"expires": 300},  # seconds
+    },
+    "rankings-verify-sampled": {
+        "task": "rankings.tasks.verify_sampled",
+        "schedule": RANKINGS["VERIFY_SAMPLE_SECONDS"],
+        "options": {"expires": RANKINGS["VERIFY_SAMPLE_SECONDS"]},  # seconds; a missed run is not repeated
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",

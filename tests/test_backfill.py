@@ -163,3 +163,97 @@ def test_retired_versions_are_deleted_after_the_grace_period(settings):
     assert store.generation_get(1) is None
     with pytest.raises(backfill.VersionError):
         backfill.version_switch(number=1)
+
+
+def test_a_switch_back_during_expiry_never_deletes_the_active_version(monkeypatch, settings):
+    # given version 2 active and version 1 retired longer ago than the grace period
+    shop = Shop()
+    _history(shop, 20, "old")
+    shop.tick()
+    backfill.version_build(activate=True)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=settings.RANKINGS["VERSION_GRACE_SECONDS"] + 1)
+    # when an operator switches back to version 1 after expiry listed it and before it deletes it
+    real_delete = store.version_delete
+    switches, outcomes = [], []
+
+    def switch_back():
+        from django.db import connection
+
+        try:
+            backfill.version_switch(number=1)
+            outcomes.append("switched")
+        except backfill.VersionError as error:
+            outcomes.append(str(error))
+        finally:
+            connection.close()
+
+    def switch_back_then_delete(number):
+        switch = threading.Thread(target=switch_back)
+        switch.start()
+        switches.append(switch)
+        switch.join(timeout=3)  # the switch finishes here unless expiry holds it off
+        return real_delete(number)
+
+    monkeypatch.setattr(store, "version_delete", switch_back_then_delete)
+    backfill.versions_expire(now=later)
+    for switch in switches:
+        switch.join()
+    # then whichever version is active is whole in Redis and serves exact boards
+    active = store.active_version(fresh=True)
+    assert RankingVersion.active_number() == active
+    assert store.generation_get(active) is not None
+    shop.assert_exact()
+
+
+def test_a_ready_version_never_switched_to_is_deleted_after_its_keep(settings):
+    # given a rebuilt version that nobody switched to
+    shop = Shop()
+    _history(shop, 20, "old")
+    shop.tick()
+    ready = backfill.version_build()
+    # when expiry runs within the keep, then it stays
+    assert backfill.versions_expire() == []
+    assert store.generation_get(ready.number) is not None
+    # when expiry runs after the keep, then it is deleted; the active version is not
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(
+        seconds=settings.RANKINGS["VERSION_READY_KEEP_SECONDS"] + 1
+    )
+    assert backfill.versions_expire(now=later) == [ready.number]
+    assert RankingVersion.objects.get(number=ready.number).state == RankingVersion.State.DELETED
+    assert store.generation_get(ready.number) is None
+    assert store.generation_get(1) is not None
+    shop.assert_exact()
+    # and a deleted version cannot be switched to
+    with pytest.raises(backfill.VersionError):
+        backfill.version_switch(number=ready.number)
+
+
+def test_expiry_deletes_the_keys_left_by_failed_versions_and_dead_rebuilds(redis_client):
+    # given a failed version whose keys Redis still holds (its cleanup could not reach Redis),
+    # and a temporary board without a TTL (left by a rebuild of an older release)
+    shop = Shop()
+    _history(shop, 20, "old")
+    shop.tick()
+    RankingVersion.objects.create(number=7, state=RankingVersion.State.FAILED)
+    store.generation(7)
+    store.shard_replace(version=7, shard=0, seq=1, asof=1.0, gen="g", boards={("7d", "units", "x"): {"p": 1}})
+    prefix = settings_prefix()
+    leaked = f"{prefix}:v1:{{s0}}:b:7d:units:x:rebuild:dead"
+    running = f"{prefix}:v1:{{s0}}:b:7d:units:y:rebuild:live"
+    redis_client.zadd(leaked, {"p": -1})
+    redis_client.zadd(running, {"p": -1})
+    redis_client.expire(running, 600)
+    # when expiry runs
+    backfill.versions_expire()
+    # then the failed version's keys and the leaked temporary key are gone; a running rebuild's stays
+    assert list(redis_client.scan_iter(f"{prefix}:v7:*")) == []
+    assert not redis_client.exists(leaked)
+    assert redis_client.exists(running)
+    assert store.generation_get(1) is not None
+    shop.assert_exact()
+
+
+def settings_prefix() -> str:
+    from rankings.conf import rankings_settings
+
+    return rankings_settings.KEY_PREFIX

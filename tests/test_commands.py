@@ -42,3 +42,33 @@ def test_rankings_tick_refuses_a_clock_that_goes_backwards():
 
     assert child.returncode == 1
     assert "before the last tick" in err
+
+
+def test_rankings_verify_repair_rebuilds_a_shard_whose_board_was_evicted(capsys):
+    # given exact boards, then one board evicted by Redis
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=3), shop.sale("p2", qty=1), shop.sale("p3", categories=["games"]))
+    shop.tick()
+    shard = shard_of("toys", rankings_settings.SHARDS)
+    assert store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys")) == 1
+    # when verify runs with --repair
+    call_command("rankings_verify", "--repair")
+    # then it names the shard it rebuilt, the boards are exact again, and a plain verify agrees
+    out = capsys.readouterr().out
+    assert f"repaired shard {shard}" in out and "exact" in out
+    call_command("rankings_verify")
+    assert shop.top() == [("p1", 3), ("p2", 1)]
+
+
+def test_rankings_verify_repair_fails_when_the_rebuild_does_not_make_the_boards_exact(capsys, monkeypatch):
+    # given a board that a rebuild from the buckets cannot mend (here: the rebuild does nothing)
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=3))
+    shop.tick()
+    shard = shard_of("toys", rankings_settings.SHARDS)
+    store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys"))
+    monkeypatch.setattr("rankings.verify.shard_rebuild", lambda **kwargs: None)
+    # when verify repairs, then it reports the difference left and fails
+    with pytest.raises(CommandError, match="1 differ"):
+        call_command("rankings_verify", "--repair")
+    assert "toys 7d units" in capsys.readouterr().out
