@@ -2,7 +2,7 @@
 
 import zlib
 
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 PRODUCT_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
@@ -43,17 +43,31 @@ class Product(models.Model):
         "product id",
         max_length=64,
         unique=True,
-        validators=[RegexValidator(PRODUCT_ID_PATTERN)],
+        validators=[
+            RegexValidator(PRODUCT_ID_PATTERN),
+            # Path segments a URL cannot carry: a product so named could never be looked up.
+            RegexValidator(r"^\.{1,2}$", inverse_match=True, message="'.' and '..' cannot be product ids."),
+        ],
         help_text="The shop's id, as used in sale events.",
     )
     name = models.CharField(max_length=200)
-    price_cents = models.BigIntegerField(default=0, help_text="Unit price in cents.")
+    price_cents = models.BigIntegerField(
+        default=0, validators=[MinValueValidator(0)], help_text="Unit price in cents."
+    )
     categories = models.ManyToManyField(Category, related_name="products", blank=True)
     # Created from a sale event rather than by an editor: name and price need completing.
     is_placeholder = models.BooleanField(default=False, db_index=True)
 
     class Meta:
         ordering = ["product_id"]
+        constraints = [
+            # A sale without an amount costs price × qty: a negative price would be negative revenue.
+            models.CheckConstraint(
+                condition=models.Q(price_cents__gte=0),
+                name="product_price_not_negative",
+                violation_error_message="The price may not be negative.",
+            ),
+        ]
 
     def __str__(self):
         return self.name or self.product_id

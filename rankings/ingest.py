@@ -5,25 +5,45 @@ stored in one transaction (COPY into a temporary table, then one
 INSERT … ON CONFLICT), together with their places in the tick's work queue,
 and committed before the caller replies. A bad event is rejected with its
 index and reason and costs the others nothing.
+
+Concurrent batches take their locks in one order (returned originals, then
+product totals, then categories, products and sales, each sorted by key), so
+they wait for each other rather than deadlock; a deadlock or serialization
+failure that happens all the same is retried here, never shown to a client.
 """
 
 import datetime as dt
 import hashlib
 import json
+import random
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from catalogue.models import ALL, Category, Product, shard_of
 
 from .conf import rankings_settings
-from .models import IngestLog, PendingSale, Sale
+from .models import IngestLog, PendingSale, ProductTotal, Sale
 from .serializers import MAX_AMOUNT_CENTS, EventIdField, EventValidator
 
 DUPLICATE_ID = "id already used by a different event"
+
+# The most units, or cents of revenue, one product may gather over its life.
+# A board member's score is a net of the product's sales in a window, so at
+# most this; Redis keeps scores as doubles, exact up to 2^53, and the fold's
+# bigint sums stay far from overflow. About 90 sales of the largest amount.
+MAX_PRODUCT_TOTAL = 2**53 - 1
+
+# A deadlock or serialization failure is retried this many times in all,
+# after a short random pause that grows with each attempt.
+ATTEMPTS = 5
+RETRY_PAUSE = 0.05  # seconds, doubled each attempt, times a random factor in [0.5, 1)
+_RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 
 
 @dataclass
@@ -69,10 +89,20 @@ class _Original:
     returned_units: int = 0
     refunded_cents: int = 0
     is_return: bool = False
+    # Not stored yet: an event earlier in this batch.
+    in_batch: bool = False
 
 
 class _Rejection(Exception):
     pass
+
+
+class _Raced(Exception):
+    """An original of this batch was stored first by a concurrent batch, perhaps as something else.
+
+    Returns of it were checked against this batch's copy; the attempt is
+    rolled back and made again, and then sees the original as stored.
+    """
 
 
 def _to_cents(amount: Decimal) -> int:
@@ -110,7 +140,7 @@ def event_digest(data: dict) -> str:
 def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None = None) -> IngestResult:
     """Validate `events` in order and store the valid ones; return what became of each."""
     now = now or timezone.now()
-    result = IngestResult()
+    invalid: list[dict] = []
     limit = now + dt.timedelta(seconds=rankings_settings.MAX_FUTURE_SECONDS)
 
     validate = EventValidator()
@@ -118,27 +148,48 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
     for index, event in enumerate(events):
         data, error = validate(event)
         if error is not None:
-            result.rejected.append({"index": index, "id": _id_of(event), "error": error})
+            invalid.append({"index": index, "id": _id_of(event), "error": error})
         elif data["ts"] > limit:
-            result.rejected.append(
+            invalid.append(
                 {"index": index, "id": data["id"], "error": "ts is more than 5 minutes in the future"}
             )
         else:
             valid.append((index, data))
 
-    with transaction.atomic():
-        rows, duplicates = _resolve(valid, result)
-        inserted, late_duplicates = _store(rows, result)
-        result.accepted = inserted
-        result.duplicates = duplicates + late_duplicates
-        IngestLog.objects.create(
-            source=source,
-            accepted=result.accepted,
-            duplicates=result.duplicates,
-            rejected=len(result.rejected),
-        )
+    for attempt in range(1, ATTEMPTS + 1):
+        result = IngestResult(rejected=list(invalid))
+        try:
+            with transaction.atomic():
+                _ingest_valid(valid, result, source)
+            break
+        except _Raced:
+            if attempt == ATTEMPTS:
+                raise
+        except OperationalError as error:
+            if attempt == ATTEMPTS or getattr(error.__cause__, "sqlstate", None) not in _RETRYABLE:
+                raise
+            time.sleep(RETRY_PAUSE * 2 ** (attempt - 1) * random.uniform(0.5, 1))
     result.rejected.sort(key=lambda r: r["index"])
     return result
+
+
+def _ingest_valid(valid: list[tuple[int, dict]], result: IngestResult, source: str) -> None:
+    """One attempt at storing the valid events, inside the caller's transaction."""
+    rows, duplicates, dependent = _resolve(valid, result)
+    inserted, late_duplicates = _store(rows, result)
+    # A return checked against an original of this batch holds only if that
+    # original is the one stored; else try again against the stored one.
+    if any(original_id not in inserted for original_id in dependent):
+        raise _Raced
+    _ledger_add(rows, inserted)
+    result.accepted = len(inserted)
+    result.duplicates = duplicates + late_duplicates
+    IngestLog.objects.create(
+        source=source,
+        accepted=result.accepted,
+        duplicates=result.duplicates,
+        rejected=len(result.rejected),
+    )
 
 
 def _id_of(event) -> str | None:
@@ -187,12 +238,22 @@ def _catalogue_of(product_ids: set[str]) -> dict[str, tuple[int, list[str]]]:
         return {pid: (price, slugs) for pid, price, slugs in cursor.fetchall()}
 
 
-def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[_Row], int]:
-    """Check each event against stored sales and earlier events of the batch, in order."""
+def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[_Row], int, set[str]]:
+    """Check each event against stored sales and earlier events of the batch, in order.
+
+    Returns the rows to store, the number of duplicates, and the ids of the
+    originals of this batch that its returns were checked against.
+    """
     if not valid:
-        return [], 0
+        return [], 0, set()
+    returned_ids = {data["returnOf"] for _, data in valid if data.get("returnOf")}
+    _lock_originals(returned_ids)
+    totals = _ledger_lock({data["productId"] for _, data in valid if data["qty"] > 0})
+    # Read after the locks, so a concurrent batch that held them has committed;
+    # the originals after the ids, so an original stored in between is seen as
+    # this batch's own, whose returns are then checked again (see _Raced).
     stored_digest = _stored_digests([data["id"] for _, data in valid])
-    originals = _lock_originals({data["returnOf"] for _, data in valid if data.get("returnOf")})
+    originals = _stored_originals(returned_ids)
     # The catalogue is read only for what an event leaves out: its categories or its amount.
     catalogue = _catalogue_of(
         {
@@ -205,6 +266,7 @@ def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[
     rows: list[_Row] = []
     seen: dict[str, str] = {}  # id -> digest of events accepted earlier in this batch
     duplicates = 0
+    dependent: set[str] = set()
     for index, data in valid:
         digest = event_digest(data)
         event_id = data["id"]
@@ -217,6 +279,8 @@ def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[
             continue
         try:
             row = _row(index, data, digest, originals, catalogue)
+            if row.return_of is None:
+                _ledger_check(row, totals)
         except _Rejection as rejection:
             result.rejected.append({"index": index, "id": event_id, "error": str(rejection)})
             continue
@@ -224,28 +288,50 @@ def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[
         rows.append(row)
         if row.return_of is None:
             originals[event_id] = _Original(
-                row.product_id, row.qty, row.amount_cents, row.categories, row.counted_at
+                row.product_id, row.qty, row.amount_cents, row.categories, row.counted_at, in_batch=True
             )
         else:
             original = originals[row.return_of]
             original.returned_units += -row.qty
             original.refunded_cents += row.amount_cents
+            if original.in_batch:
+                dependent.add(row.return_of)
             originals[event_id] = _Original(
                 row.product_id, row.qty, row.amount_cents, row.categories, row.counted_at, is_return=True
             )
-    return rows, duplicates
+    return rows, duplicates, dependent
 
 
-def _lock_originals(event_ids: set[str]) -> dict[str, _Original]:
-    """The stored sales that returns refer to, with what was already returned of each.
+def _advisory_key(event_id: str) -> int:
+    """A 64-bit lock key for a sale id (a collision only makes two returns wait for each other)."""
+    digest = hashlib.blake2b(event_id.encode(), digest_size=8, person=b"salesrank-ret").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
-    They are locked, so that two concurrent batches cannot together return
-    more than was sold: the second waits, then counts the first one's returns.
+
+def _lock_originals(event_ids: set[str]) -> None:
+    """Serialise the returns of each of these originals until this transaction ends.
+
+    An advisory lock per original id, taken in key order before anything is
+    read, makes the returns of one original wait for each other: the second
+    batch reads only after the first has committed, and counts its returns.
+    The lock is on the id, not the row, so it holds for an original not stored yet.
     """
+    if not event_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(key) FROM unnest(%s::bigint[]) AS key",
+            [sorted({_advisory_key(event_id) for event_id in event_ids})],
+        )
+        cursor.fetchall()
+
+
+def _stored_originals(event_ids: set[str]) -> dict[str, _Original]:
+    """The stored sales that returns refer to, with what was already returned of each."""
     originals: dict[str, _Original] = {}
     if not event_ids:
         return originals
-    for sale in Sale.objects.select_for_update().filter(event_id__in=event_ids).order_by("id"):
+    for sale in Sale.objects.filter(event_id__in=event_ids):
         originals[sale.event_id] = _Original(
             product_id=sale.product_id,
             qty=sale.qty,
@@ -263,6 +349,70 @@ def _lock_originals(event_ids: set[str]) -> dict[str, _Original]:
         originals[original_id].returned_units += -qty
         originals[original_id].refunded_cents += amount_cents
     return originals
+
+
+# --- the ledger of lifetime totals: what keeps every board sum exact -------------------------
+
+_LEDGER_LOCK = f"""
+INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents)
+SELECT product_id, 0, 0 FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(product_id, n) ORDER BY n
+ON CONFLICT (product_id) DO UPDATE SET units = total.units
+RETURNING product_id, units, revenue_cents
+"""
+
+_LEDGER_ADD = f"""
+UPDATE {ProductTotal._meta.db_table} AS total
+SET units = total.units + sold.units, revenue_cents = total.revenue_cents + sold.revenue_cents
+FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS sold(product_id, units, revenue_cents)
+WHERE total.product_id = sold.product_id
+"""
+
+
+def _ledger_lock(product_ids: set[str]) -> dict[str, list[int]]:
+    """product id -> [units, revenue cents] so far, each row locked until the batch commits.
+
+    One statement creates the missing rows and locks every row, in product id
+    order, so two batches selling the same products queue rather than deadlock.
+    """
+    if not product_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_LEDGER_LOCK, [sorted(product_ids)])
+        return {product_id: [units, revenue] for product_id, units, revenue in cursor.fetchall()}
+
+
+def _ledger_check(row: _Row, totals: dict[str, list[int]]) -> None:
+    """Count a sale in its product's running totals, or reject it if they would pass the bound."""
+    total = totals[row.product_id]
+    if total[0] + row.qty > MAX_PRODUCT_TOTAL:
+        raise _Rejection(
+            f"the lifetime units of product {row.product_id} would pass {MAX_PRODUCT_TOTAL}, "
+            "the most a ranking can count exactly"
+        )
+    if total[1] + row.amount_cents > MAX_PRODUCT_TOTAL:
+        raise _Rejection(
+            f"the lifetime revenue of product {row.product_id} would pass {_money(MAX_PRODUCT_TOTAL)}, "
+            "the most a ranking can count exactly"
+        )
+    total[0] += row.qty
+    total[1] += row.amount_cents
+
+
+def _ledger_add(rows: list[_Row], inserted: set[str]) -> None:
+    """Add the sales this batch stored (not its returns) to their products' totals, in one statement."""
+    sold: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in rows:
+        if row.return_of is None and row.event_id in inserted:
+            sold[row.product_id][0] += row.qty
+            sold[row.product_id][1] += row.amount_cents
+    if not sold:
+        return
+    product_ids = sorted(sold)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _LEDGER_ADD,
+            [product_ids, [sold[p][0] for p in product_ids], [sold[p][1] for p in product_ids]],
+        )
 
 
 def _row(index, data, digest, originals, catalogue) -> _Row:
@@ -363,6 +513,7 @@ WITH created AS (
     WHERE NOT EXISTS (
         SELECT 1 FROM {Product._meta.db_table} known WHERE known.product_id = stage.product_id
     )
+    ORDER BY stage.product_id  -- a fixed order: concurrent batches wait rather than deadlock
     ON CONFLICT (product_id) DO NOTHING
     RETURNING id, product_id
 )
@@ -381,7 +532,7 @@ WITH inserted AS (
         (event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest)
     SELECT event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents, return_of,
            counted_at, now(), digest
-    FROM ingest_stage ORDER BY ord
+    FROM ingest_stage ORDER BY event_id  -- a fixed order: concurrent batches wait rather than deadlock
     ON CONFLICT (event_id) DO NOTHING
     RETURNING id, event_id
 ), queued AS (
@@ -394,10 +545,10 @@ SELECT event_id FROM inserted
 """
 
 
-def _store(rows: list[_Row], result: IngestResult) -> tuple[int, int]:
-    """Insert the rows in bulk; return (inserted, duplicates found only at insert time)."""
+def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
+    """Insert the rows in bulk; return (the ids inserted, duplicates found only at insert time)."""
     if not rows:
-        return 0, 0
+        return set(), 0
     _ensure_categories(rows)
     shards = rankings_settings.SHARDS
     all_shard = shard_of(ALL, shards)
@@ -444,4 +595,4 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[int, int]:
                 late_duplicates += 1
             else:
                 result.rejected.append({"index": row.index, "id": row.event_id, "error": DUPLICATE_ID})
-    return len(inserted), late_duplicates
+    return inserted, late_duplicates

@@ -38,6 +38,19 @@ class Sale(models.Model):
                 fields=["return_of"], condition=models.Q(return_of__isnull=False), name="sale_return_of"
             ),
         ]
+        # What ingest validates, refused by the database as well, so that no
+        # other path (a script, a migration, a bug) can store a sale the
+        # aggregation would miscount.
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount_cents__gte=0), name="sale_amount_not_negative"),
+            models.CheckConstraint(condition=~models.Q(qty=0), name="sale_qty_not_zero"),
+            # A return, and only a return, has a negative qty and names its original.
+            models.CheckConstraint(
+                condition=models.Q(qty__lt=0, return_of__isnull=False)
+                | models.Q(qty__gt=0, return_of__isnull=True),
+                name="sale_return_iff_negative_qty",
+            ),
+        ]
 
     def __str__(self):
         return self.event_id
@@ -201,3 +214,27 @@ class RankingVersion(models.Model):
         """The active version; 1 until a rebuild has been switched to."""
         number = cls.objects.filter(state=cls.State.ACTIVE).values_list("number", flat=True).first()
         return number or 1
+
+
+class ProductTotal(models.Model):
+    """A product's lifetime gross: units and revenue of its accepted sales (returns do not count).
+
+    Every board member's score is a net of the product's sales over a window,
+    so it is at most this gross; ingest keeps the gross within what a Redis
+    score (a double) and a bucket sum hold exactly, and refuses a sale past it.
+    """
+
+    product_id = models.CharField(max_length=64, primary_key=True)
+    units = models.BigIntegerField(default=0)
+    revenue_cents = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(units__gte=0), name="product_total_units_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(revenue_cents__gte=0), name="product_total_revenue_not_negative"
+            ),
+        ]
+
+    def __str__(self):
+        return self.product_id

@@ -10,7 +10,7 @@ DRF's generic machinery is what limits the ingest rate.
 
 import datetime as dt
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import cached_property
 
 from drf_spectacular.utils import extend_schema_field
@@ -19,9 +19,10 @@ from rest_framework.fields import empty
 
 from catalogue.models import ALL
 
+from .conf import rankings_settings
+
 MAX_ID_LENGTH = 128
 MAX_QTY = 1_000_000
-MAX_CATEGORIES = 50
 # Cents of the largest amount allowed: 12 digits before the point.
 MAX_AMOUNT_CENTS = 10**14 - 1
 
@@ -31,6 +32,21 @@ _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 _EPOCH = re.compile(r"-?[0-9]+(\.[0-9]+)?", re.ASCII)
 _CENT = Decimal("0.01")
 _AMOUNT = re.compile(r"[0-9]{1,12}(\.[0-9]{0,2})?|\.[0-9]{1,2}", re.ASCII)
+# Any plain decimal, to tell "too many digits" from a form Decimal() would also
+# read: an exponent ("1E-1000000000" is 0 to Decimal), "_" separators, or
+# digits of other scripts, none of which a shop's system means to send.
+_PLAIN_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+# Control (Cc) and format (Cf) characters, as Unicode 14 lists them: invisible
+# in a log or an admin page, and bidi overrides (U+202E) make an id read as
+# another one. Listed rather than computed from unicodedata, which would cost
+# every process a third of a second at start.
+_INVISIBLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+# Path segments that a URL cannot carry as a product id: they are resolved away.
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 def _check_text(field: serializers.Field, data, max_length: int) -> str:
@@ -58,12 +74,20 @@ class _EventField(serializers.Field):
     {"type": "string", "maxLength": MAX_ID_LENGTH, "minLength": 1, "example": "ord-91-line-2"}
 )
 class EventIdField(_EventField):
-    """An event id (the order line id): a string of 1 to 128 characters."""
+    """An event id (the order line id): a string of 1 to 128 characters, none of them invisible."""
 
-    default_error_messages = {"invalid": f"{{name}} must be a string of 1 to {MAX_ID_LENGTH} characters"}
+    default_error_messages = {
+        "invalid": f"{{name}} must be a string of 1 to {MAX_ID_LENGTH} characters",
+        "invisible": "{name} may not contain the control or format character U+{code:04X}",
+    }
 
     def to_internal_value(self, data) -> str:
-        return _check_text(self, data, MAX_ID_LENGTH)
+        text = _check_text(self, data, MAX_ID_LENGTH)
+        if not text.isascii() or not text.isprintable():  # the common case needs no search
+            invisible = _INVISIBLE.search(text)
+            if invisible:
+                self.fail("invisible", code=ord(invisible.group()))
+        return text
 
     def to_representation(self, value):
         return value
@@ -87,6 +111,8 @@ class TimestampField(_EventField):
     def to_internal_value(self, data) -> dt.datetime:
         if isinstance(data, str):
             text = data.strip()
+            if not text.isascii():  # digits of other scripts, which int() and float() would read
+                self.fail("invalid")
             if _EPOCH.fullmatch(text):
                 return self._from_epoch(float(text))
             try:
@@ -115,11 +141,16 @@ class TimestampField(_EventField):
 
 @extend_schema_field({"type": "string", "pattern": f"^{_PRODUCT_ID.pattern}$", "example": "p15"})
 class ProductIdField(_EventField):
-    default_error_messages = {"invalid": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -"}
+    default_error_messages = {
+        "invalid": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -",
+        "dots": "productId may not be '.' or '..': no URL can name it",
+    }
 
     def to_internal_value(self, data) -> str:
         if not isinstance(data, str) or not _PRODUCT_ID.fullmatch(data):
             self.fail("invalid")
+        if data in _DOT_SEGMENTS:
+            self.fail("dots")
         return data
 
     def to_representation(self, value):
@@ -130,7 +161,7 @@ class ProductIdField(_EventField):
     {
         "type": "array",
         "nullable": True,
-        "maxItems": MAX_CATEGORIES,
+        "maxItems": rankings_settings.MAX_EVENT_CATEGORIES,
         "items": {"type": "string", "pattern": f"^{_SLUG.pattern}$", "not": {"enum": [ALL]}},
         "description": "category slugs; left out, empty or null: the product's catalogue categories",
         "example": ["toys", "gifts"],
@@ -140,10 +171,18 @@ class CategoriesField(_EventField):
     """Category slugs; a slug listed twice counts once; `null` or `[]` means the catalogue's."""
 
     default_error_messages = {
-        "invalid": f"categories must be a list of at most {MAX_CATEGORIES} slugs",
+        "invalid": "categories must be a list of at most {limit} slugs",
         "slug": "categories: {value!r} is not a slug (at most 50 of a-z A-Z 0-9 _ -)",
         "reserved": f"categories: '{ALL}' is reserved for the board of every sale",
     }
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # Read when a serializer is built (once a batch), so a changed setting applies.
+        self.max_categories = rankings_settings.MAX_EVENT_CATEGORIES
+
+    def fail(self, key, **kwargs):
+        super().fail(key, limit=self.max_categories, **kwargs)
 
     def validate_empty_values(self, data):
         if data is None:
@@ -151,7 +190,7 @@ class CategoriesField(_EventField):
         return super().validate_empty_values(data)
 
     def to_internal_value(self, data) -> list[str]:
-        if not isinstance(data, list) or len(data) > MAX_CATEGORIES:
+        if not isinstance(data, list) or len(data) > self.max_categories:
             self.fail("invalid")
         for slug in data:
             if not isinstance(slug, str) or not _SLUG.fullmatch(slug):
@@ -205,6 +244,8 @@ class AmountField(_EventField):
 
     default_error_messages = {
         "invalid": "amount must be a decimal number (a JSON string or number)",
+        "form": "amount must be written with the digits 0-9 and at most one point, such as 25.00 "
+        "(no exponent, no separators)",
         "negative": "amount may not be negative",
         "places": "amount may have at most 2 decimal places",
         "digits": "amount may have at most 12 digits before the decimal point",
@@ -220,10 +261,9 @@ class AmountField(_EventField):
             text = data.strip()
             if _AMOUNT.fullmatch(text):  # the common case, checked without Decimal arithmetic
                 return Decimal(text)
-            try:
-                value = Decimal(text)
-            except InvalidOperation:
-                self.fail("invalid")
+            if not _PLAIN_DECIMAL.fullmatch(text):
+                self.fail("form" if any(c.isdigit() for c in text) else "invalid")
+            value = Decimal(text)
         elif isinstance(data, int) and not isinstance(data, bool):
             value = Decimal(data)
         elif isinstance(data, float):

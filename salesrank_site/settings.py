@@ -192,6 +192,9 @@ RANKINGS = {
     # Events whose ts is further ahead of the server clock are rejected.
     "MAX_FUTURE_SECONDS": 300,  # seconds
     "MAX_BATCH_EVENTS": 5000,
+    # Categories one event may name (a count). Each unknown one becomes a
+    # placeholder, so this bounds what one batch can add to the catalogue.
+    "MAX_EVENT_CATEGORIES": 20,
     # name: (bucket size in seconds, bucket count)
     "WINDOWS": {
         "1h": (60, 60),

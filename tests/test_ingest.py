@@ -15,6 +15,7 @@ from tests.conftest import utc
 pytestmark = pytest.mark.django_db
 
 NOW = utc(2026, 10, 11, 10, 0)
+AMOUNT_FORM = "amount must be written with the digits 0-9 and at most one point, such as 25.00 (no exponent, no separators)"
 
 
 def event(**overrides):
@@ -64,7 +65,7 @@ REJECTIONS = [
     pytest.param(event(productId=""), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId empty"),
     pytest.param(event(productId="p" * 65), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId of 65 characters"),
     pytest.param(event(productId=15), "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -", id="productId a number"),
-    pytest.param(event(categories="toys"), "categories must be a list of at most 50 slugs", id="categories a string"),
+    pytest.param(event(categories="toys"), "categories must be a list of at most 20 slugs", id="categories a string"),
     pytest.param(event(categories=["board games"]), "categories: 'board games' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category with a space"),
     pytest.param(event(categories=["toys\n"]), "categories: 'toys\\n' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category with a newline"),
     pytest.param(event(categories=["c" * 51]), f"categories: '{'c' * 51}' is not a slug (at most 50 of a-z A-Z 0-9 _ -)", id="category of 51 characters"),
@@ -88,6 +89,28 @@ REJECTIONS = [
     pytest.param(event(amount="Infinity"), "amount must be a decimal number (a JSON string or number)", id="amount infinite"),
     pytest.param(event(amount=True), "amount must be a decimal number (a JSON string or number)", id="amount boolean"),
     pytest.param(event(amount=["1"]), "amount must be a decimal number (a JSON string or number)", id="amount a list"),
+    pytest.param(event(amount="1E-1000000000"), AMOUNT_FORM, id="amount a tiny exponent"),
+    pytest.param(event(amount="1e2"), AMOUNT_FORM, id="amount with an exponent"),
+    pytest.param(event(amount="2.5E+1"), AMOUNT_FORM, id="amount with a signed exponent"),
+    pytest.param(event(amount="1_000"), AMOUNT_FORM, id="amount with an underscore"),
+    pytest.param(event(amount="1,000.00"), AMOUNT_FORM, id="amount with a comma"),
+    pytest.param(event(amount="\u0661\u0662"), AMOUNT_FORM, id="amount in Arabic-Indic digits"),
+    pytest.param(event(amount="\uff11\uff12.00"), AMOUNT_FORM, id="amount in full-width digits"),
+    pytest.param(event(ts="1_791_709_200"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts epoch with underscores"),
+    pytest.param(event(ts="1.7917092e9"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts epoch with an exponent"),
+    pytest.param(event(ts="\u0661\u0667\u0669\u0661\u0667\u0660\u0669\u0662\u0660\u0660"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts epoch in Arabic-Indic digits"),
+    pytest.param(event(ts="2026-10-11T09:00:00.\u0661Z"), "ts must be epoch seconds or an ISO-8601 time with a UTC offset", id="ts ISO with an Arabic-Indic digit"),
+    pytest.param(event(id="ord\x07-1"), "id may not contain the control or format character U+0007", id="id with a control character"),
+    pytest.param(event(id="ord\x85-1"), "id may not contain the control or format character U+0085", id="id with a C1 control character"),
+    pytest.param(event(id="ord-\u202e1-gnp"), "id may not contain the control or format character U+202E", id="id with a right-to-left override"),
+    pytest.param(event(id="\u200ford-1"), "id may not contain the control or format character U+200F", id="id with a right-to-left mark"),
+    pytest.param(event(id="ord-\u2066x\u2069"), "id may not contain the control or format character U+2066", id="id with a bidi isolate"),
+    pytest.param(event(id="ord\u200b1"), "id may not contain the control or format character U+200B", id="id with a zero-width space"),
+    pytest.param(event(returnOf="ord-\u2069", qty=-1), "returnOf may not contain the control or format character U+2069", id="returnOf with a bidi character"),
+    pytest.param(event(returnOf="o\x1b[2J", qty=-1), "returnOf may not contain the control or format character U+001B", id="returnOf with an escape"),
+    pytest.param(event(productId="."), "productId may not be '.' or '..': no URL can name it", id="productId a dot"),
+    pytest.param(event(productId=".."), "productId may not be '.' or '..': no URL can name it", id="productId two dots"),
+    pytest.param(event(categories=[f"c{i}" for i in range(21)]), "categories must be a list of at most 20 slugs", id="21 categories"),
     pytest.param(event(returnOf=7, qty=-1), "returnOf must be a string of 1 to 128 characters", id="returnOf a number"),
     pytest.param(event(qty=-1), "a negative qty is a return and needs returnOf", id="negative qty without returnOf"),
     pytest.param(event(returnOf="ord-0-line-1"), "a return (returnOf) needs a negative qty", id="positive qty with returnOf"),
@@ -486,10 +509,17 @@ def test_each_sale_is_queued_once_for_every_shard_of_its_boards():
     assert sorted(queued) == sorted(expected)
 
 
-def test_sales_are_stored_in_the_order_given():
-    ingest(*(event(id=f"e{i}") for i in (3, 1, 2)))
+def test_the_number_of_categories_of_an_event_is_a_setting(settings):
+    """RANKINGS["MAX_EVENT_CATEGORIES"] bounds the placeholder categories one batch can create."""
+    settings.RANKINGS = {**settings.RANKINGS, "MAX_EVENT_CATEGORIES": 3}
+    three = [f"c{i}" for i in range(3)]
 
-    assert list(Sale.objects.order_by("id").values_list("event_id", flat=True)) == ["e3", "e1", "e2"]
+    result = ingest(event(id="a", categories=three), event(id="b", categories=[*three, "c3"]))
+
+    assert result.accepted == 1
+    assert result.rejected == [
+        {"index": 1, "id": "b", "error": "categories must be a list of at most 3 slugs"}
+    ]
 
 
 def test_each_call_is_logged_with_its_counts():
