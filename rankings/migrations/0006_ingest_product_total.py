@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('catalogue', '0002_ingest_constraints'),
-        ('rankings', '0004_fewer_sale_indexes'),
+        ('rankings', '0005_versions_verifylog'),
     ]
 
     operations = [
