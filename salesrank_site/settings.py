@@ -178,9 +178,10 @@ RANKINGS = {
     # 60 bytes per change, so a step stays far below a reader's timeout and PostgreSQL's limits.
     "MAX_BATCH_CHANGES": env.int("RANKINGS_MAX_BATCH_CHANGES", default=20_000),  # changes
     # A shard whose tick raised is retried after this long, doubling with each consecutive
-    # failure up to the maximum: a poison batch costs little, and the other shards tick meanwhile.
+    # failure up to the maximum: a poison batch costs one failed transaction a minute, and the
+    # other shards tick meanwhile; after a longer outage (Redis down) a shard is back within a minute.
     "SHARD_RETRY_SECONDS": 2,  # seconds, the first wait
-    "SHARD_RETRY_MAX_SECONDS": 300,  # seconds, the longest wait
+    "SHARD_RETRY_MAX_SECONDS": 60,  # seconds, the longest wait
     # Applied batches are kept this long, so that a rebuilt version, or one
     # switched back to, can catch up by replaying them.
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
