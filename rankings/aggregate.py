@@ -11,7 +11,13 @@ shard's queue is empty:
    the claimed sales are folded in — then fold the claimed sales into the
    buckets, and record the change with the next batch sequence number.
 2. Apply the change to Redis in one Lua call that checks the sequence number,
-   so a batch replayed after a crash is a no-op; then mark it applied.
+   so a batch replayed after a crash is a no-op; then mark it applied. A change
+   larger than MAX_BATCH_CHANGES is recorded as several batches (steps) with
+   consecutive numbers in the same transaction and applied one call each.
+
+A shard whose work raises is rolled back, logged and retried with a growing
+wait; the other shards tick on. The version written is read under the shard's
+lock, so a switch-over (which holds every shard's lock) is never missed.
 
 Because the change is computed as the difference between two whole windows,
 additions and expiry can never be applied in the wrong order (expiring first would subtract
@@ -23,9 +29,10 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -46,6 +53,13 @@ LOCK_NAMESPACE = 0x5A1E5
 TICK_LOG_KEPT = dt.timedelta(days=2)
 
 
+# A failing shard's error is kept this long on its row (a traceback can be huge).
+ERROR_TEXT_KEPT = 500  # characters
+
+# Not a shard's failure but the whole tick's: the task's time is up.
+_NOT_ISOLATED = (SoftTimeLimitExceeded,)
+
+
 class ClockWentBackwards(ValueError):
     pass
 
@@ -59,6 +73,8 @@ class TickReport:
     too_old: int = 0
     rebuilt_shards: int = 0
     busy_shards: list[int] = field(default_factory=list)
+    failed_shards: list[int] = field(default_factory=list)
+    backing_off_shards: list[int] = field(default_factory=list)
     duration_ms: float = 0.0
 
 
@@ -80,15 +96,13 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
-    version = _write_version()
-    gen = store.generation(version)
     report = TickReport(now=now)
     for shard in range(rankings_settings.SHARDS):
         with _shard_lock(shard) as acquired:
             if not acquired:
                 report.busy_shards.append(shard)
                 continue
-            _tick_shard(shard=shard, version=version, gen=gen, now=now, report=report)
+            _tick_shard_isolated(shard=shard, now=now, report=report)
     report.duration_ms = (time.perf_counter() - clock) * 1000
     if log_tick:
         TickLog.objects.create(
@@ -107,10 +121,57 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     return report
 
 
+def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) -> None:
+    """Tick one shard (its lock held); an error fails this shard only, which then waits to retry."""
+    state, _ = ShardState.objects.get_or_create(shard=shard)
+    if state.retry_at is not None and timezone.now() < state.retry_at:
+        report.backing_off_shards.append(shard)
+        return
+    try:
+        # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet.
+        version = _write_version()
+        _tick_shard(shard=shard, version=version, gen=store.generation(version), now=now, report=report)
+    except _NOT_ISOLATED:
+        raise
+    except Exception as error:
+        _shard_failed(shard, error)
+        report.failed_shards.append(shard)
+        return
+    if state.failures:
+        ShardState.objects.filter(shard=shard).update(failures=0, last_error="", retry_at=None)
+        log.warning("shard %s ticks again after %s failures", shard, state.failures)
+
+
+def _shard_failed(shard: int, error: Exception) -> None:
+    """Record the failure and when to retry: the wait doubles with each consecutive failure."""
+    log.error("tick of shard %s failed; other shards go on", shard, exc_info=error)
+    state = ShardState.objects.get(shard=shard)
+    failures = state.failures + 1
+    wait = min(
+        rankings_settings.SHARD_RETRY_SECONDS * 2 ** min(failures - 1, 30),
+        rankings_settings.SHARD_RETRY_MAX_SECONDS,
+    )
+    text = f"{type(error).__name__}: {error}".strip()[:ERROR_TEXT_KEPT]
+    ShardState.objects.filter(shard=shard).update(
+        failures=failures, last_error=text, retry_at=timezone.now() + dt.timedelta(seconds=wait)
+    )
+
+
+def shards_failing() -> list[dict]:
+    """The shards whose last tick failed: how often in a row, the error, and when they retry."""
+    return [
+        {"shard": shard, "failures": failures, "error": error, "retryAt": retry_at}
+        for shard, failures, error, retry_at in ShardState.objects.filter(failures__gt=0)
+        .order_by("shard")
+        .values_list("shard", "failures", "last_error", "retry_at")
+    ]
+
+
 def _write_version() -> int:
-    """PostgreSQL decides which version ticks write; Redis's pointer for readers follows it."""
-    version = RankingVersion.active_number()
-    store.active_ensure(version)
+    """PostgreSQL decides which version ticks write; Redis's pointer for readers follows it,
+    unless it already names a later switch (then this caller is the stale one)."""
+    version, epoch = RankingVersion.active()
+    store.active_ensure(version, epoch)
     return version
 
 
@@ -162,29 +223,46 @@ def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report:
                 return
             changes, too_old = _changes(shard=shard, old_now=state.now, new_now=now)
             _fold(shard=shard)
+            batches = []
+            if claimed or changes:
+                steps = _steps(changes)
+                for i, step in enumerate(steps):
+                    last = i == len(steps) - 1
+                    state.seq += 1
+                    batches.append(
+                        Batch(
+                            shard=shard,
+                            seq=state.seq,
+                            # Readers are told the new instant only when every step is in.
+                            now=now if last or state.now is None else state.now,
+                            changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in step],
+                            sales=claimed if last else 0,
+                        )
+                    )
+                Batch.objects.bulk_create(batches)
             state.now = now
             state.too_old += too_old
-            batch = None
-            if claimed or changes:
-                state.seq += 1
-                batch = Batch.objects.create(
-                    shard=shard,
-                    seq=state.seq,
-                    now=now,
-                    changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in changes],
-                    sales=claimed,
-                )
             state.save()
         report.sales += claimed if shard == shard_of(ALL, rankings_settings.SHARDS) else 0
         report.too_old += too_old
-        if batch is not None:
+        for batch in batches:
             report.batches += 1
             _apply(batch=batch, version=version, gen=gen, report=report)
-        elif not store.shard_touch(version=version, shard=shard, seq=state.seq, asof=_epoch(now), gen=gen):
+        if not batches and not store.shard_touch(
+            version=version, shard=shard, seq=state.seq, asof=_epoch(now), gen=gen
+        ):
             shard_rebuild(shard=shard, version=version, gen=gen)
             report.rebuilt_shards += 1
         if claimed < limit:
             return
+
+
+def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
+    """The changes cut into steps of at most MAX_BATCH_CHANGES, a board's changes kept together
+    where they fit (fewer blobs rewritten); always at least one step, possibly empty."""
+    limit = rankings_settings.MAX_BATCH_CHANGES
+    ordered = sorted(changes, key=lambda c: (c.window, c.category, c.metric, c.product_id))
+    return [ordered[i : i + limit] for i in range(0, len(ordered), limit)] or [[]]
 
 
 def _apply(*, batch: Batch, version: int, gen: str, report: TickReport) -> None:
@@ -324,6 +402,38 @@ def _fold(*, shard: int) -> None:
     sizes = bucket_sizes(rankings_settings.windows.values())
     with connection.cursor() as cursor:
         cursor.execute(_FOLD, {"sizes": sizes, "shard": shard})
+
+
+def clock_reset(*, to: dt.datetime) -> list[int]:
+    """Put every shard's instant back to `to` and rebuild its boards from the buckets as of then.
+
+    The way out of a clock that went wrong (a tick far in the future empties every window, and
+    every later tick is refused as going backwards). Buckets hold sales by their own time, not
+    by the instant of the tick that folded them, so the rebuilt boards are exact. Each shard's
+    batch sequence skips one number: a retired or building version cannot catch up across the
+    reset by replaying batches (they assume the boards as of `to`) and is told to rebuild.
+    Sales still pending are folded by the next tick as usual. Returns the shards reset.
+    """
+    if to.tzinfo is None:
+        raise ValueError("to must be timezone-aware")
+    shards = list(range(rankings_settings.SHARDS))
+    with ExitStack() as locks:
+        for shard in shards:
+            locks.enter_context(shard_locked(shard))
+        for shard in shards:
+            version = _write_version()
+            gen = store.generation(version)
+            ShardState.objects.get_or_create(shard=shard)
+            with transaction.atomic():
+                state = ShardState.objects.select_for_update().get(shard=shard)
+                state.now = to
+                state.seq += 1
+                state.save(update_fields=["now", "seq"])
+            # After the commit: should the rebuild fail, Redis lacks the skipped number and
+            # the next tick rebuilds the shard.
+            shard_rebuild(shard=shard, version=version, gen=gen)
+            log.warning("reset the clock of shard %s to %s and rebuilt its boards", shard, to.isoformat())
+    return shards
 
 
 def shard_rebuild(*, shard: int, version: int, gen: str) -> None:

@@ -389,10 +389,13 @@ def version_switch(*, number: int) -> RankingVersion:
                     RankingVersion.objects.create(
                         number=previous, state=RankingVersion.State.RETIRED, retired_at=now
                     )
+                epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
                 RankingVersion.objects.filter(number=number).update(
-                    state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None
+                    state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None, switch_epoch=epoch
                 )
-                store.active_set(number)
+            # Only once committed: a pointer naming a switch that rolled back could not be undone.
+            # Still under every shard's lock; should this fail, the next tick sets it.
+            store.active_set(number, epoch)
     log.info("switched rankings from version %s to %s", previous, number)
     target.refresh_from_db()
     return target

@@ -102,6 +102,10 @@ class ShardState(models.Model):
     seq = models.BigIntegerField(default=0)
     now = models.DateTimeField(null=True)
     too_old = models.BigIntegerField(default=0, help_text="sales too old for every window")
+    # A shard whose tick raised is retried with a growing wait; a success clears these.
+    failures = models.PositiveIntegerField(default=0, help_text="consecutive failed ticks")
+    last_error = models.TextField(blank=True, default="")
+    retry_at = models.DateTimeField(null=True, blank=True, help_text="not ticked again before this")
 
 
 class Batch(models.Model):
@@ -197,6 +201,10 @@ class RankingVersion(models.Model):
     sales = models.BigIntegerField(default=0, help_text="raw sales replayed")
     rate = models.FloatField(default=0.0, help_text="sales per second")
     message = models.TextField(blank=True)
+    # Which switch made the version active: every switch takes the next number, so the
+    # readers' pointer in Redis can refuse a write from before the latest switch, even
+    # one that names a higher version number (a switch back).
+    switch_epoch = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["-number"]
@@ -212,8 +220,14 @@ class RankingVersion(models.Model):
     @classmethod
     def active_number(cls) -> int:
         """The active version; 1 until a rebuild has been switched to."""
-        number = cls.objects.filter(state=cls.State.ACTIVE).values_list("number", flat=True).first()
-        return number or 1
+        return cls.active()[0]
+
+    @classmethod
+    def active(cls) -> tuple[int, int]:
+        """The active version and the switch that made it active; (1, 0) before any switch."""
+        row = cls.objects.filter(state=cls.State.ACTIVE).values_list("number", "switch_epoch").first()
+        return row or (1, 0)
+
 
 
 class ProductTotal(models.Model):

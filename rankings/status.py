@@ -8,6 +8,7 @@ from django.utils import timezone
 from catalogue.models import ALL, shard_of
 
 from . import store
+from .aggregate import shards_failing
 from .conf import rankings_settings
 from .models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
 
@@ -52,6 +53,7 @@ def status_read() -> dict:
         "duplicates": totals["duplicates"] or 0,
         "rejected": totals["rejected"] or 0,
         "droppedTooOld": ShardState.objects.aggregate(n=Sum("too_old"))["n"] or 0,
+        "failingShards": shards_failing(),
         "activeVersion": version,
         "redis": "ok" if redis_ok else "unreachable",
         "windows": {

@@ -3,7 +3,8 @@
 Layout, for key prefix P, version V and shard S (the hash tag keeps a shard's
 keys on one Redis Cluster slot, so a batch can be applied atomically):
 
-    P:active                         the version that serves reads
+    P:active                         hash: version that serves reads, epoch
+                                     (the switch that made it active)
     P:vV:gen                         generation marker; missing = Redis lost data
     P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen
     P:vV:{sS}:b:<window>:<metric>:<category>
@@ -187,7 +188,10 @@ def active_version(*, fresh: bool = False) -> int:
     if cached and not fresh and time.monotonic() - cached[0] < ACTIVE_VERSION_TTL:
         return cached[1]
     try:
-        value = client().get(active_key())
+        try:
+            value = client().hget(active_key(), "version")
+        except redis.ResponseError:  # a pointer from before switches were numbered, until a tick
+            value = client().get(active_key())
     except redis.RedisError as error:
         if cached:
             return cached[1]
@@ -197,18 +201,36 @@ def active_version(*, fresh: bool = False) -> int:
     return version
 
 
-def active_set(version: int) -> None:
-    """Point every reader at `version` (they see it within ACTIVE_VERSION_TTL)."""
-    client(write=True).set(active_key(), version)
+# Point readers at ARGV[1], made active by switch number ARGV[2], unless the
+# pointer already names a later switch: a writer that read PostgreSQL before a
+# switch committed can never move the pointer back. A pointer written before
+# switches were numbered (a plain string) is replaced. Returns the version named.
+_ACTIVE_SET = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'hash' then
+    local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '-1')
+    if epoch > tonumber(ARGV[2]) then
+        return tonumber(redis.call('HGET', KEYS[1], 'version'))
+    end
+elseif kind ~= 'none' then
+    redis.call('DEL', KEYS[1])
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'epoch', ARGV[2])
+return tonumber(ARGV[1])
+"""
+
+
+def active_set(version: int, epoch: int) -> int:
+    """Point every reader at `version`, made active by switch `epoch` (they see it within
+    ACTIVE_VERSION_TTL); refused if the pointer names a later switch. Returns the version named."""
+    named = int(client(write=True).eval(_ACTIVE_SET, 1, active_key(), version, epoch))
     _active_cache.pop(prefix(), None)
+    return named
 
 
-def active_ensure(version: int) -> None:
-    """Restore the readers' pointer if Redis lost it or it disagrees with PostgreSQL."""
-    r = client(write=True)
-    value = r.get(active_key())
-    if value is None or int(value) != version:
-        r.set(active_key(), version)
+def active_ensure(version: int, epoch: int) -> int:
+    """Restore the readers' pointer if Redis lost it or it names an earlier switch than `epoch`."""
+    return int(client(write=True).eval(_ACTIVE_SET, 1, active_key(), version, epoch))
 
 
 # --- the write path --------------------------------------------------------------

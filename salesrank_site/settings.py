@@ -172,6 +172,16 @@ RANKINGS = {
     # A tick claims at most this many pending sales per batch, so a backlog is
     # worked through in steps that each commit and reach Redis quickly.
     "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=5000),
+    # One window transition (after a long outage every member may leave every window) is
+    # applied in steps of at most this many board changes: each step is one Lua call that
+    # blocks Redis readers for roughly 1 ms per 1,000 changes, and one JSON row of about
+    # 60 bytes per change, so a step stays far below a reader's timeout and PostgreSQL's limits.
+    "MAX_BATCH_CHANGES": env.int("RANKINGS_MAX_BATCH_CHANGES", default=20_000),  # changes
+    # A shard whose tick raised is retried after this long, doubling with each consecutive
+    # failure up to the maximum: a poison batch costs one failed transaction a minute, and the
+    # other shards tick meanwhile; after a longer outage (Redis down) a shard is back within a minute.
+    "SHARD_RETRY_SECONDS": 2,  # seconds, the first wait
+    "SHARD_RETRY_MAX_SECONDS": 60,  # seconds, the longest wait
     # Applied batches are kept this long, so that a rebuilt version, or one
     # switched back to, can catch up by replaying them.
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from rankings import store
 from rankings.models import Batch, PendingSale, ShardState
 
 from .processes import django_env, manage, python
@@ -26,12 +27,14 @@ point = {point!r}
 real_apply = store.batch_apply
 real_shard = aggregate._tick_shard
 shards_done = []
+applied = []
 
 def apply_then_die(**kwargs):
     if point == "after-postgres-commit":
         os._exit(9)
     result = real_apply(**kwargs)
-    if point == "after-redis-apply":
+    applied.append(kwargs["seq"])
+    if point == "after-redis-apply" or (point == "between-steps" and len(applied) == 2):
         os._exit(9)
     return result
 
@@ -82,6 +85,27 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point):
     assert report.rebuilt_shards == 0
     assert not Batch.objects.filter(applied=False).exists()
     assert not PendingSale.objects.exists()
+    shop.assert_exact()
+
+
+def test_a_tick_killed_between_the_steps_of_one_transition_is_replayed_exactly():
+    """A transition split into bounded steps (batches of at most 7 changes): the process dies after
+    the second step reached Redis; the next tick applies the remaining steps once, in order."""
+    shop = Shop()
+    shop.send(*[shop.sale(f"p{i:02}", categories=["toys"], qty=1 + i, amount="2.50") for i in range(20)])
+    shop.tick()
+    shop.advance(days=31)
+    env = django_env(RANKINGS_MAX_BATCH_CHANGES=7)
+    child = python(_CRASHING_TICK.format(point="between-steps", now=shop.now.isoformat()), env=env)
+    assert child.wait(timeout=60) == 9
+    # the first shard to tick has two of its steps in Redis, the rest committed but not applied,
+    # and readers still see its old instant
+    left = Batch.objects.filter(applied=False).order_by("seq")
+    assert left.count() > 1, "the transition was not split into steps"
+    assert float(store.shard_state(1, left[0].shard)["asof"]) < shop.now.timestamp()
+    report = shop.tick()
+    assert report.rebuilt_shards == 0
+    assert not Batch.objects.filter(applied=False).exists()
     shop.assert_exact()
 
 

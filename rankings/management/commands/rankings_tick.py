@@ -1,23 +1,58 @@
+import datetime as dt
+
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from rankings.aggregate import ClockWentBackwards, tick
+from rankings.conf import rankings_settings
 from rankings.management.arguments import instant
 
 
+def refuse_far_future(value: dt.datetime, *, option: str) -> None:
+    """A tick far ahead of the wall clock empties every window and blocks later ticks until then."""
+    ahead = (value - timezone.now()).total_seconds()
+    if ahead > rankings_settings.MAX_FUTURE_SECONDS:
+        raise CommandError(
+            f"{option} {value.isoformat()} is {ahead:.0f} s ahead of the clock (more than "
+            f"{rankings_settings.MAX_FUTURE_SECONDS} s); every later tick would be refused until then. "
+            "Pass --allow-future if that is what you mean (replaying history, tests)."
+        )
+
+
 class Command(BaseCommand):
-    help = "Aggregate every pending sale and expire buckets, as of --now (default: the clock)."
+    help = (
+        "Aggregate every pending sale and expire buckets, as of --now (default: the clock). "
+        "A --now more than MAX_FUTURE_SECONDS ahead of the clock is refused without --allow-future. "
+        "If a tick ran with a wrong clock (every later tick fails with 'before the last tick'), "
+        "run `rankings_clock_reset` to put every shard back at the clock and rebuild its boards."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--now", type=instant, help="ISO-8601 instant with offset; may not go backwards")
+        parser.add_argument(
+            "--allow-future",
+            action="store_true",
+            help="accept a --now far ahead of the clock (to replay history; undo with rankings_clock_reset)",
+        )
 
     def handle(self, *args, **options):
+        if options["now"] is not None and not options["allow_future"]:
+            refuse_far_future(options["now"], option="--now")
         try:
             report = tick(now=options["now"])
         except ClockWentBackwards as error:
-            raise CommandError(str(error)) from error
+            raise CommandError(
+                f"{error}; if that tick's clock was wrong, see rankings_clock_reset"
+            ) from error
         self.stdout.write(
             f"tick as of {report.now.isoformat()}: {report.sales} sales in {report.batches} batches, "
             f"{report.redis_writes} board writes, {report.too_old} too old, "
             f"{report.rebuilt_shards} shards rebuilt, {report.duration_ms:.0f} ms"
             + (f", shards busy elsewhere: {report.busy_shards}" if report.busy_shards else "")
+            + (
+                f", shards failed (see the status page): {report.failed_shards}"
+                if report.failed_shards
+                else ""
+            )
+            + (f", shards waiting to retry: {report.backing_off_shards}" if report.backing_off_shards else "")
         )
