@@ -229,7 +229,6 @@ class RankingVersion(models.Model):
         return row or (1, 0)
 
 
-
 class ProductTotal(models.Model):
     """A product's lifetime gross: units and revenue of its accepted sales (returns do not count).
 

@@ -75,6 +75,8 @@ def test_rankings_verify_repair_fails_when_the_rebuild_does_not_make_the_boards_
     with pytest.raises(CommandError, match="1 differ"):
         call_command("rankings_verify", "--repair")
     assert "toys 7d units" in capsys.readouterr().out
+
+
 def _recent_shop() -> Shop:
     """A shop whose clock is the wall clock (a minute ago), as the commands' defaults are."""
     return Shop(now=timezone.now().replace(microsecond=0) - dt.timedelta(minutes=1))
