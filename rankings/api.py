@@ -20,7 +20,7 @@ from . import selectors
 from .conf import METRICS, rankings_settings
 from .ingest import sales_ingest
 from .serializers import SaleEventSerializer
-from .status import status_read
+from .status import liveness_read, status_cached
 
 
 def exception_handler(exc, context):
@@ -387,20 +387,38 @@ class ProductNeighborsApi(APIView):
 
 
 class StatusApi(APIView):
-    """Backlog, lag, the last tick, ingest rate, duplicates and drops, boards per window."""
+    """Whether the boards are live; the operator's figures for a holder of rankings.view_status."""
 
     throttle_scope = "reads"
 
     @extend_schema(
         operation_id="status",
         responses={
-            200: OpenApiResponse(description="the system's health"),
+            200: OpenApiResponse(
+                inline_serializer(
+                    "Status",
+                    {
+                        "status": serializers.ChoiceField(choices=["ok", "stale", "down"]),
+                        "asOf": serializers.DateTimeField(allow_null=True),
+                    },
+                ),
+                description=(
+                    "ok: the boards were brought up to date moments ago; stale: not for a minute or more "
+                    "(the ticks stopped); down: Redis does not answer. A token or staff session with the "
+                    "permission rankings.view_status also gets the backlog, lag, last tick, ingest rate "
+                    "and totals, and the boards per window."
+                ),
+            ),
             304: _READ_ERRORS[304],
             429: _THROTTLED,
         },
     )
     def get(self, request):
-        return Response(status_read())
+        body = liveness_read()
+        user = request.user
+        if user is not None and user.has_perm("rankings.view_status"):
+            body = {**body, **status_cached()}
+        return Response(body)
 
 
 def not_found(request, exception):

@@ -50,8 +50,12 @@ def answers_forget() -> None:
 
 
 def caches_clear() -> None:
+    """Forget everything this process remembers of the read side (answers, names, status figures)."""
+    from .status import status_forget
+
     answers_forget()
     categories_forget()
+    status_forget()
 
 
 def _served(key: tuple, compute, *, boards: bool = True) -> dict:
