@@ -15,6 +15,7 @@ from catalogue.models import ALL, PRODUCT_ID_PATTERN
 
 from . import selectors
 from .conf import METRICS, rankings_settings
+from .throttling import PageThrottle
 
 # Rows per page of a category's best sellers.
 PAGE_SIZE = 50
@@ -48,13 +49,19 @@ class BadRequest(ValueError):
 
 
 def page_view(view):
-    """Bad parameters become the 400 page, unknown names the 404 page, no rankings at all the 503 page.
+    """Bad parameters become the 400 page, unknown names the 404 page, no rankings at all the 503 page,
+    and an address past its rate the 429 page.
 
     A page carries Cache-Control and an ETag, and If-None-Match is answered with 304.
     """
 
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
+        throttle = PageThrottle()
+        if not throttle.allow_request(request, None):
+            response = render(request, "429.html", status=429)
+            response["Retry-After"] = str(max(1, math.ceil(throttle.wait() or 1)))
+            return response
         try:
             response = view(request, *args, **kwargs)
         except BadRequest as bad:
