@@ -508,11 +508,11 @@ def shard_asof(*, version: int, shard: int) -> float | None:
 
 @_unreachable
 def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -> list[BoardSlice | None]:
-    """The first n ranks of several boards ((shard, window, metric, category, n), n <= BLOB_SIZE).
+    """The first n ranks of several boards ((shard, window, metric, category, n) each).
 
     One round trip for them all: each board's blob and size, each shard's asof.
-    None for a board whose blob is missing while the board is not empty (a
-    caller reads that one alone with board_slice).
+    None for a board the blob cannot answer (missing while the board is not
+    empty, or n deeper than the blob): a caller reads that one with board_slice.
     """
     shards = sorted({shard for shard, *_ in boards})
     pipe = client().pipeline(transaction=False)
@@ -530,6 +530,9 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
             out.append(BoardSlice(asof=asofs[shard], total=0, rows=[]) if total == 0 else None)
             continue
         data = json.loads(blob)
+        if n > BLOB_SIZE and data["total"] > BLOB_SIZE:
+            out.append(None)  # deeper than the blob
+            continue
         out.append(
             BoardSlice(
                 asof=asofs[shard],
