@@ -1,11 +1,13 @@
 """The HTTP API under /v1/: DRF views that call services (ingest) and selectors only."""
 
 import functools
+import logging
 import threading
 
 from cachetools import LRUCache
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
 from django.http import Http404, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views import defaults
@@ -20,7 +22,9 @@ from . import selectors
 from .conf import METRICS, rankings_settings
 from .ingest import sales_ingest
 from .serializers import SaleEventSerializer
-from .status import status_read
+from .status import liveness_read, status_cached
+
+logger = logging.getLogger(__name__)
 
 
 def exception_handler(exc, context):
@@ -29,6 +33,11 @@ def exception_handler(exc, context):
         exc = exceptions.NotFound(str(exc) or "not found")
     elif isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge(f"request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+    elif isinstance(exc, DatabaseError):
+        # PostgreSQL is away where a read could not do without it (a token to
+        # look up, a batch to store): a retryable 503, never a 500.
+        logger.warning("database unavailable: %s", exc)
+        exc = ServiceUnavailable("the database is unavailable right now; try again shortly")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -180,17 +189,24 @@ def _selected(call, **kwargs) -> Response:
     return response
 
 
+class CategoryListParams(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+    offset = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+
+
 class CategoryListApi(APIView):
-    """Every category, with `all` (the board of every sale) first."""
+    """The categories, `limit` from `offset`, with `all` (the board of every sale) first."""
 
     throttle_scope = "reads"
 
     @extend_schema(
         operation_id="categories_list",
+        parameters=[CategoryListParams],
         responses={
             200: inline_serializer(
                 "CategoryList",
                 {
+                    "total": serializers.IntegerField(),
                     "items": inline_serializer(
                         "CategoryItem",
                         {
@@ -199,19 +215,21 @@ class CategoryListApi(APIView):
                             "url": serializers.URLField(),
                         },
                         many=True,
-                    )
+                    ),
                 },
             ),
             304: _READ_ERRORS[304],
+            400: _Error,
             429: _THROTTLED,
         },
     )
     def get(self, request):
+        page = selectors.categories_page(**_params(CategoryListParams, request))
         items = [
             {"slug": slug, "name": name, "url": request.build_absolute_uri(f"/v1/categories/{slug}/top")}
-            for slug, name in selectors.categories_map().items()
+            for slug, name in page["items"]
         ]
-        return Response({"items": items})
+        return Response({"total": page["total"], "items": items})
 
 
 class TopParams(_board_params()):
@@ -387,20 +405,38 @@ class ProductNeighborsApi(APIView):
 
 
 class StatusApi(APIView):
-    """Backlog, lag, the last tick, ingest rate, duplicates and drops, boards per window."""
+    """Whether the boards are live; the operator's figures for a holder of rankings.view_status."""
 
     throttle_scope = "reads"
 
     @extend_schema(
         operation_id="status",
         responses={
-            200: OpenApiResponse(description="the system's health"),
+            200: OpenApiResponse(
+                inline_serializer(
+                    "Status",
+                    {
+                        "status": serializers.ChoiceField(choices=["ok", "stale", "down"]),
+                        "asOf": serializers.DateTimeField(allow_null=True),
+                    },
+                ),
+                description=(
+                    "ok: the boards were brought up to date moments ago; stale: not for a minute or more "
+                    "(the ticks stopped); down: Redis does not answer. A token or staff session with the "
+                    "permission rankings.view_status also gets the backlog, lag, last tick, ingest rate "
+                    "and totals, and the boards per window."
+                ),
+            ),
             304: _READ_ERRORS[304],
             429: _THROTTLED,
         },
     )
     def get(self, request):
-        return Response(status_read())
+        body = liveness_read()
+        user = request.user
+        if user is not None and user.has_perm("rankings.view_status"):
+            body = {**body, **status_cached()}
+        return Response(body)
 
 
 def not_found(request, exception):

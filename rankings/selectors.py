@@ -5,13 +5,16 @@ Redis round trips (O(log n + limit) work there) and at most one catalogue query.
 """
 
 import datetime as dt
+import functools
 import re
 import threading
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 
 from cachetools import LRUCache, TTLCache
+from django.db import DatabaseError
 
 from catalogue.models import ALL, PRODUCT_ID_PATTERN, Category, Product, shard_of
 
@@ -20,6 +23,10 @@ from .conf import rankings_settings
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
+# A slug the names do not hold re-reads them at most this often: a flood of
+# made-up slugs costs one read of the category table per interval, not one per
+# request. While PostgreSQL is unreachable, the read is retried as often.
+CATEGORY_MISS_RELOAD_SECONDS = 1.0  # seconds
 
 # A reader process answers a repeated query from memory for this long: fresh
 # enough next to a 2-second tick, and it absorbs bursts on hot boards.
@@ -28,10 +35,14 @@ FRESH_SECONDS = 0.5  # seconds
 LAST_KNOWN_SIZE = 20_000  # answers
 
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
-_categories: tuple[float, dict[str, str]] | None = None
 _fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 _cache_lock = threading.Lock()
+# Each product's categories as last read, for a product's ranks while PostgreSQL is away.
+_product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
+# Set while an answer is computed without the catalogue (PostgreSQL did not
+# answer): names fall back to ids, and the answer is marked stale, not remembered.
+_catalogue_failed: ContextVar[bool] = ContextVar("catalogue_failed", default=False)
 
 
 class NotFound(LookupError):
@@ -47,11 +58,16 @@ def answers_forget() -> None:
     with _cache_lock:
         _fresh.clear()
         _last_known.clear()
+        _product_categories.clear()
 
 
 def caches_clear() -> None:
+    """Forget everything this process remembers of the read side (answers, names, status figures)."""
+    from .status import status_forget
+
     answers_forget()
     categories_forget()
+    status_forget()
 
 
 def _served(key: tuple, compute, *, boards: bool = True) -> dict:
@@ -62,6 +78,8 @@ def _served(key: tuple, compute, *, boards: bool = True) -> dict:
         return hit
     try:
         value = {**compute(), "stale": False}
+        if _catalogue_failed.get():
+            return {**value, "stale": True}
         if boards and "asOf" in value and value["asOf"] is None:
             # No tick has reached this board's shard in Redis: it was lost (or
             # never built). An empty board would pass for the truth; it is not.
@@ -78,14 +96,77 @@ def _served(key: tuple, compute, *, boards: bool = True) -> dict:
     return value
 
 
+def _reading(selector):
+    """A read that may go without the catalogue: its answer says stale when it had to."""
+
+    @functools.wraps(selector)
+    def wrapper(*args, **kwargs):
+        token = _catalogue_failed.set(False)
+        try:
+            return selector(*args, **kwargs)
+        finally:
+            _catalogue_failed.reset(token)
+
+    return wrapper
+
+
+def _catalogue_unreachable() -> None:
+    _catalogue_failed.set(True)
+
+
+@dataclass(frozen=True)
+class _Categories:
+    loaded: float  # time.monotonic() of the read
+    names: dict[str, str]  # slug -> name, `all` first
+    rows: list[tuple[str, str]]  # (slug, name) of the real categories, by name
+    complete: bool  # False: PostgreSQL did not answer; names hold what was known before
+
+
+_categories: _Categories | None = None
+_categories_lock = threading.Lock()
+
+
+def _categories_read(*, reload: bool = False) -> _Categories:
+    global _categories
+    current = _categories
+    if current is not None and not reload and time.monotonic() - current.loaded <= CATEGORY_CACHE_SECONDS:
+        return current
+    with _categories_lock:
+        if _categories is not current:  # another thread read them meanwhile
+            return _categories
+        try:
+            rows = list(Category.objects.order_by("name", "slug").values_list("slug", "name"))
+            loaded, complete = time.monotonic(), True
+        except DatabaseError:
+            _catalogue_unreachable()
+            rows = current.rows if current else []
+            # Tried again after the short interval, not the long one.
+            loaded = time.monotonic() - CATEGORY_CACHE_SECONDS + CATEGORY_MISS_RELOAD_SECONDS
+            complete = False
+        _categories = _Categories(
+            loaded=loaded, names={ALL: "All products", **dict(rows)}, rows=rows, complete=complete
+        )
+        return _categories
+
+
 def categories_map() -> dict[str, str]:
     """slug -> name of every category, with `all` first."""
-    global _categories
-    if _categories is None or time.monotonic() - _categories[0] > CATEGORY_CACHE_SECONDS:
-        names = {ALL: "All products"}
-        names.update(Category.objects.order_by("name").values_list("slug", "name"))
-        _categories = (time.monotonic(), names)
-    return _categories[1]
+    return _categories_read().names
+
+
+def categories_page(*, limit: int, offset: int) -> dict:
+    """{"total", "items": [(slug, name)]}: `limit` categories from `offset`, `all` first."""
+    read = _categories_read()
+    if offset == 0:
+        items = [(ALL, read.names[ALL]), *read.rows[: limit - 1]]
+    else:
+        items = read.rows[offset - 1 : offset - 1 + limit]
+    return {"total": len(read.rows) + 1, "items": items}
+
+
+def categories_real() -> list[tuple[str, str]]:
+    """(slug, name) of every category but `all`, by name."""
+    return _categories_read().rows
 
 
 def categories_forget() -> None:
@@ -94,13 +175,20 @@ def categories_forget() -> None:
 
 
 def category_name(slug: str) -> str:
-    names = categories_map()
-    if slug not in names:
-        categories_forget()
-        names = categories_map()
-        if slug not in names:
-            raise NotFound(f"unknown category '{slug}'")
-    return names[slug]
+    """A category's name; NotFound for a slug no category has.
+
+    While PostgreSQL is unreachable, a slug the names do not hold may still be
+    a category: its name falls back to its slug and the answer is marked stale.
+    """
+    read = _categories_read()
+    if slug not in read.names and time.monotonic() - read.loaded >= CATEGORY_MISS_RELOAD_SECONDS:
+        read = _categories_read(reload=True)
+    if slug in read.names:
+        return read.names[slug]
+    if not read.complete:
+        _catalogue_unreachable()
+        return slug
+    raise NotFound(f"unknown category '{slug}'")
 
 
 def _shard(category: str) -> int:
@@ -143,7 +231,11 @@ class Item:
 def _names(product_ids) -> dict[str, str]:
     if not product_ids:
         return {}
-    return dict(Product.objects.filter(product_id__in=product_ids).values_list("product_id", "name"))
+    try:
+        return dict(Product.objects.filter(product_id__in=product_ids).values_list("product_id", "name"))
+    except DatabaseError:
+        _catalogue_unreachable()
+        return {}
 
 
 def _items(rows, first_rank: int, metric: str) -> list[Item]:
@@ -159,6 +251,7 @@ def _items(rows, first_rank: int, metric: str) -> list[Item]:
     ]
 
 
+@_reading
 def board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
     """The products ranked offset+1 … offset+limit on a board."""
     category_name(category)
@@ -188,10 +281,15 @@ def _board_top(*, category: str, window: str, metric: str, limit: int, offset: i
     }
 
 
-def _product(product_id: str) -> Product:
+def _product(product_id: str) -> Product | None:
+    """The catalogue's product; None when PostgreSQL does not answer (the boards may still know it)."""
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
-    product = Product.objects.filter(product_id=product_id).first()
+    try:
+        product = Product.objects.filter(product_id=product_id).first()
+    except DatabaseError:
+        _catalogue_unreachable()
+        return None
     if product is None:
         raise NotFound(f"unknown product '{product_id}'")
     return product
@@ -203,6 +301,7 @@ def _percentile(rank: int | None, total: int) -> float | None:
     return round(100 * rank / total, 2)
 
 
+@_reading
 def product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
     category_name(category)
     return _served(
@@ -235,10 +334,25 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     }
 
 
+@_reading
 def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
     """The product's rank in each of its catalogue categories, in one Redis round trip."""
     product = _product(product_id)
-    categories = sorted(product.categories.values_list("slug", flat=True))
+    try:
+        if product is None:
+            raise DatabaseError("the catalogue did not answer")
+        categories = sorted(product.categories.values_list("slug", flat=True))
+    except DatabaseError as error:
+        _catalogue_unreachable()
+        with _cache_lock:
+            categories = _product_categories.get(product_id)
+        if categories is None:
+            raise Unavailable(
+                "the catalogue is unavailable and this product's categories are unknown"
+            ) from error
+    else:
+        with _cache_lock:
+            _product_categories[product_id] = categories
     return _served(
         ("ranks", product_id, window, metric, tuple(categories)),
         lambda: _product_ranks(product_id=product_id, window=window, metric=metric, categories=categories),
@@ -276,6 +390,7 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
     }
 
 
+@_reading
 def product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
     """The n products ranked just above and just below the product, and the product itself."""
     category_name(category)
@@ -325,46 +440,41 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
 # --- for the pages ------------------------------------------------------------------
 
 
+@_reading
 def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict[str, dict]:
     """The first limits[c] products of each category c's board, each shaped like board_top's answer.
 
-    One Redis round trip per board (the top-100 blob) and one catalogue query
-    for all the names, so fifty categories' leaders cost one query, not fifty.
-    Answers are remembered under board_top's keys, fresh or stale alike.
+    One Redis round trip for every board (their top-100 blobs, in one
+    pipeline) and one catalogue query for all the names, so a hundred
+    categories' leaders cost what one does. Answers are remembered under
+    board_top's keys, fresh or stale alike.
     """
-    names_known = categories_map()
     for category in limits:
-        if category not in names_known:
-            category_name(category)  # re-reads the categories once, then raises NotFound
+        category_name(category)
     keys = {category: ("top", category, window, metric, limit, 0) for category, limit in limits.items()}
     with _cache_lock:
         wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
-    slices: dict[str, store.BoardSlice | None] = {}
+    heads: dict[str, store.BoardSlice | None] = {}
+    unread: set[str] = set()
     try:
-        version = store.active_version() if wanted else None
-        for category in wanted:
-            slices[category] = store.board_slice(
-                version=version,
-                shard=_shard(category),
-                window=window,
-                metric=metric,
-                category=category,
-                start=0,
-                stop=limits[category] - 1,
+        if wanted:
+            read = store.board_heads(
+                version=store.active_version(),
+                boards=[(_shard(c), window, metric, c, limits[c]) for c in wanted],
             )
+            heads = dict(zip(wanted, read, strict=True))
     except store.Unreachable:
-        # One board unanswered means Redis is away: do not wait out a timeout per board.
-        slices.update({category: None for category in wanted if category not in slices})
-    names = _names({pid for board in slices.values() if board for pid, _, _ in board.rows})
+        unread = set(wanted)
+    names = _names({pid for board in heads.values() if board for pid, _, _ in board.rows})
 
     def answer(category: str) -> dict:
-        if category not in slices:  # was fresh a moment ago, no longer: read it alone
+        if category in unread:
+            raise store.Unreachable("not read")
+        board = heads.get(category)
+        if board is None:  # fresh a moment ago and no longer, or a blob to rebuild: read it alone
             return _board_top(
                 category=category, window=window, metric=metric, limit=limits[category], offset=0
             )
-        board = slices[category]
-        if board is None:
-            raise store.Unreachable("not read")
         return {
             "category": category,
             "window": window,
@@ -385,10 +495,18 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
     return {category: _served(key, lambda c=category: answer(c)) for category, key in keys.items()}
 
 
+@_reading
 def product_detail(*, product_id: str) -> dict:
-    """A product's name and price, as its page shows them."""
+    """A product's name and price, as its page shows them (its id and no price while PostgreSQL is away)."""
     product = _product(product_id)
-    return {"productId": product.product_id, "name": product.name, "price": cents(product.price_cents)}
+    if product is None:
+        return {"productId": product_id, "name": product_id, "price": None, "stale": True}
+    return {
+        "productId": product.product_id,
+        "name": product.name,
+        "price": cents(product.price_cents),
+        "stale": False,
+    }
 
 
 # The daily chart adds up the hourly buckets of the `all` board, where every
@@ -403,7 +521,7 @@ def product_daily_units(*, product_id: str, days: int = 30, now: dt.datetime) ->
 
     The one read that goes to Postgres rather than Redis: the boards keep
     window totals, the hourly buckets keep the days. One query; days without
-    sales are 0.
+    sales are 0. No days at all while PostgreSQL does not answer.
     """
     from django.db.models import F, Sum
 
@@ -411,7 +529,7 @@ def product_daily_units(*, product_id: str, days: int = 30, now: dt.datetime) ->
 
     last_day = int(now.timestamp()) // DAY
     first_day = last_day - days + 1
-    per_day = dict(
+    query = (
         Bucket.objects.filter(
             size=HOUR,
             category=ALL,
@@ -424,10 +542,15 @@ def product_daily_units(*, product_id: str, days: int = 30, now: dt.datetime) ->
         .annotate(units=Sum("units"))
         .values_list("day", "units")
     )
+    try:
+        per_day = dict(query)
+    except DatabaseError:
+        return {"productId": product_id, "days": [], "stale": True}
     return {
         "productId": product_id,
         "days": [
             {"date": EPOCH_DAY + dt.timedelta(days=day), "units": per_day.get(day, 0)}
             for day in range(first_day, last_day + 1)
         ],
+        "stale": False,
     }

@@ -1,8 +1,10 @@
-"""The system's health in numbers: backlog, lag, ticks, rates, drops, boards."""
+"""The system's health: a liveness answer anyone may see, and the figures an operator sees."""
 
 import datetime as dt
+import threading
+import time
 
-from django.db.models import Min, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from catalogue.models import ALL, shard_of
@@ -14,16 +16,67 @@ from .models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
+# Accepted / duplicate / rejected events are added up over this span of the
+# ingest log, which keeps only a few days: a sum over every row ever logged
+# would grow with the age of the installation.
+TOTALS_SPAN = dt.timedelta(days=1)
+# The boards are "stale" when the shard holding `all` was last brought up to
+# date longer ago than this: ticks run every few seconds, so a minute without
+# one means the write path has stopped.
+STALE_AFTER = 60  # seconds
+# The figures cost a handful of queries and a SCAN of Redis: one computation a
+# second per process serves any number of callers.
+FIGURES_CACHE_SECONDS = 1.0  # seconds
+
+_figures: tuple[float, dict] | None = None
+_figures_lock = threading.Lock()
+
+
+def liveness_read() -> dict:
+    """{"status": "ok" | "stale" | "down", "asOf"}: how current the boards are, from one Redis read.
+
+    No database query, so it answers as long as Redis does.
+    """
+    from .selectors import format_asof
+
+    try:
+        version = store.active_version()
+        asof = store.shard_asof(version=version, shard=shard_of(ALL, rankings_settings.SHARDS))
+    except store.Unreachable:
+        return {"status": "down", "asOf": None}
+    if not asof:
+        return {"status": "down", "asOf": None}
+    state = "stale" if time.time() - asof > STALE_AFTER else "ok"
+    return {"status": state, "asOf": format_asof(asof)}
+
+
+def status_cached() -> dict:
+    """status_read(), computed at most once per FIGURES_CACHE_SECONDS in this process."""
+    global _figures
+    with _figures_lock:
+        if _figures is not None and time.monotonic() - _figures[0] < FIGURES_CACHE_SECONDS:
+            return _figures[1]
+        value = status_read()
+        _figures = (time.monotonic(), value)
+        return value
+
+
+def status_forget() -> None:
+    global _figures
+    _figures = None
 
 
 def status_read() -> dict:
+    """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
     all_shard = shard_of(ALL, rankings_settings.SHARDS)
     pending = PendingSale.objects.filter(shard=all_shard)
-    oldest = pending.aggregate(oldest=Min("sale__received_at"))["oldest"]
+    # The lowest sale id of the queue is its oldest sale to within a commit's
+    # reordering; found through the primary key, not a scan of the queue.
+    oldest = pending.order_by("sale").values_list("sale__received_at", flat=True).first()
     last = TickLog.objects.first()
     recent = IngestLog.objects.filter(at__gte=now - RATE_SPAN).aggregate(n=Sum("accepted"))["n"] or 0
-    totals = IngestLog.objects.aggregate(
+    totals = IngestLog.objects.filter(at__gte=now - TOTALS_SPAN).aggregate(
         accepted=Sum("accepted"), duplicates=Sum("duplicates"), rejected=Sum("rejected")
     )
     version = RankingVersion.active_number()
@@ -49,6 +102,7 @@ def status_read() -> dict:
             else None
         ),
         "salesPerSecond": round(recent / RATE_SPAN.total_seconds(), 2),
+        "totalsSeconds": TOTALS_SPAN.total_seconds(),
         "accepted": totals["accepted"] or 0,
         "duplicates": totals["duplicates"] or 0,
         "rejected": totals["rejected"] or 0,

@@ -623,6 +623,50 @@ def members_ranks(
     return out
 
 
+@_unreachable
+def shard_asof(*, version: int, shard: int) -> float | None:
+    """The instant a shard's boards were last brought up to date (None: Redis holds no state for it)."""
+    asof = client().hget(state_key(version, shard), "asof")
+    return float(asof) if asof else None
+
+
+@_unreachable
+def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -> list[BoardSlice | None]:
+    """The first n ranks of several boards ((shard, window, metric, category, n) each).
+
+    One round trip for them all: each board's blob and size, each shard's asof.
+    None for a board the blob cannot answer (missing while the board is not
+    empty, or n deeper than the blob): a caller reads that one with board_slice.
+    """
+    shards = sorted({shard for shard, *_ in boards})
+    pipe = client().pipeline(transaction=False)
+    for shard in shards:
+        pipe.hget(state_key(version, shard), "asof")
+    for shard, window, metric, category, _ in boards:
+        pipe.get(blob_key(version, shard, window, metric, category))
+        pipe.zcard(board_key(version, shard, window, metric, category))
+    values = pipe.execute()
+    asofs = {shard: float(a) if a else None for shard, a in zip(shards, values, strict=False)}
+    out: list[BoardSlice | None] = []
+    for i, (shard, _, _, _, n) in enumerate(boards):
+        blob, total = values[len(shards) + 2 * i : len(shards) + 2 * i + 2]
+        if blob is None:
+            out.append(BoardSlice(asof=asofs[shard], total=0, rows=[]) if total == 0 else None)
+            continue
+        data = json.loads(blob)
+        if n > BLOB_SIZE and data["total"] > BLOB_SIZE:
+            out.append(None)  # deeper than the blob
+            continue
+        out.append(
+            BoardSlice(
+                asof=asofs[shard],
+                total=data["total"],
+                rows=[(m, int(s), int(o)) for m, s, o in data["rows"][:n]],
+            )
+        )
+    return out
+
+
 def boards_summary(version: int) -> dict[str, dict[str, int]]:
     """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
     r = client()

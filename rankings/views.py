@@ -6,6 +6,8 @@ import math
 import re
 from urllib.parse import urlencode
 
+from django.core.paginator import Paginator
+from django.db import DatabaseError
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
@@ -15,6 +17,7 @@ from catalogue.models import ALL, PRODUCT_ID_PATTERN
 
 from . import selectors
 from .conf import METRICS, rankings_settings
+from .throttling import PageThrottle
 
 # Rows per page of a category's best sellers.
 PAGE_SIZE = 50
@@ -23,6 +26,9 @@ DEFAULT_METRIC = "units"
 # The home page: the overall leaders and each category's first three, over a week by units.
 HOME_OVERALL = 10
 HOME_PER_CATEGORY = 3
+# Categories per home page: a page stays one screenful of cards and one Redis
+# round trip however many categories the catalogue holds.
+HOME_CATEGORIES = 100
 # Products shown on either side of a product on its page.
 NEIGHBOURS = 2
 CHART_DAYS = 30
@@ -48,20 +54,26 @@ class BadRequest(ValueError):
 
 
 def page_view(view):
-    """Bad parameters become the 400 page, unknown names the 404 page, no rankings at all the 503 page.
+    """Bad parameters become the 400 page, unknown names the 404 page, no rankings at all (or no
+    database where one is needed) the 503 page, and an address past its rate the 429 page.
 
     A page carries Cache-Control and an ETag, and If-None-Match is answered with 304.
     """
 
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
+        throttle = PageThrottle()
+        if not throttle.allow_request(request, None):
+            response = render(request, "429.html", status=429)
+            response["Retry-After"] = str(max(1, math.ceil(throttle.wait() or 1)))
+            return response
         try:
             response = view(request, *args, **kwargs)
         except BadRequest as bad:
             return render(request, "400.html", {"message": str(bad)}, status=400)
         except selectors.NotFound as missing:
             return render(request, "404.html", {"message": str(missing)}, status=404)
-        except selectors.Unavailable:
+        except (selectors.Unavailable, DatabaseError):
             response = render(request, "503.html", status=503)
             response["Retry-After"] = str(RETRY_AFTER)
             return response
@@ -193,34 +205,48 @@ def _ranked(items: list[dict], *, window: str, metric: str, highlight: str | Non
 
 @page_view
 def home(request):
-    """The overall leaders and the first three of every category, over the last 7 days by units."""
+    """The overall leaders and the first three of each category, HOME_CATEGORIES to a page, over 7 days by units."""
     window, metric = DEFAULT_WINDOW, DEFAULT_METRIC
-    names = selectors.categories_map()
-    limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug in names if slug != ALL}
+    number = _page_number(request)
+    pages = Paginator(selectors.categories_real(), HOME_CATEGORIES, allow_empty_first_page=True)
+    if number > pages.num_pages:
+        raise selectors.NotFound(f"page {number} is past the end of the categories.")
+    shown = pages.page(number)
+    limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug, _ in shown}
     boards = selectors.boards_top_many(limits=limits, window=window, metric=metric)
     overall = boards.pop(ALL)
     categories = [
         {
             "slug": slug,
-            "name": names[slug],
+            "name": name,
             "url": category_url(slug, window=window, metric=metric),
-            "total": board["total"],
-            "items": _ranked(board["items"], window=window, metric=metric),
+            "total": boards[slug]["total"],
+            "items": _ranked(boards[slug]["items"], window=window, metric=metric),
         }
-        for slug, board in boards.items()
+        for slug, name in shown
     ]
+
+    def link(p):
+        return reverse("home") + (f"?page={p}" if p > 1 else "")
+
     return render(
         request,
         "rankings/home.html",
         {
             "window_label": WINDOW_LABELS.get(window, window),
             "overall": {
-                "name": names[ALL],
+                "name": selectors.category_name(ALL),
                 "url": category_url(ALL, window=window, metric=metric),
                 "total": overall["total"],
                 "items": _ranked(overall["items"], window=window, metric=metric),
             },
             "categories": categories,
+            "pages": {
+                "number": number,
+                "last": pages.num_pages,
+                "previous": link(number - 1) if shown.has_previous() else None,
+                "next": link(number + 1) if shown.has_next() else None,
+            },
             "freshness": _freshness(overall, *boards.values()),
         },
     )
@@ -345,7 +371,11 @@ def product(request, product_id):
     window, metric = _board_params(request)
     detail = selectors.product_detail(product_id=product_id)
     overall = selectors.product_rank(product_id=product_id, category=ALL, window=window, metric=metric)
-    ranks = selectors.product_ranks(product_id=product_id, window=window, metric=metric)
+    try:
+        ranks = selectors.product_ranks(product_id=product_id, window=window, metric=metric)
+    except selectors.Unavailable:
+        # Its categories are unknown while the catalogue is away: the overall rank still shows.
+        ranks = {"ranks": [], "asOf": None, "stale": True}
     names = selectors.categories_map()
 
     every = [overall] + ranks["ranks"]
@@ -378,10 +408,11 @@ def product(request, product_id):
             "items": _ranked(found["items"], window=window, metric=metric, highlight=product_id),
         }
 
-    freshness = _freshness(overall, ranks, *([found] if nearby else []))
+    freshness = _freshness(detail, overall, ranks, *([found] if nearby else []))
     daily = selectors.product_daily_units(
         product_id=product_id, days=CHART_DAYS, now=freshness["as_of"] or timezone.now()
     )
+    freshness["stale"] = freshness["stale"] or daily["stale"]
     return render(
         request,
         "catalogue/product.html",

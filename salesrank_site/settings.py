@@ -4,6 +4,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import environ
+from csp.constants import NONE, SELF
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -52,12 +53,15 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "csp",
     "catalogue",
     "rankings",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -139,8 +143,10 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
     # Views name their scope (throttle_scope): "ingest" is counted per user
-    # (token), "reads" per client address. An empty rate turns a scope off.
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.ScopedRateThrottle"],
+    # (token); "reads" per client address, or per user for an authenticated
+    # reader, which has a bucket and rate of its own ("reads-authenticated");
+    # the pages ("pages") per client address. An empty rate turns a scope off.
+    "DEFAULT_THROTTLE_CLASSES": ["rankings.throttling.ScopedThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         # Ten full batches a second (50,000 events/s) sustained: far above a shop's peak
         # and the benchmarks, low enough to stop a runaway client.
@@ -149,10 +155,20 @@ REST_FRAMEWORK = {
         # in the window, so a minute-long window would move 6,000 of them
         # through Redis on every read.
         "reads": env("THROTTLE_READS", default="100/s") or None,
+        # A shop's own servers reading through a token: five times an address's
+        # rate, still bounded so that a leaked token cannot flood the readers.
+        "reads-authenticated": env("THROTTLE_READS_AUTHENTICATED", default="500/s") or None,
+        # A person reads a page every few seconds; a burst of 20 a second from
+        # one address is a crawler or a script, and each page costs several reads.
+        "pages": env("THROTTLE_PAGES", default="20/s") or None,
     },
-    # Behind a proxy every client has the proxy's address: count the
-    # X-Forwarded-For address that this many proxies appended instead.
-    "NUM_PROXIES": env.int("NUM_PROXIES", default=None),
+    # The client address of a throttle is REMOTE_ADDR unless proxies are
+    # declared. Behind N trusted proxies (a load balancer, a TLS terminator)
+    # that each append to X-Forwarded-For, set NUM_PROXIES=N and the N-th
+    # address from the right is counted. The default 0 ignores the header, which
+    # any client can write: DRF's None would key on the raw header, and a random
+    # value per request would escape every limit.
+    "NUM_PROXIES": env.int("NUM_PROXIES", default=0),
 }
 
 SPECTACULAR_SETTINGS = {
@@ -160,6 +176,31 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Exact best-seller rankings by category, from a stream of sale events.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from this server's static files (drf-spectacular-sidecar), not
+    # a CDN: the docs work without internet, and no third-party script runs on
+    # the origin of the admin.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Content-Security-Policy on every response: scripts, styles, images and
+# connections from this origin only; no inline script or style (the pages draw
+# their chart as inline SVG, which is markup, not script); no framing. data:
+# images are Swagger UI's icons, embedded in its stylesheet.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
 }
 
 # Ranking engine. Read through rankings.conf.rankings_settings.

@@ -103,6 +103,79 @@ def test_home_costs_two_queries_whatever_the_number_of_categories(client, django
     assert all(len(c["items"]) == 3 for c in reply.context["categories"])
 
 
+class RedisRoundTrips:
+    """Counts the round trips made on the ranking store's read connection (a pipeline is one)."""
+
+    def __init__(self, monkeypatch):
+        import redis
+
+        from rankings import store
+
+        self.count = 0
+        pool = store.client().connection_pool
+        counter = self
+
+        original_command = redis.Redis.execute_command
+        original_pipeline = redis.client.Pipeline.execute
+
+        def execute_command(self, *args, **options):
+            if self.connection_pool is pool:
+                counter.count += 1
+            return original_command(self, *args, **options)
+
+        def execute(self, *args, **options):
+            if self.connection_pool is pool:
+                counter.count += 1
+            return original_pipeline(self, *args, **options)
+
+        monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
+        monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+
+
+def _many_categories(count: int, *, sold: bool = True) -> None:
+    _catalogue(
+        {f"c{i:03}": f"Category {i:03}" for i in range(count)},
+        {f"x{i}": (f"Thing {i}", 100, [f"c{i % count:03}"]) for i in range(count * 2)},
+    )
+    shop = Shop(now=dt.datetime.now(dt.UTC).replace(microsecond=0))
+    if sold:
+        shop.send(
+            *[shop.sale(f"x{i}", categories=[f"c{i % count:03}"], qty=1 + i % 7) for i in range(count * 2)]
+        )
+    shop.tick()
+
+
+def test_home_reads_every_leader_in_one_redis_round_trip(client, monkeypatch):
+    """Fifty categories' leaders, and the overall ones, come from one pipelined call to Redis."""
+    # given fifty categories with sellers, the active version already known
+    _many_categories(50)
+    client.get("/")
+    selectors.answers_forget()
+    # when the home page is drawn again
+    trips = RedisRoundTrips(monkeypatch)
+    reply = client.get("/")
+    # then
+    assert reply.status_code == 200
+    assert len(reply.context["categories"]) == 50
+    assert trips.count <= 2  # the leaders, and the active version should its second have run out
+
+
+def test_home_shows_a_hundred_categories_a_page(client):
+    # given 150 categories
+    _many_categories(150)
+    # when
+    first = client.get("/")
+    second = client.get("/?page=2")
+    past = client.get("/?page=3")
+    # then
+    assert [c["slug"] for c in first.context["categories"]][:2] == ["c000", "c001"]
+    assert len(first.context["categories"]) == 100
+    assert [c["slug"] for c in second.context["categories"]] == [f"c{i:03}" for i in range(100, 150)]
+    assert past.status_code == 404
+    assert first.context["overall"]["items"] == second.context["overall"]["items"]
+    assert 'rel="next"' in first.content.decode() and "Page 2 of 2" in second.content.decode()
+
+
 def test_boards_top_many_answers_like_board_top(shop):
     many = selectors.boards_top_many(limits={"toys": 2, "gifts": 3}, window="7d", metric="revenue")
     selectors.answers_forget()

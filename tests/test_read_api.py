@@ -133,10 +133,61 @@ def test_unknown_category_or_product_is_404(api, shop, url):
 
 
 def test_categories_list_starts_with_all(api, shop):
-    items = api.get("/v1/categories").json()["items"]
+    body = api.get("/v1/categories").json()
 
-    assert [i["slug"] for i in items] == ["all", "gifts", "toys"]
-    assert items[2]["url"].endswith("/v1/categories/toys/top")
+    assert body["total"] == 3
+    assert [i["slug"] for i in body["items"]] == ["all", "gifts", "toys"]
+    assert body["items"][2]["url"].endswith("/v1/categories/toys/top")
+
+
+def test_categories_are_listed_a_page_at_a_time(api, shop):
+    """limit (1-1000, default 100) and offset page through the list; total counts every category."""
+    # given 150 more categories, "c000" to "c149", named "C000" to "C149"
+    for i in range(150):
+        Category.objects.create(slug=f"c{i:03}", name=f"C{i:03}")
+    selectors.categories_forget()
+    # when
+    first = api.get("/v1/categories").json()
+    middle = api.get("/v1/categories?limit=2&offset=1").json()
+    last = api.get("/v1/categories?offset=151&limit=1000").json()
+    # then
+    assert first["total"] == middle["total"] == last["total"] == 153
+    assert len(first["items"]) == 100 and first["items"][0]["slug"] == "all"
+    assert [i["slug"] for i in middle["items"]] == ["c000", "c001"]
+    assert [i["slug"] for i in last["items"]] == ["gifts", "toys"]
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=1001", "limit=x", "offset=-1", "offset=1.5", "offset=99999999999999999999"]
+)
+def test_bad_category_list_parameters_are_400(api, shop, query):
+    reply = api.get(f"/v1/categories?{query}")
+
+    assert reply.status_code == 400
+    assert reply.json()["error"]
+
+
+def test_unknown_slugs_reload_the_categories_at_most_once_per_interval(
+    api, shop, django_assert_max_num_queries, monkeypatch
+):
+    """A flood of made-up slugs must not turn into a flood of whole-table reads."""
+    # given the categories read a moment ago, and an interval longer than the test
+    monkeypatch.setattr(selectors, "CATEGORY_MISS_RELOAD_SECONDS", 60.0, raising=False)
+    api.get("/v1/categories")
+    # when eighty unknown slugs are asked for (fewer than the read rate allows in a second)
+    with django_assert_max_num_queries(1):
+        replies = [api.get(f"/v1/categories/made-up-{i}/top").status_code for i in range(40)]
+        replies += [api.get(f"/v1/products/p0/rank?category=made-up-{i}").status_code for i in range(40)]
+    # then each is a 404, and the table was read at most once
+    assert set(replies) == {404}
+
+
+def test_a_category_created_a_moment_ago_is_found_after_the_interval(api, shop, monkeypatch):
+    api.get("/v1/categories")
+    Category.objects.create(slug="kites", name="Kites")
+    monkeypatch.setattr(selectors, "CATEGORY_MISS_RELOAD_SECONDS", 0.0)
+
+    assert api.get("/v1/categories/kites/top").status_code == 200
 
 
 def test_ranks_of_a_product_in_no_category_is_an_empty_list(api, shop):

@@ -15,7 +15,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
-from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
 
 from .processes import ROOT
 from .rankings_helpers import Shop
@@ -106,10 +106,14 @@ def test_a_logged_in_session_cannot_post_sales_without_a_csrf_token(django_user_
 # --- throttling --------------------------------------------------------------------
 
 
+LOW_RATES = {"ingest": "2/min", "reads": "3/min", "reads-authenticated": "5/min", "pages": "2/min"}
+
+
 @pytest.fixture
 def low_rates(monkeypatch):
     """Rates low enough to reach in a test (DRF reads them once, at import, hence the patch)."""
-    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"ingest": "2/min", "reads": "3/min"})
+    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", LOW_RATES)
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", LOW_RATES)
 
 
 def test_reads_beyond_the_rate_get_429_with_retry_after(api, low_rates):
@@ -131,6 +135,60 @@ def test_reads_are_counted_per_client_address(api, low_rates):
 
     assert api.get("/v1/categories", REMOTE_ADDR="10.0.0.1").status_code == 429
     assert api.get("/v1/categories", REMOTE_ADDR="10.0.0.2").status_code == 200
+
+
+def test_a_random_x_forwarded_for_does_not_reset_the_read_limit(api, low_rates):
+    """With no proxy configured, the header is the client's to invent: only the socket's address counts."""
+    Shop().tick()
+    for i in range(3):
+        api.get("/v1/categories", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=f"192.0.2.{i}")
+
+    reply = api.get("/v1/categories", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="192.0.2.99")
+
+    assert reply.status_code == 429
+
+
+def test_behind_one_proxy_the_address_it_forwarded_is_counted(api, low_rates, settings):
+    """NUM_PROXIES=1: the last X-Forwarded-For entry (the one the proxy appended) is the client."""
+    # given one proxy, 10.0.0.1, in front of the app
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    Shop().tick()
+    # when one client behind it uses up its reads
+    for _ in range(3):
+        api.get("/v1/categories", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="spoofed, 198.51.100.7")
+    # then that client is refused, another client through the same proxy is not
+    limited = api.get("/v1/categories", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="other, 198.51.100.7")
+    other = api.get("/v1/categories", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.8")
+    assert (limited.status_code, other.status_code) == (429, 200)
+
+
+def test_pages_are_throttled_per_address_with_a_429_page(client, low_rates):
+    # given a client that used up its pages
+    Shop().tick()
+    assert [client.get("/c/all/", REMOTE_ADDR="10.0.0.1").status_code for _ in range(2)] == [200, 200]
+    # when it asks for more, whatever the page
+    refused = [
+        client.get(url, REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="192.0.2.1") for url in ("/", "/p/x/")
+    ]
+    # then a 429 page says so, with Retry-After; another address is served
+    for reply in refused:
+        assert reply.status_code == 429
+        assert 1 <= int(reply["Retry-After"]) <= 60
+        assert "Too many requests" in reply.content.decode()
+    assert client.get("/c/all/", REMOTE_ADDR="10.0.0.2").status_code == 200
+
+
+def test_authenticated_readers_have_a_bucket_and_rate_of_their_own(api, ingest_api, low_rates):
+    """A shop's servers reading with a token share neither the anonymous limit nor its rate."""
+    # given anonymous reads from the shop's address used up
+    Shop().tick()
+    for _ in range(3):
+        api.get("/v1/categories", REMOTE_ADDR="10.0.0.1")
+    assert api.get("/v1/categories", REMOTE_ADDR="10.0.0.1").status_code == 429
+    # when the shop reads with its token from the same address
+    statuses = [ingest_api.get("/v1/categories", REMOTE_ADDR="10.0.0.1").status_code for _ in range(6)]
+    # then it gets the authenticated rate (5), counted for its user
+    assert statuses == [200] * 5 + [429]
 
 
 def test_ingest_is_counted_per_token(ingest_api, ingest_user, django_user_model, low_rates):

@@ -1,0 +1,42 @@
+"""Request rates: the API's scopes, a bucket of its own for authenticated readers, and the pages' limit.
+
+Every client address comes from SimpleRateThrottle.get_ident, which trusts
+X-Forwarded-For only as far as settings.REST_FRAMEWORK["NUM_PROXIES"] says.
+"""
+
+from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
+
+
+class _OptionalRate:
+    """A scope without a rate is not throttled (rather than a configuration error)."""
+
+    def get_rate(self):
+        return self.THROTTLE_RATES.get(self.scope)
+
+
+class ScopedThrottle(_OptionalRate, ScopedRateThrottle):
+    """The view's throttle_scope, per user when authenticated, else per address.
+
+    An authenticated reader (a shop's servers reading through a token, an
+    operator's session) is counted under "reads-authenticated", at its own
+    rate: it neither shares nor uses up the anonymous limit of its address.
+    """
+
+    def allow_request(self, request, view):
+        self.scope = getattr(view, self.scope_attr, None)
+        if not self.scope:
+            return True
+        if self.scope == "reads" and request.user is not None and request.user.is_authenticated:
+            self.scope = "reads-authenticated"
+        self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return SimpleRateThrottle.allow_request(self, request, view)
+
+
+class PageThrottle(_OptionalRate, SimpleRateThrottle):
+    """The server-rendered pages, per client address."""
+
+    scope = "pages"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}

@@ -1,0 +1,121 @@
+"""GET /v1/status: a liveness answer for anyone, the figures only for holders of rankings.view_status."""
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from rankings import status
+from rankings.models import IngestLog
+
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LIVENESS = {"status", "asOf"}
+
+
+def _token_client(*permissions, username="reader") -> APIClient:
+    user = get_user_model().objects.create_user(username)
+    for codename in permissions:
+        user.user_permissions.add(
+            Permission.objects.get(codename=codename, content_type__app_label="rankings")
+        )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def _ticked_now() -> Shop:
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(shop.sale("p1", qty=2))
+    shop.tick()
+    return shop
+
+
+def test_anonymous_callers_get_only_a_liveness_answer(api):
+    """No sales rate, no totals, no backlog: only whether the boards are live, and as of when."""
+    # given boards ticked just now
+    shop = _ticked_now()
+    # when anyone asks
+    reply = api.get("/v1/status")
+    # then
+    assert reply.status_code == 200
+    body = reply.json()
+    assert set(body) == LIVENESS
+    assert body["status"] == "ok"
+    assert body["asOf"] == shop.now.isoformat().replace("+00:00", "Z")
+
+
+def test_a_token_without_view_status_gets_the_liveness_answer_only(ingest_api):
+    _ticked_now()
+
+    body = ingest_api.get("/v1/status").json()
+
+    assert set(body) == LIVENESS
+
+
+def test_a_token_or_staff_session_with_view_status_gets_the_figures(admin_client):
+    # given a token holding rankings.view_status, and a staff session of a superuser
+    _ticked_now()
+    operator = _token_client("view_status")
+    # when each asks
+    by_token = operator.get("/v1/status").json()
+    by_session = admin_client.get("/v1/status").json()
+    # then both see the figures beside the liveness answer
+    for body in (by_token, by_session):
+        assert set(body) >= LIVENESS
+        assert {"pendingSales", "lagSeconds", "salesPerSecond", "accepted", "windows"} <= set(body)
+        assert body["accepted"] == 1
+
+
+def test_liveness_says_stale_when_the_boards_stopped_moving(api):
+    """Ticks stopped ten minutes ago: Redis answers, but what it holds is old."""
+    Shop(now=timezone.now().replace(microsecond=0) - dt.timedelta(minutes=10)).tick()
+
+    assert api.get("/v1/status").json()["status"] == "stale"
+
+
+def test_liveness_says_down_when_redis_is_unreachable(api, own_redis):
+    _ticked_now()
+    own_redis.kill()
+    own_redis.wait()
+
+    reply = api.get("/v1/status")
+
+    assert reply.status_code == 200
+    assert reply.json() == {"status": "down", "asOf": None}
+
+
+def test_the_figures_are_cached_for_a_second(admin_client):
+    """A burst of status calls costs the figures' queries once, not once per call."""
+    _ticked_now()
+    admin_client.get("/v1/status")  # the figures, computed once
+
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(5):
+            assert admin_client.get("/v1/status").status_code == 200
+
+    assert not [q for q in queries if "rankings_ingestlog" in q["sql"]]
+
+
+def test_the_totals_do_not_add_up_the_whole_ingest_log():
+    """Totals cover a bounded span of the log (its recent rows), never every row ever written."""
+    # given one batch logged now and a thousand logged long ago
+    _ticked_now()
+    old = timezone.now() - dt.timedelta(days=30)
+    IngestLog.objects.bulk_create(
+        [IngestLog(source="api", accepted=5, duplicates=1, rejected=1) for _ in range(1000)]
+    )
+    IngestLog.objects.exclude(accepted=1).update(at=old)
+    # when
+    figures = status.status_read()
+    # then only the recent batch is counted
+    assert (figures["accepted"], figures["duplicates"], figures["rejected"]) == (1, 0, 0)
+    assert figures["totalsSeconds"] == status.TOTALS_SPAN.total_seconds()
