@@ -5,11 +5,10 @@ import datetime as dt
 from django.db.models import Min, Sum
 from django.utils import timezone
 
-from catalogue.models import ALL, shard_of
-
 from . import store
 from .conf import rankings_settings
 from .models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
+from .shards import ALL, shard_count, shard_of
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
@@ -17,7 +16,7 @@ RATE_SPAN = dt.timedelta(minutes=1)
 
 def status_read() -> dict:
     now = timezone.now()
-    all_shard = shard_of(ALL, rankings_settings.SHARDS)
+    all_shard = shard_of(ALL, shard_count())
     pending = PendingSale.objects.filter(shard=all_shard)
     oldest = pending.aggregate(oldest=Min("sale__received_at"))["oldest"]
     last = TickLog.objects.first()

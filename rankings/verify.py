@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 
 from . import store
 from .aggregate import shard_locked
-from .conf import rankings_settings
 from .models import ShardState
 from .recompute import boards_recompute
+from .shards import version_shards
 
 
 @dataclass
@@ -45,15 +45,16 @@ class VerifyReport:
 def rankings_verify(*, version: int | None = None) -> VerifyReport:
     """Recompute every board as of its shard's instant and compare it with Redis, exactly."""
     version = version or store.active_version(fresh=True)
+    shards = version_shards(version)
     report = VerifyReport()
-    for shard in range(rankings_settings.SHARDS):
+    for shard in range(shards):
         # Between two batches of the shard, so that Redis and the recompute see the same instant.
         with shard_locked(shard):
-            _verify_shard(report, version, shard)
+            _verify_shard(report, version, shard, shards)
     return report
 
 
-def _verify_shard(report: VerifyReport, version: int, shard: int) -> None:
+def _verify_shard(report: VerifyReport, version: int, shard: int, shards: int) -> None:
     state = store.shard_state(version, shard)
     if state.get("asof"):
         asof = float(state["asof"])
@@ -61,7 +62,7 @@ def _verify_shard(report: VerifyReport, version: int, shard: int) -> None:
         last = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
         asof = last.timestamp() if last else None
     report.asof[shard] = asof
-    expected = boards_recompute(shard=shard, now=asof) if asof is not None else {}
+    expected = boards_recompute(shard=shard, shards=shards, now=asof) if asof is not None else {}
     actual = {}
     for key in store.shard_board_keys(version, shard):
         window, metric, category = key.split(":b:", 1)[1].split(":", 2)

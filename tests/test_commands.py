@@ -5,9 +5,8 @@ import subprocess
 import pytest
 from django.core.management import CommandError, call_command
 
-from catalogue.models import shard_of
 from rankings import store
-from rankings.conf import rankings_settings
+from rankings.shards import shard_count, shard_of
 
 from .processes import django_env, manage
 from .rankings_helpers import Shop
@@ -23,7 +22,7 @@ def test_rankings_verify_passes_on_exact_boards_and_fails_on_a_tampered_one(caps
     call_command("rankings_verify")
     assert "exact" in capsys.readouterr().out
     # when one score in Redis is changed behind the engine's back
-    key = store.board_key(1, shard_of("toys", rankings_settings.SHARDS), "7d", "units", "toys")
+    key = store.board_key(1, shard_of("toys", shard_count()), "7d", "units", "toys")
     store.client(write=True).zincrby(key, -1, "p2")
     # then verify names the board and the product, and fails
     with pytest.raises(CommandError):

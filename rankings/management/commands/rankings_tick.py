@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from rankings.aggregate import ClockWentBackwards, tick
 from rankings.management.arguments import instant
+from rankings.shards import ShardCountMismatch
 
 
 class Command(BaseCommand):
@@ -13,7 +14,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             report = tick(now=options["now"])
-        except ClockWentBackwards as error:
+        except (ClockWentBackwards, ShardCountMismatch) as error:
             raise CommandError(str(error)) from error
         self.stdout.write(
             f"tick as of {report.now.isoformat()}: {report.sales} sales in {report.batches} batches, "
