@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db import connection, transaction
 from django.db.models import ProtectedError
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from catalogue.models import Category
@@ -237,3 +238,48 @@ def test_a_rebuild_keeps_the_active_versions_shard_count(settings):
     assert store.active_version(fresh=True) == version.number
     _shards(settings, 4)
     shop.assert_exact()
+
+
+def test_readers_take_the_shard_count_from_redis_without_asking_postgresql(settings):
+    # given boards ticked with 4 shards, and a reader that has not yet seen the count
+    _shards(settings, 4)
+    shop = Shop()
+    _sell_in_every_category(shop, "a")
+    shop.tick()
+    selectors.board_top(category="toys", window="7d", metric="units", limit=10, offset=0)
+    store.reset_clients()
+    selectors.answers_forget()
+    # when it reads a board
+    with CaptureQueriesContext(connection) as queries:
+        board = selectors.board_top(category="books", window="7d", metric="units", limit=10, offset=0)
+    # then the count came from Redis
+    assert sum(item["units"] for item in board["items"]) == 2
+    assert not [q for q in queries.captured_queries if "rankings_rankingversion" in q["sql"]]
+
+
+def test_readers_fall_back_to_postgresql_when_redis_lost_the_count(settings, redis_client):
+    # given boards ticked with 4 shards, then the count's key lost
+    _shards(settings, 4)
+    shop = Shop()
+    _sell_in_every_category(shop, "a")
+    shop.tick()
+    redis_client.delete(store.shards_key(1))
+    store.reset_clients()
+    _shards(settings, 8)
+    # when a board is read, then it is found by the count PostgreSQL records
+    for slug in CATEGORIES:
+        board = selectors.board_top(category=slug, window="7d", metric="units", limit=10, offset=0)
+        assert sum(item["units"] for item in board["items"]) == 2, slug
+
+
+def test_a_board_is_unavailable_rather_than_misplaced_when_no_count_is_known(redis_client):
+    # given a tick's boards, then the count lost in Redis and unknown to PostgreSQL
+    shop = Shop()
+    shop.send(shop.sale("p1"))
+    shop.tick()
+    redis_client.delete(store.shards_key(1))
+    store.reset_clients()
+    RankingVersion.objects.all().delete()
+    # when read, then the board is reported unavailable, not read from a guessed shard
+    with pytest.raises(selectors.Unavailable):
+        selectors.board_top(category="toys", window="7d", metric="units", limit=10, offset=0)
