@@ -6,6 +6,8 @@ a sale in, so the tick never looks the catalogue up; categories with sales are
 never deleted.
 """
 
+import threading
+import time
 import zlib
 
 import pytest
@@ -283,3 +285,36 @@ def test_a_board_is_unavailable_rather_than_misplaced_when_no_count_is_known(red
     # when read, then the board is reported unavailable, not read from a guessed shard
     with pytest.raises(selectors.Unavailable):
         selectors.board_top(category="toys", window="7d", metric="units", limit=10, offset=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_category_deleted_while_its_first_sale_is_stored_comes_back_marked():
+    """A delete that goes first (the category had no sales yet) cannot leave a sale naming
+    a category that is gone: ingest waits for it, then creates the category again."""
+    # given a category without sales, being deleted in another transaction that has not committed
+    Category.objects.create(slug="toys", name="Toys")
+    deleting, errors = threading.Event(), []
+
+    def delete_then_commit_later():
+        try:
+            with transaction.atomic():
+                Category.objects.filter(slug="toys").delete()
+                deleting.set()
+                time.sleep(0.5)  # the ingest below is waiting on the row meanwhile
+        except Exception as error:  # reported below, in the test's thread
+            errors.append(error)
+            deleting.set()
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=delete_then_commit_later)
+    other.start()
+    deleting.wait(5)
+    # when its first sale is stored
+    shop = Shop()
+    shop.send(shop.sale("p1", categories=["toys"]))
+    other.join()
+    # then the category exists again, marked, and keeps its sales from now on
+    assert not errors
+    toys = Category.objects.get(slug="toys")
+    assert (toys.is_placeholder, toys.has_sales) == (True, True)
