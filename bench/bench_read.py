@@ -106,10 +106,9 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from django.utils import timezone
 
     from bench.bench_engine import _seed_demo
-    from catalogue.models import shard_of
     from rankings import store
     from rankings.aggregate import tick
-    from rankings.conf import rankings_settings
+    from rankings.shards import shard_count, shard_of
 
     table = table or harness.Table()
     print("read: demo data, then wrk against gunicorn (2 sync workers)…", flush=True)
@@ -117,7 +116,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     _seed_demo()
     tick(now=timezone.now())
     version = store.active_version(fresh=True)
-    cat0 = shard_of("cat0", rankings_settings.SHARDS)
+    cat0 = shard_of("cat0", shard_count())
     board = store.board_key(version, cat0, "7d", "units", "cat0")
     blob = store.blob_key(version, cat0, "7d", "units", "cat0")
     member = store.client().zrange(board, 40, 40)[0].decode()

@@ -35,8 +35,8 @@ def _generate(total: int) -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from rankings.conf import rankings_settings
     from rankings.models import ShardState
+    from rankings.shards import shard_count
 
     harness.reset()
     call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
@@ -49,9 +49,7 @@ def _generate(total: int) -> None:
             print(f"  generated {min(total, first + step - 1):,} sales", flush=True)
         cursor.execute("ANALYZE rankings_sale")
     now = timezone.now()
-    ShardState.objects.bulk_create(
-        [ShardState(shard=s, seq=0, now=now) for s in range(rankings_settings.SHARDS)]
-    )
+    ShardState.objects.bulk_create([ShardState(shard=s, seq=0, now=now) for s in range(shard_count())])
 
 
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:

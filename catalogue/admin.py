@@ -2,10 +2,11 @@
 
 from django import forms
 from django.contrib import admin
-from django.db.models import Count
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, ProtectedError
 from django.utils.html import format_html
 
-from .models import ALL, Category, Product
+from .models import CATEGORY_IN_USE, RESERVED_SLUG, Category, Product
 
 PLACEHOLDER_HELP = "Created from a sale event for an unknown id: complete it, then untick."
 
@@ -39,16 +40,16 @@ class CategoryForm(forms.ModelForm):
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"]
-        if slug == ALL:
-            raise forms.ValidationError(f"'{ALL}' is reserved for the board of every sale.")
+        if slug == RESERVED_SLUG:
+            raise forms.ValidationError(f"'{RESERVED_SLUG}' is reserved for the board of every sale.")
         return slug
 
 
 @admin.register(Category)
 class CategoryAdmin(admin.ModelAdmin):
     form = CategoryForm
-    list_display = ["name", "slug", "placeholder", "product_count", "shard"]
-    list_filter = [PlaceholderFilter, "shard"]
+    list_display = ["name", "slug", "placeholder", "product_count"]
+    list_filter = [PlaceholderFilter]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
 
@@ -57,7 +58,7 @@ class CategoryAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # Sales name categories by slug: renaming one would split its rankings in two.
-        return ["slug", "shard"] if obj else ["shard"]
+        return ["slug"] if obj else []
 
     def get_prepopulated_fields(self, request, obj=None):
         return {} if obj else self.prepopulated_fields
@@ -65,6 +66,28 @@ class CategoryAdmin(admin.ModelAdmin):
     @admin.display(description="", ordering="is_placeholder")
     def placeholder(self, obj):
         return _placeholder_marker(obj.is_placeholder)
+
+    def get_deleted_objects(self, objs, request):
+        """A category with sales shows as protected, as a PROTECT relation would: the delete
+        page (single or bulk) says why and refuses the POST."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        protected = list(protected) + [
+            f"{category.slug}: {CATEGORY_IN_USE}" for category in objs if category.has_sales
+        ]
+        return deleted, counts, perms_needed, protected
+
+    def delete_model(self, request, obj):
+        # Sales may have named the category since the page was shown; the model guard then refuses.
+        try:
+            super().delete_model(request, obj)
+        except ProtectedError:
+            raise PermissionDenied(CATEGORY_IN_USE) from None
+
+    def delete_queryset(self, request, queryset):
+        try:
+            super().delete_queryset(request, queryset)
+        except ProtectedError:
+            raise PermissionDenied(CATEGORY_IN_USE) from None
 
     @admin.display(description="products", ordering="product_count")
     def product_count(self, obj):

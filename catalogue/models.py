@@ -1,19 +1,16 @@
 """Categories and products: the names and prices the rankings are shown with."""
 
-import zlib
-
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 
 PRODUCT_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
 
-# The reserved board that counts every sale once; no real category may take the slug.
-ALL = "all"
+# The rankings count every sale on a board of this name; no real category may take the slug.
+RESERVED_SLUG = "all"
 
-
-def shard_of(slug: str, shards: int) -> int:
-    """Stable across processes and versions (unlike hash()): crc32 of the slug."""
-    return zlib.crc32(slug.encode()) % shards
+CATEGORY_IN_USE = "a category that has sales cannot be deleted (its sales name it forever); rename it instead"
 
 
 class Category(models.Model):
@@ -21,8 +18,8 @@ class Category(models.Model):
     name = models.CharField(max_length=200)
     # Created from a sale event rather than by an editor: its name needs completing.
     is_placeholder = models.BooleanField(default=False, db_index=True)
-    # The ranking shard this category's boards belong to (see shard_of).
-    shard = models.PositiveSmallIntegerField(editable=False)
+    # Set when a stored sale first names the category; never cleared, since raw sales are kept forever.
+    has_sales = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -31,11 +28,20 @@ class Category(models.Model):
     def __str__(self):
         return self.name
 
-    def save(self, *args, **kwargs):
-        from rankings.conf import rankings_settings
 
-        self.shard = shard_of(self.slug, rankings_settings.SHARDS)
-        super().save(*args, **kwargs)
+@receiver(pre_delete, sender=Category)
+def _keep_categories_with_sales(sender, instance: Category, **kwargs):
+    """Refuse to delete a category that sales name, for the ORM and the admin alike.
+
+    The flag is read again under a row lock (the delete runs in a transaction),
+    so an ingest that marks the category meanwhile either waits for the delete
+    and then re-creates the category, or is seen here.
+    """
+    in_use = Category.objects.select_for_update().filter(pk=instance.pk, has_sales=True).exists()
+    if in_use:
+        raise models.ProtectedError(
+            f"category '{instance.slug}' has sales and cannot be deleted; rename it instead", {instance}
+        )
 
 
 class Product(models.Model):

@@ -36,11 +36,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 from django.utils import timezone
 
-from catalogue.models import ALL, shard_of
-
 from . import store
 from .conf import METRICS, rankings_settings
 from .models import Batch, RankingVersion, ShardState, TickLog
+from .shards import ALL, shard_count_checked, shard_of
 from .windows import bucket_sizes, oldest_bucket_start
 
 log = logging.getLogger(__name__)
@@ -96,13 +95,15 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
+    # Refused before anything is claimed: under another count the queue's shards would match nothing.
+    shards = shard_count_checked()
     report = TickReport(now=now)
-    for shard in range(rankings_settings.SHARDS):
+    for shard in range(shards):
         with _shard_lock(shard) as acquired:
             if not acquired:
                 report.busy_shards.append(shard)
                 continue
-            _tick_shard_isolated(shard=shard, now=now, report=report)
+            _tick_shard_isolated(shard=shard, shards=shards, now=now, report=report)
     report.duration_ms = (time.perf_counter() - clock) * 1000
     if log_tick:
         TickLog.objects.create(
@@ -121,7 +122,7 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     return report
 
 
-def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) -> None:
+def _tick_shard_isolated(*, shard: int, shards: int, now: dt.datetime, report: TickReport) -> None:
     """Tick one shard (its lock held); an error fails this shard only, which then waits to retry."""
     state, _ = ShardState.objects.get_or_create(shard=shard)
     if state.retry_at is not None and timezone.now() < state.retry_at:
@@ -130,7 +131,10 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
     try:
         # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet.
         version = _write_version()
-        _tick_shard(shard=shard, version=version, gen=store.generation(version), now=now, report=report)
+        store.shard_count_set(version, shards)
+        _tick_shard(
+            shard=shard, shards=shards, version=version, gen=store.generation(version), now=now, report=report
+        )
     except _NOT_ISOLATED:
         raise
     except Exception as error:
@@ -205,7 +209,9 @@ def shard_locked(shard: int, *, timeout: str = "30s"):
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
 
 
-def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report: TickReport) -> None:
+def _tick_shard(
+    *, shard: int, shards: int, version: int, gen: str, now: dt.datetime, report: TickReport
+) -> None:
     ShardState.objects.get_or_create(shard=shard)
     for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):
         _apply(batch=batch, version=version, gen=gen, report=report)
@@ -221,7 +227,7 @@ def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report:
             claimed = _claim(shard=shard, limit=limit)
             if claimed == 0 and state.now == now:
                 return
-            changes, too_old = _changes(shard=shard, old_now=state.now, new_now=now)
+            changes, too_old = _changes(shard=shard, shards=shards, old_now=state.now, new_now=now)
             _fold(shard=shard)
             batches = []
             if claimed or changes:
@@ -243,7 +249,7 @@ def _tick_shard(*, shard: int, version: int, gen: str, now: dt.datetime, report:
             state.now = now
             state.too_old += too_old
             state.save()
-        report.sales += claimed if shard == shard_of(ALL, rankings_settings.SHARDS) else 0
+        report.sales += claimed if shard == shard_of(ALL, shards) else 0
         report.too_old += too_old
         for batch in batches:
             report.batches += 1
@@ -296,6 +302,8 @@ CREATE TEMPORARY TABLE tick_facts (
 ) ON COMMIT DROP
 """
 
+# The queue row names the boards of this shard the sale counts in: the
+# catalogue is not consulted, so a category deleted meanwhile loses nothing.
 _CLAIM = """
 WITH claimed AS (
     DELETE FROM rankings_pendingsale p
@@ -303,17 +311,12 @@ WITH claimed AS (
         SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
         ORDER BY sale_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
     )
-    RETURNING p.sale_id
-), sales AS (
-    SELECT s.product_id, s.categories, floor(extract(epoch FROM s.counted_at))::bigint AS t,
-           s.qty, CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END AS amount_cents
-    FROM rankings_sale s JOIN claimed ON s.id = claimed.sale_id
+    RETURNING p.sale_id, p.categories
 ), facts AS (
-    SELECT c.slug AS category, s.product_id, s.t, s.qty, s.amount_cents
-    FROM sales s CROSS JOIN LATERAL unnest(s.categories) AS u(slug)
-    JOIN catalogue_category c ON c.slug = u.slug AND c.shard = %(shard)s
-    UNION ALL
-    SELECT %(all)s, s.product_id, s.t, s.qty, s.amount_cents FROM sales s WHERE %(has_all)s
+    SELECT u.category, s.product_id, floor(extract(epoch FROM s.counted_at))::bigint AS t,
+           s.qty, CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END AS amount_cents
+    FROM claimed JOIN rankings_sale s ON s.id = claimed.sale_id
+    CROSS JOIN LATERAL unnest(claimed.categories) AS u(category)
 ), counted AS (
     INSERT INTO tick_facts SELECT * FROM facts
 )
@@ -323,10 +326,9 @@ SELECT count(*) FROM claimed
 
 def _claim(*, shard: int, limit: int) -> int:
     """Move up to `limit` of the shard's pending sales into tick_facts; return how many."""
-    has_all = shard == shard_of(ALL, rankings_settings.SHARDS)
     with connection.cursor() as cursor:
         cursor.execute(_FACTS_TABLE)
-        cursor.execute(_CLAIM, {"shard": shard, "limit": limit, "all": ALL, "has_all": has_all})
+        cursor.execute(_CLAIM, {"shard": shard, "limit": limit})
         (claimed,) = cursor.fetchone()
         # Statistics for the planner: without them it guesses the batch's size and groups badly.
         cursor.execute("ANALYZE tick_facts")
@@ -346,7 +348,7 @@ WHERE t >= %s AND t < %s GROUP BY category, product_id
 
 
 def _changes(
-    *, shard: int, old_now: dt.datetime | None, new_now: dt.datetime
+    *, shard: int, shards: int, old_now: dt.datetime | None, new_now: dt.datetime
 ) -> tuple[list[store.Change], int]:
     """The net change of every board of the shard; read before the claimed sales are folded."""
     new_t = int(_epoch(new_now))
@@ -371,7 +373,7 @@ def _changes(
                 totals[0] += units
                 totals[1] += cents
         too_old = 0
-        if shard == shard_of(ALL, rankings_settings.SHARDS):
+        if shard == shard_of(ALL, shards):
             cursor.execute(
                 "SELECT count(*) FROM tick_facts WHERE category = %s AND t < %s",
                 [ALL, oldest_bucket_start(windows, new_t)],
@@ -416,7 +418,7 @@ def clock_reset(*, to: dt.datetime) -> list[int]:
     """
     if to.tzinfo is None:
         raise ValueError("to must be timezone-aware")
-    shards = list(range(rankings_settings.SHARDS))
+    shards = list(range(shard_count_checked()))
     with ExitStack() as locks:
         for shard in shards:
             locks.enter_context(shard_locked(shard))

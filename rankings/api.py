@@ -22,6 +22,7 @@ from . import selectors
 from .conf import METRICS, rankings_settings
 from .ingest import sales_ingest
 from .serializers import SaleEventSerializer
+from .shards import ShardCountMismatch
 from .status import liveness_read, status_cached
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class SalesIngestApi(APIView):
             403: _Error,
             413: OpenApiResponse(_Error, description="more than 5,000 events, or a body over 4 MB"),
             429: _THROTTLED,
+            503: OpenApiResponse(_Error, description="the service is misconfigured; nothing was stored"),
         },
     )
     def post(self, request):
@@ -126,7 +128,10 @@ class SalesIngestApi(APIView):
         limit = rankings_settings.MAX_BATCH_EVENTS
         if len(events) > limit:
             raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(events)}")
-        result = sales_ingest(events=events, source="api")
+        try:
+            result = sales_ingest(events=events, source="api")
+        except ShardCountMismatch as error:  # an operator's mistake: nothing stored, the client retries
+            raise ServiceUnavailable(str(error)) from error
         return Response(result.as_dict())
 
 

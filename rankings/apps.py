@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class RankingsConfig(AppConfig):
     name = "rankings"
     verbose_name = "Rankings"
+
+    def ready(self):
+        from . import shards  # noqa: F401  (registers the shard-count check)

@@ -28,12 +28,11 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
-from catalogue.models import ALL, shard_of
-
 from . import store
 from .aggregate import LOCK_NAMESPACE, batch_replay, shard_locked
 from .conf import METRICS, rankings_settings
 from .models import Batch, RankingVersion, ShardState
+from .shards import ALL, shard_count, shard_of, version_shards
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def _lock_all_shards() -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
         try:
-            for shard in range(rankings_settings.SHARDS):
+            for shard in range(shard_count()):
                 cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
         except Exception:
             cursor.execute("SELECT pg_advisory_unlock_all()")
@@ -92,7 +91,7 @@ def _lock_all_shards() -> None:
 
 def _unlock_all_shards() -> None:
     with connection.cursor() as cursor:
-        for shard in range(rankings_settings.SHARDS):
+        for shard in range(shard_count()):
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
 
 
@@ -130,7 +129,9 @@ def version_build(*, activate: bool = False, progress: Progress | None = None) -
     progress = progress or _nothing
     versions_fail_abandoned()
     number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
-    version = RankingVersion.objects.create(number=number, state=RankingVersion.State.BUILDING)
+    # Built with the active version's count (changing it is a reshard, not a rebuild).
+    shards = shard_count()
+    version = RankingVersion.objects.create(number=number, state=RankingVersion.State.BUILDING, shards=shards)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
     started = time.monotonic()
@@ -145,18 +146,18 @@ def version_build(*, activate: bool = False, progress: Progress | None = None) -
 
     try:
         report(0.02, "taking a snapshot of the raw sales")
-        watermark, boards, sales = _snapshot_aggregate()
+        watermark, boards, sales = _snapshot_aggregate(shards)
         report(0.6, f"aggregated {sales:,} raw sales; writing boards", sales)
         gen = store.generation(number)
-        shards = sorted(watermark)
-        for i, shard in enumerate(shards):
+        store.shard_count_set(number, shards)
+        for shard in range(shards):
             seq, asof = watermark[shard]
             store.shard_replace(
                 version=number, shard=shard, seq=seq, asof=asof, gen=gen, boards=boards.pop(shard, {})
             )
-            report(0.6 + 0.3 * (i + 1) / len(shards), f"wrote shard {shard + 1} of {len(shards)}", sales)
+            report(0.6 + 0.3 * (shard + 1) / shards, f"wrote shard {shard + 1} of {shards}", sales)
         report(0.92, "catching up with the batches ticked since the snapshot", sales)
-        for shard in shards:
+        for shard in range(shards):
             _catch_up(number, shard)
         RankingVersion.objects.filter(number=number).update(
             state=RankingVersion.State.READY,
@@ -207,8 +208,8 @@ GROUP BY 1, 2, 3
 """
 
 
-def _snapshot_aggregate():
-    """Per shard: (seq, instant) of the snapshot, and every board as of that instant."""
+def _snapshot_aggregate(shards_count: int):
+    """Per shard (of `shards_count`): (seq, instant) of the snapshot, and every board as of that instant."""
     _lock_all_shards()
     locked = True
     try:
@@ -226,7 +227,7 @@ def _snapshot_aggregate():
                 cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
                 cursor.execute("SET LOCAL jit = off")
             watermark = {}
-            for shard in range(rankings_settings.SHARDS):
+            for shard in range(shards_count):
                 seq, now = states.get(shard, (0, None))
                 watermark[shard] = (seq, now.timestamp() if now else 0.0)
             boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
@@ -240,7 +241,7 @@ def _snapshot_aggregate():
                 with _snapshot_connection(snapshot) as helper:
                     sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
                     for now, shards in by_instant.items():
-                        _aggregate_into(cursor, helper, boards, now, shards)
+                        _aggregate_into(cursor, helper, boards, now, shards, shards_count)
     finally:
         if locked:
             _unlock_all_shards()
@@ -262,7 +263,7 @@ def _snapshot_connection(snapshot: str):
         helper.rollback()
 
 
-def _aggregate_into(cursor, helper, boards, now: dt.datetime, shards: list[int]) -> None:
+def _aggregate_into(cursor, helper, boards, now: dt.datetime, shards: list[int], shards_count: int) -> None:
     t = int(now.timestamp())
     windows = list(rankings_settings.windows.values())
     sums, params = [], {}
@@ -304,7 +305,6 @@ def _aggregate_into(cursor, helper, boards, now: dt.datetime, shards: list[int])
         raise failures[0]
     for category, product_id, *values in every_sale:
         totals[(category, product_id)] = values
-    shards_count = rankings_settings.SHARDS
     cursor.execute(_PENDING.format(sums=", ".join(sums)), params)
     for shard, category, product_id, *values in cursor.fetchall():
         counted = totals.get((category, product_id))
@@ -377,7 +377,7 @@ def version_switch(*, number: int) -> RankingVersion:
                 f"version {number} is {target.state}; only a ready or retired version can be switched to"
             )
         with _all_shards_locked():
-            for shard in range(rankings_settings.SHARDS):
+            for shard in range(target.shards):
                 _catch_up(number, shard)
             previous = active_number()
             with transaction.atomic():
@@ -387,7 +387,10 @@ def version_switch(*, number: int) -> RankingVersion:
                 )
                 if not RankingVersion.objects.filter(number=previous).exists():
                     RankingVersion.objects.create(
-                        number=previous, state=RankingVersion.State.RETIRED, retired_at=now
+                        number=previous,
+                        state=RankingVersion.State.RETIRED,
+                        retired_at=now,
+                        shards=target.shards,
                     )
                 epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
                 RankingVersion.objects.filter(number=number).update(
@@ -395,6 +398,7 @@ def version_switch(*, number: int) -> RankingVersion:
                 )
             # Only once committed: a pointer naming a switch that rolled back could not be undone.
             # Still under every shard's lock; should this fail, the next tick sets it.
+            store.shard_count_set(number, target.shards)
             store.active_set(number, epoch)
     log.info("switched rankings from version %s to %s", previous, number)
     target.refresh_from_db()
@@ -405,7 +409,7 @@ def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
     """Each board's top-N and size in the active version against version `number`, at the same batch."""
     live = active_number()
     comparisons = []
-    for shard in range(rankings_settings.SHARDS):
+    for shard in range(version_shards(number)):
         with shard_locked(shard):
             _catch_up(number, shard)
             live_heads = store.boards_heads(live, shard, top_n)

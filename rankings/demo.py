@@ -20,9 +20,8 @@ from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
 
-from catalogue.models import Category, Product, shard_of
+from catalogue.models import Category, Product
 
-from .conf import rankings_settings
 from .imports import CHUNK_EVENTS
 from .ingest import IngestResult, sales_ingest
 
@@ -188,13 +187,9 @@ def demo_seed(
 @transaction.atomic
 def _store_catalogue(shape: DemoShape, catalogue: dict[str, tuple[int, list[str]]]) -> None:
     """Categories and products; the demo's names and prices replace those of existing ones."""
-    shards = rankings_settings.SHARDS
     slugs = [f"cat{i}" for i in range(shape.categories)]
     Category.objects.bulk_create(
-        [
-            Category(slug=slug, name=category_name(i), is_placeholder=False, shard=shard_of(slug, shards))
-            for i, slug in enumerate(slugs)
-        ],
+        [Category(slug=slug, name=category_name(i), is_placeholder=False) for i, slug in enumerate(slugs)],
         update_conflicts=True,
         unique_fields=["slug"],
         update_fields=["name", "is_placeholder"],

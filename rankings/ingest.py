@@ -25,11 +25,12 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from catalogue.models import ALL, Category, Product, shard_of
+from catalogue.models import Category, Product
 
 from .conf import rankings_settings
 from .models import IngestLog, PendingSale, ProductTotal, Sale
 from .serializers import MAX_AMOUNT_CENTS, EventIdField, EventValidator
+from .shards import ALL, shard_count_checked, shard_of
 
 DUPLICATE_ID = "id already used by a different event"
 
@@ -472,24 +473,42 @@ def _row(index, data, digest, originals, catalogue) -> _Row:
     )
 
 
+# Rows are locked in slug order, so that two batches marking the same categories never wait on each other.
+_MARK_CATEGORIES = f"""
+UPDATE {Category._meta.db_table} SET has_sales = true
+WHERE id IN (
+    SELECT id FROM {Category._meta.db_table} WHERE slug IN (SELECT unnest(%s::text[])) ORDER BY slug FOR UPDATE
+)
+RETURNING slug
+"""
+
+
 def _ensure_categories(rows: list[_Row]) -> None:
-    """Create placeholders for unknown categories: no sale is lost for want of them."""
+    """Create placeholders for unknown categories (no sale is lost for want of them) and mark every
+    category the sales name as having sales, which keeps it from being deleted.
+
+    Only a category's first sales write its row. Marking takes the row lock,
+    so a delete running meanwhile either sees the mark or goes first, and then
+    the category is created again below.
+    """
     slugs = {slug for row in rows for slug in row.categories}
     if not slugs:
         return
-    known = set(Category.objects.filter(slug__in=slugs).values_list("slug", flat=True))
-    shards = rankings_settings.SHARDS
+    known = dict(Category.objects.filter(slug__in=slugs).values_list("slug", "has_sales"))
+    present = {slug for slug, has_sales in known.items() if has_sales}
+    unmarked = sorted(slug for slug, has_sales in known.items() if not has_sales)
+    if unmarked:
+        with connection.cursor() as cursor:
+            cursor.execute(_MARK_CATEGORIES, [unmarked])
+            present.update(slug for (slug,) in cursor.fetchall())
     Category.objects.bulk_create(
-        [
-            Category(slug=s, name=s, is_placeholder=True, shard=shard_of(s, shards))
-            for s in sorted(slugs - known)
-        ],
+        [Category(slug=s, name=s, is_placeholder=True, has_sales=True) for s in sorted(slugs - present)],
         ignore_conflicts=True,
     )
 
 
-# Category slugs and shard numbers are staged as comma-separated text (slugs
-# cannot hold a comma): it copies in a third of the time arrays take.
+# Category slugs and queue entries are staged as text (slugs cannot hold a
+# comma, colon or semicolon): it copies in a third of the time arrays take.
 _STAGE_TYPES = [
     "int4", "varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar", "timestamptz", "varchar",
     "text",
@@ -499,7 +518,7 @@ DROP TABLE IF EXISTS ingest_stage;
 CREATE TEMPORARY TABLE ingest_stage (
     ord integer, event_id varchar(128), ts timestamptz, product_id varchar(64),
     categories text, qty integer, amount_cents bigint, return_of varchar(128),
-    counted_at timestamptz, digest varchar(32), shards text
+    counted_at timestamptz, digest varchar(32), queue text
 ) ON COMMIT DROP
 """
 
@@ -536,23 +555,35 @@ WITH inserted AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING id, event_id
 ), queued AS (
-    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id)
-    SELECT shard, inserted.id  -- a sale's shards are distinct already
+    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id, categories)
+    SELECT split_part(entry, ':', 1)::smallint, inserted.id,  -- a sale's shards are distinct already
+           string_to_array(split_part(entry, ':', 2), ',')
     FROM inserted JOIN ingest_stage USING (event_id),
-         unnest(string_to_array(ingest_stage.shards, ',')::smallint[]) AS shard
+         unnest(string_to_array(ingest_stage.queue, ';')) AS entry
 )
 SELECT event_id FROM inserted
 """
 
 
+def _queue_entries(categories: tuple[str, ...], shards: int) -> str:
+    """'shard:slug,slug;shard:slug': each shard a sale is queued for, with the boards it counts in there."""
+    boards: dict[int, list[str]] = defaultdict(list)
+    for slug in (ALL, *categories):
+        boards[shard_of(slug, shards)].append(slug)
+    return ";".join(f"{shard}:{','.join(slugs)}" for shard, slugs in sorted(boards.items()))
+
+
 def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
-    """Insert the rows in bulk; return (the ids inserted, duplicates found only at insert time)."""
+    """Insert the rows in bulk; return (the ids inserted, duplicates found only at insert time).
+
+    Refuses (ShardCountMismatch) while RANKINGS_SHARDS disagrees with the
+    active version: a sale queued under the wrong count would never be counted.
+    """
+    shards = shard_count_checked()
     if not rows:
         return set(), 0
     _ensure_categories(rows)
-    shards = rankings_settings.SHARDS
-    all_shard = shard_of(ALL, shards)
-    shards_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
+    queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
     with connection.cursor() as cursor:
         cursor.execute(_STAGE)
         with cursor.copy("COPY ingest_stage FROM STDIN (FORMAT BINARY)") as copy:
@@ -560,10 +591,9 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
             copy.set_types(_STAGE_TYPES)
             for row in rows:
                 key = tuple(row.categories)
-                row_shards = shards_of.get(key)
-                if row_shards is None:
-                    numbers = sorted({all_shard, *(shard_of(c, shards) for c in key)})
-                    row_shards = shards_of[key] = ",".join(map(str, numbers))
+                queue = queue_of.get(key)
+                if queue is None:
+                    queue = queue_of[key] = _queue_entries(key, shards)
                 copy.write_row(
                     (
                         row.index,
@@ -576,7 +606,7 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
                         row.return_of,
                         row.counted_at,
                         row.digest,
-                        row_shards,
+                        queue,
                     )
                 )
         cursor.execute(_PLACEHOLDER_PRODUCTS)

@@ -69,6 +69,9 @@ class PendingSale(models.Model):
     sale = models.ForeignKey(
         Sale, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
     )
+    # The boards of this shard the sale counts in (with `all` in its shard), fixed at ingest: the
+    # tick never consults the catalogue, so a category deleted or re-sharded meanwhile loses nothing.
+    categories = ArrayField(models.CharField(max_length=50))
 
 
 class Bucket(models.Model):
@@ -205,9 +208,14 @@ class RankingVersion(models.Model):
     # readers' pointer in Redis can refuse a write from before the latest switch, even
     # one that names a higher version number (a switch back).
     switch_epoch = models.PositiveBigIntegerField(default=0)
+    # The shard count the version's boards are laid out with; the active version's rules everywhere.
+    shards = models.PositiveSmallIntegerField()
 
     class Meta:
         ordering = ["-number"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(shards__gte=1), name="version_shards_positive")
+        ]
         permissions = [
             ("rebuild_rankings", "Can rebuild rankings into a new version"),
             ("switch_rankings", "Can switch the active rankings version"),

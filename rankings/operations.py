@@ -5,10 +5,9 @@ import datetime as dt
 from django.db.models import Sum
 from django.utils import timezone
 
-from catalogue.models import ALL
-
 from . import store
 from .models import Bucket, RankingVersion, TickLog
+from .shards import ALL
 from .status import status_read
 from .verify import redis_safety
 

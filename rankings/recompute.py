@@ -8,17 +8,17 @@ from collections import defaultdict
 
 from django.db import connection
 
-from catalogue.models import ALL, shard_of
-
 from .conf import rankings_settings
+from .shards import ALL, shard_of
 
+# Every category of the sales, not the catalogue's: the recompute must count a
+# category whatever became of it there. Boards of other shards are dropped afterwards.
 _RECOMPUTE = """
 SELECT c.category, s.product_id, sum(s.qty),
        sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)  -- a refund subtracts
 FROM rankings_sale s
 CROSS JOIN LATERAL unnest(s.categories || ARRAY[%(all)s]::varchar[]) AS c(category)
 WHERE s.counted_at >= to_timestamp(%(first)s) AND s.counted_at < to_timestamp(%(stop)s)
-  AND c.category = ANY(%(categories)s)
   AND NOT EXISTS (
       SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = %(shard)s
   )
@@ -26,38 +26,28 @@ GROUP BY c.category, s.product_id
 """
 
 
-def shard_categories(shard: int) -> list[str]:
-    from catalogue.models import Category
-
-    slugs = list(Category.objects.filter(shard=shard).values_list("slug", flat=True))
-    if shard == shard_of(ALL, rankings_settings.SHARDS):
-        slugs.append(ALL)
-    return slugs
-
-
-def boards_recompute(*, shard: int, now: float) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
-    """Every non-empty board of a shard as of `now` (epoch seconds), in ranking order.
+def boards_recompute(
+    *, shard: int, shards: int, now: float
+) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
+    """Every non-empty board of a shard (of `shards`) as of `now` (epoch seconds), in ranking order.
 
     Counts the sales the shard has claimed (those still pending are not yet in
     any board). Keys are (window, metric, category); values [(product_id, score)].
     """
     boards: dict[tuple[str, str, str], list[tuple[str, int]]] = defaultdict(list)
-    categories = shard_categories(shard)
+    in_shard: dict[str, bool] = {}
     t = int(now)
     with connection.cursor() as cursor:
         for w in rankings_settings.windows.values():
             first, last = w.bounds(t)
             cursor.execute(
-                _RECOMPUTE,
-                {
-                    "all": ALL,
-                    "first": first,
-                    "stop": last + w.bucket_seconds,
-                    "categories": categories,
-                    "shard": shard,
-                },
+                _RECOMPUTE, {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard}
             )
             for category, product_id, units, cents in cursor.fetchall():
+                if category not in in_shard:
+                    in_shard[category] = shard_of(category, shards) == shard
+                if not in_shard[category]:
+                    continue
                 if units > 0:
                     boards[(w.name, "units", category)].append((product_id, int(units)))
                 if cents > 0:

@@ -16,10 +16,10 @@ from decimal import Decimal
 from cachetools import LRUCache, TTLCache
 from django.db import DatabaseError
 
-from catalogue.models import ALL, PRODUCT_ID_PATTERN, Category, Product, shard_of
+from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 
 from . import store
-from .conf import rankings_settings
+from .shards import ALL, shard_of
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -191,8 +191,19 @@ def category_name(slug: str) -> str:
     raise NotFound(f"unknown category '{slug}'")
 
 
-def _shard(category: str) -> int:
-    return shard_of(category, rankings_settings.SHARDS)
+def _shard(category: str, version: int) -> int:
+    """The board's shard under the version's own count: from Redis, else from PostgreSQL."""
+    shards = store.shard_count_get(version)
+    if shards is None:
+        from .models import RankingVersion
+
+        try:
+            shards = RankingVersion.objects.filter(number=version).values_list("shards", flat=True).first()
+        except DatabaseError as error:
+            raise store.Unreachable(f"the shard count of version {version} is unknown") from error
+        if shards is None:
+            raise store.Unreachable(f"the shard count of version {version} is unknown")
+    return shard_of(category, shards)
 
 
 def format_asof(asof: float | None) -> str | None:
@@ -262,9 +273,10 @@ def board_top(*, category: str, window: str, metric: str, limit: int, offset: in
 
 
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
+    version = store.active_version()
     board = store.board_slice(
-        version=store.active_version(),
-        shard=_shard(category),
+        version=version,
+        shard=_shard(category, version),
         window=window,
         metric=metric,
         category=category,
@@ -312,9 +324,10 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
     _product(product_id)
+    version = store.active_version()
     found = store.member_rank(
-        version=store.active_version(),
-        shard=_shard(category),
+        version=version,
+        shard=_shard(category, version),
         window=window,
         metric=metric,
         category=category,
@@ -361,12 +374,13 @@ def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
 
 
 def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> dict:
+    version = store.active_version()
     found = store.members_ranks(
-        version=store.active_version(),
+        version=version,
         window=window,
         metric=metric,
         product_id=product_id,
-        boards=[(_shard(c), c) for c in categories],
+        boards=[(_shard(c, version), c) for c in categories],
     )
     asofs = [f.asof for f in found if f.asof]
     ranks = []
@@ -405,7 +419,7 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
     _product(product_id)
     version = store.active_version()
-    shard = _shard(category)
+    shard = _shard(category, version)
     found = store.member_rank(
         version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
     )
@@ -458,9 +472,10 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
     unread: set[str] = set()
     try:
         if wanted:
+            version = store.active_version()
             read = store.board_heads(
-                version=store.active_version(),
-                boards=[(_shard(c), window, metric, c, limits[c]) for c in wanted],
+                version=version,
+                boards=[(_shard(c, version), window, metric, c, limits[c]) for c in wanted],
             )
             heads = dict(zip(wanted, read, strict=True))
     except store.Unreachable:

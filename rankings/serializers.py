@@ -17,9 +17,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from catalogue.models import ALL
-
 from .conf import rankings_settings
+from .shards import ALL
 
 MAX_ID_LENGTH = 128
 MAX_QTY = 1_000_000

@@ -7,12 +7,11 @@ import time
 from django.db.models import Sum
 from django.utils import timezone
 
-from catalogue.models import ALL, shard_of
-
 from . import store
 from .aggregate import shards_failing
 from .conf import rankings_settings
 from .models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
+from .shards import ALL, shard_count, shard_of
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
@@ -41,7 +40,9 @@ def liveness_read() -> dict:
 
     try:
         version = store.active_version()
-        asof = store.shard_asof(version=version, shard=shard_of(ALL, rankings_settings.SHARDS))
+        # The tick writes the count beside the boards; without it there is nothing to serve.
+        shards = store.shard_count_get(version)
+        asof = store.shard_asof(version=version, shard=shard_of(ALL, shards)) if shards else None
     except store.Unreachable:
         return {"status": "down", "asOf": None}
     if not asof:
@@ -69,7 +70,7 @@ def status_forget() -> None:
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
-    all_shard = shard_of(ALL, rankings_settings.SHARDS)
+    all_shard = shard_of(ALL, shard_count())
     pending = PendingSale.objects.filter(shard=all_shard)
     # The lowest sale id of the queue is its oldest sale to within a commit's
     # reordering; found through the primary key, not a scan of the queue.

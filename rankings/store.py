@@ -6,6 +6,7 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
     P:active                         hash: version that serves reads, epoch
                                      (the switch that made it active)
     P:vV:gen                         generation marker; missing = Redis lost data
+    P:vV:shards                      the version's shard count, for readers
     P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen
     P:vV:{sS}:b:<window>:<metric>:<category>
                                      the board: a sorted set, product -> -score
@@ -87,6 +88,7 @@ def reset_clients() -> None:
     _clients.clear()
     _active_cache.clear()
     _eviction_cache.clear()
+    _shard_counts.clear()
 
 
 # --- eviction policy ---------------------------------------------------------------
@@ -161,6 +163,10 @@ def gen_key(version: int) -> str:
     return f"{prefix()}:v{version}:gen"
 
 
+def shards_key(version: int) -> str:
+    return f"{prefix()}:v{version}:shards"
+
+
 def shard_tag(version: int, shard: int) -> str:
     return f"{prefix()}:v{version}:{{s{shard}}}"
 
@@ -231,6 +237,31 @@ def active_set(version: int, epoch: int) -> int:
 def active_ensure(version: int, epoch: int) -> int:
     """Restore the readers' pointer if Redis lost it or it names an earlier switch than `epoch`."""
     return int(client(write=True).eval(_ACTIVE_SET, 1, active_key(), version, epoch))
+
+
+# A version's shard count never changes, so a reader asks Redis once per version.
+_shard_counts: dict[tuple[str, int], int] = {}
+
+
+def shard_count_set(version: int, shards: int) -> None:
+    """Record the version's shard count where readers find it without PostgreSQL."""
+    client(write=True).set(shards_key(version), shards)
+
+
+def shard_count_get(version: int) -> int | None:
+    """The version's shard count as recorded in Redis; None when Redis does not hold it."""
+    key = (prefix(), version)
+    known = _shard_counts.get(key)
+    if known is not None:
+        return known
+    try:
+        value = client().get(shards_key(version))
+    except redis.RedisError as error:
+        raise Unreachable(str(error)) from error
+    if value is None:
+        return None
+    _shard_counts[key] = int(value)
+    return _shard_counts[key]
 
 
 # --- the write path --------------------------------------------------------------

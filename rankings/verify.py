@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.utils import timezone
 
-from catalogue.models import ALL, Category, shard_of
+from catalogue.models import Category
 
 from . import store
 from .aggregate import shard_locked, shard_rebuild
 from .conf import METRICS, rankings_settings
 from .models import ShardState, VerifyLog
 from .recompute import boards_recompute
+from .shards import ALL, shard_of, version_shards
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +72,18 @@ def rankings_verify(*, version: int | None = None, repair: bool = False) -> Veri
     themselves disagree with the raw sales, which a rebuild cannot mend).
     """
     version = version or store.active_version(fresh=True)
+    shards = version_shards(version)
     report = VerifyReport()
-    for shard in range(rankings_settings.SHARDS):
+    for shard in range(shards):
         # Between two batches of the shard, so that Redis and the recompute see the same instant.
         with shard_locked(shard):
             found = VerifyReport()
-            _verify_shard(found, version, shard)
+            _verify_shard(found, version, shard, shards)
             if repair and found.differences:
                 _repair(version, shard, f"{len(found.differences)} boards differ from the raw sales")
                 report.repaired.append(shard)
                 found = VerifyReport()
-                _verify_shard(found, version, shard)
+                _verify_shard(found, version, shard, shards)
         report.boards += found.boards
         report.members += found.members
         report.differences += found.differences
@@ -102,7 +104,7 @@ def _log_run(source: str, boards: int, repaired: list[int]) -> None:
     VerifyLog.objects.filter(at__lt=timezone.now() - VERIFY_LOG_KEPT).delete()
 
 
-def _verify_shard(report: VerifyReport, version: int, shard: int) -> None:
+def _verify_shard(report: VerifyReport, version: int, shard: int, shards: int) -> None:
     state = store.shard_state(version, shard)
     if state.get("asof"):
         asof = float(state["asof"])
@@ -110,7 +112,7 @@ def _verify_shard(report: VerifyReport, version: int, shard: int) -> None:
         last = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
         asof = last.timestamp() if last else None
     report.asof[shard] = asof
-    expected = boards_recompute(shard=shard, now=asof) if asof is not None else {}
+    expected = boards_recompute(shard=shard, shards=shards, now=asof) if asof is not None else {}
     actual = {}
     for key in store.shard_board_keys(version, shard):
         window, metric, category = key.split(":b:", 1)[1].split(":", 2)

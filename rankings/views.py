@@ -13,10 +13,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import get_conditional_response, patch_cache_control, set_response_etag
 
-from catalogue.models import ALL, PRODUCT_ID_PATTERN
+from catalogue.models import PRODUCT_ID_PATTERN
 
 from . import selectors
 from .conf import METRICS, rankings_settings
+from .shards import ALL
 from .throttling import PageThrottle
 
 # Rows per page of a category's best sellers.

@@ -209,6 +209,8 @@ RANKINGS = {
     "KEY_PREFIX": env("RANKINGS_KEY_PREFIX"),
     "TICK_SECONDS": env.float("RANKINGS_TICK_SECONDS", default=2.0),  # seconds
     # Boards are split by a stable hash of the category; one tick at a time works a shard.
+    # The count of a fresh install only: then it belongs to the active version, and a
+    # setting that disagrees is refused (sales queued under another count would be lost).
     "SHARDS": env.int("RANKINGS_SHARDS", default=4),
     # A tick claims at most this many pending sales per batch, so a backlog is
     # worked through in steps that each commit and reach Redis quickly.

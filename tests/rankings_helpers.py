@@ -44,11 +44,11 @@ class Shop:
 
     def top(self, category="toys", window="7d", metric="units"):
         """[(product, score)] of a board, read straight from Redis."""
-        from catalogue.models import shard_of
-        from rankings.conf import rankings_settings
+        from rankings.shards import shard_of, version_shards
 
-        shard = shard_of(category, rankings_settings.SHARDS)
-        return store.board_read_all(store.board_key(store.active_version(), shard, window, metric, category))
+        version = store.active_version()
+        shard = shard_of(category, version_shards(version))
+        return store.board_read_all(store.board_key(version, shard, window, metric, category))
 
     def assert_exact(self):
         report = rankings_verify()

@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from catalogue.models import shard_of
 from rankings import store
 from rankings.conf import rankings_settings
 from rankings.models import ShardState
+from rankings.shards import shard_count, shard_of
 
 from .processes import django_env, manage
 from .rankings_helpers import Shop
@@ -26,7 +26,7 @@ def test_rankings_verify_passes_on_exact_boards_and_fails_on_a_tampered_one(caps
     call_command("rankings_verify")
     assert "exact" in capsys.readouterr().out
     # when one score in Redis is changed behind the engine's back
-    key = store.board_key(1, shard_of("toys", rankings_settings.SHARDS), "7d", "units", "toys")
+    key = store.board_key(1, shard_of("toys", shard_count()), "7d", "units", "toys")
     store.client(write=True).zincrby(key, -1, "p2")
     # then verify names the board and the product, and fails
     with pytest.raises(CommandError):
@@ -52,7 +52,7 @@ def test_rankings_verify_repair_rebuilds_a_shard_whose_board_was_evicted(capsys)
     shop = Shop()
     shop.send(shop.sale("p1", qty=3), shop.sale("p2", qty=1), shop.sale("p3", categories=["games"]))
     shop.tick()
-    shard = shard_of("toys", rankings_settings.SHARDS)
+    shard = shard_of("toys", shard_count())
     assert store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys")) == 1
     # when verify runs with --repair
     call_command("rankings_verify", "--repair")
@@ -68,7 +68,7 @@ def test_rankings_verify_repair_fails_when_the_rebuild_does_not_make_the_boards_
     shop = Shop()
     shop.send(shop.sale("p1", qty=3))
     shop.tick()
-    shard = shard_of("toys", rankings_settings.SHARDS)
+    shard = shard_of("toys", shard_count())
     store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys"))
     monkeypatch.setattr("rankings.verify.shard_rebuild", lambda **kwargs: None)
     # when verify repairs, then it reports the difference left and fails

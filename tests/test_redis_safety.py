@@ -7,10 +7,10 @@ import time
 import pytest
 import redis as redis_lib
 
-from catalogue.models import shard_of
 from rankings import operations, store, tasks, verify
 from rankings.conf import rankings_settings
 from rankings.models import PendingSale, VerifyLog
+from rankings.shards import shard_count, shard_of
 
 from .rankings_helpers import Shop
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _shard(category: str) -> int:
-    return shard_of(category, rankings_settings.SHARDS)
+    return shard_of(category, shard_count())
 
 
 def _policy(value: str) -> None:

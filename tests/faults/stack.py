@@ -23,11 +23,10 @@ from pathlib import Path
 
 from django.db import connection
 
-from catalogue.models import ALL, shard_of
 from rankings import store
 from rankings.aggregate import LOCK_NAMESPACE
-from rankings.conf import rankings_settings
 from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
+from rankings.shards import ALL, shard_count, shard_of
 from rankings.verify import rankings_verify
 
 from ..processes import ROOT, django_env
@@ -354,7 +353,7 @@ def redis_caught_up() -> bool:
     if gen is None:
         return False
     states = dict(ShardState.objects.values_list("shard", "seq"))
-    if len(states) < rankings_settings.SHARDS:
+    if len(states) < shard_count():
         return False
     for shard, seq in states.items():
         state = store.shard_state(version, shard)
@@ -383,7 +382,7 @@ def figures(sent: dict[str, dict], *, accepted: int) -> dict:
     report = rankings_verify()
     stored = Sale.objects.count()
     version = store.active_version(fresh=True)
-    board = store.board_key(version, shard_of(ALL, rankings_settings.SHARDS), "30d", "units", ALL)
+    board = store.board_key(version, shard_of(ALL, shard_count()), "30d", "units", ALL)
     units = sum(score for _, score in store.board_read_all(board))
     month_ago = time.time() - 29 * 86400
     expected = sum(e["qty"] for e in sent.values() if e["ts"] >= month_ago)

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from rankings.imports import ImportFileError, sales_import
+from rankings.shards import ShardCountMismatch
 
 
 class Command(BaseCommand):
@@ -23,6 +24,6 @@ class Command(BaseCommand):
             report = sales_import(
                 path=options["file"], file_format=options["format"], progress=not options["no_progress"]
             )
-        except ImportFileError as error:
+        except (ImportFileError, ShardCountMismatch) as error:
             raise CommandError(str(error)) from error
         self.stdout.write(report.summary())

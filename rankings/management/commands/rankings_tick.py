@@ -6,6 +6,7 @@ from django.utils import timezone
 from rankings.aggregate import ClockWentBackwards, tick
 from rankings.conf import rankings_settings
 from rankings.management.arguments import instant
+from rankings.shards import ShardCountMismatch
 
 
 def refuse_far_future(value: dt.datetime, *, option: str) -> None:
@@ -44,6 +45,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{error}; if that tick's clock was wrong, see rankings_clock_reset"
             ) from error
+        except ShardCountMismatch as error:
+            raise CommandError(str(error)) from error
         self.stdout.write(
             f"tick as of {report.now.isoformat()}: {report.sales} sales in {report.batches} batches, "
             f"{report.redis_writes} board writes, {report.too_old} too old, "
