@@ -163,6 +163,11 @@ def _params(serializer_class, request) -> dict:
     if cached is not None:
         return cached
     serializer = serializer_class(data=request.query_params)
+    # DRF takes `?limit=` for "left out" and would apply the default; a parameter given
+    # with no value is a client's mistake, said as such.
+    empty = sorted(name for name in serializer.fields if request.query_params.get(name) == "")
+    if empty:
+        raise exceptions.ValidationError({empty[0]: f"{empty[0]} may not be empty"})
     serializer.is_valid(raise_exception=True)
     params = dict(serializer.validated_data)
     with _valid_params_lock:

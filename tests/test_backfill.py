@@ -7,6 +7,7 @@ import pytest
 
 from rankings import backfill, selectors, store
 from rankings.models import RankingVersion
+from rankings.shards import shard_count
 
 from .processes import django_env, python
 from .rankings_helpers import Shop
@@ -234,7 +235,7 @@ def test_expiry_deletes_the_keys_left_by_failed_versions_and_dead_rebuilds(redis
     shop = Shop()
     _history(shop, 20, "old")
     shop.tick()
-    RankingVersion.objects.create(number=7, state=RankingVersion.State.FAILED)
+    RankingVersion.objects.create(number=7, state=RankingVersion.State.FAILED, shards=shard_count())
     store.generation(7)
     store.shard_replace(version=7, shard=0, seq=1, asof=1.0, gen="g", boards={("7d", "units", "x"): {"p": 1}})
     prefix = settings_prefix()

@@ -197,3 +197,11 @@ def test_ranks_of_a_product_in_no_category_is_an_empty_list(api, shop):
 
     assert reply.status_code == 200
     assert reply.json()["ranks"] == []
+
+
+@pytest.mark.parametrize("path", ["/v1/categories?limit=", "/v1/categories/all/top?offset=&limit=5"])
+def test_a_parameter_given_without_a_value_is_a_400(api, path):
+    """`?limit=` is not "left out": the caller meant a value and gets told it is missing."""
+    response = api.get(path)
+    assert response.status_code == 400
+    assert "may not be empty" in response.json()["error"]
