@@ -20,7 +20,8 @@ from rest_framework.exceptions import ValidationError
 from catalogue.models import ALL, Category, Product, shard_of
 
 from .conf import rankings_settings
-from .models import IngestLog, PendingSale, Sale
+from .models import IngestLog, PendingSale, Sale, SaleId
+from .partitions import sale_partitions_ensure
 from .serializers import MAX_AMOUNT_CENTS, EventIdField, EventValidator
 
 DUPLICATE_ID = "id already used by a different event"
@@ -126,12 +127,17 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
         else:
             valid.append((index, data))
 
+    if not events:
+        return result  # nothing happened: an empty call leaves no trace in the log
+    # A return counts in its original's month, whose partition exists already.
+    sale_partitions_ensure(data["ts"] for _, data in valid if not data.get("returnOf"))
     with transaction.atomic():
         rows, duplicates = _resolve(valid, result)
         inserted, late_duplicates = _store(rows, result)
         result.accepted = inserted
         result.duplicates = duplicates + late_duplicates
         IngestLog.objects.create(
+            at=now,
             source=source,
             accepted=result.accepted,
             duplicates=result.duplicates,
@@ -158,7 +164,7 @@ def _id_of(event) -> str | None:
 def _stored_digests(event_ids: list[str]) -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT event_id, digest FROM {Sale._meta.db_table} WHERE event_id IN (SELECT unnest(%s::text[]))",
+            f"SELECT event_id, digest FROM {SaleId._meta.db_table} WHERE event_id IN (SELECT unnest(%s::text[]))",
             [event_ids],
         )
         return dict(cursor.fetchall())
@@ -245,7 +251,13 @@ def _lock_originals(event_ids: set[str]) -> dict[str, _Original]:
     originals: dict[str, _Original] = {}
     if not event_ids:
         return originals
-    for sale in Sale.objects.select_for_update().filter(event_id__in=event_ids).order_by("id"):
+    # Through the ids' table, and by (id, month): the sales table has no index on event_id,
+    # and naming the months lets PostgreSQL read only their partitions.
+    keys = dict(SaleId.objects.filter(event_id__in=event_ids).values_list("sale_id", "counted_at"))
+    if not keys:
+        return originals
+    stored = Sale.objects.select_for_update().filter(id__in=list(keys), counted_at__in=set(keys.values()))
+    for sale in stored.order_by("id"):
         originals[sale.event_id] = _Original(
             product_id=sale.product_id,
             qty=sale.qty,
@@ -254,8 +266,9 @@ def _lock_originals(event_ids: set[str]) -> dict[str, _Original]:
             counted_at=sale.counted_at,
             is_return=sale.return_of is not None,
         )
+    # A return counts in its original's month, so the originals' months hold every return of them.
     returned = (
-        Sale.objects.filter(return_of__in=list(originals))
+        Sale.objects.filter(return_of__in=list(originals), counted_at__in=set(keys.values()))
         .values_list("return_of", "qty", "amount_cents")
         .order_by()
     )
@@ -375,18 +388,26 @@ JOIN {Category._meta.db_table} category ON category.slug = wanted.slug
 ON CONFLICT DO NOTHING
 """
 
+# Event ids are unique in SaleId, not in the partitioned sales table: an id is
+# claimed there first (a concurrent batch's same id waits, then is skipped), and
+# only the sales whose id was claimed are inserted, with the sale id drawn there.
 _INSERT = f"""
-WITH inserted AS (
-    INSERT INTO {Sale._meta.db_table}
-        (event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest)
-    SELECT event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents, return_of,
-           counted_at, now(), digest
-    FROM ingest_stage ORDER BY ord
+WITH claimed AS (
+    INSERT INTO {SaleId._meta.db_table} (event_id, digest, sale_id, counted_at)
+    SELECT event_id, digest, nextval('{Sale._meta.db_table}_id_seq'), counted_at
+    FROM (SELECT event_id, digest, counted_at FROM ingest_stage ORDER BY ord) AS staged
     ON CONFLICT (event_id) DO NOTHING
-    RETURNING id, event_id
+    RETURNING event_id, sale_id
+), inserted AS (
+    INSERT INTO {Sale._meta.db_table}
+        (id, event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest)
+    SELECT claimed.sale_id, event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents,
+           return_of, counted_at, now(), digest
+    FROM claimed JOIN ingest_stage USING (event_id)
+    RETURNING id, event_id, counted_at
 ), queued AS (
-    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id)
-    SELECT shard, inserted.id  -- a sale's shards are distinct already
+    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id, counted_at)
+    SELECT shard, inserted.id, inserted.counted_at  -- a sale's shards are distinct already
     FROM inserted JOIN ingest_stage USING (event_id),
          unnest(string_to_array(ingest_stage.shards, ',')::smallint[]) AS shard
 )

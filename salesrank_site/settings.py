@@ -175,6 +175,26 @@ RANKINGS = {
     # Applied batches are kept this long, so that a rebuilt version, or one
     # switched back to, can catch up by replaying them.
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
+    # Pruning (rankings.prune), measured against the engine's clock so that a history
+    # replayed with `rankings_tick --now` is pruned as it would have been live.
+    # Minute buckets: the 1-hour window, plus an hour of slack for late events and for a
+    # shard clock set back by an operator. A keep shorter than the longest window of its
+    # bucket size is raised to it: the tick subtracts the buckets that leave a window.
+    "MINUTE_BUCKETS_KEEP_SECONDS": env.int(
+        "RANKINGS_MINUTE_BUCKETS_KEEP_SECONDS", default=2 * 3600
+    ),  # seconds
+    # Hour buckets: the 30-day window and the product page's 30-day chart (whose first
+    # day starts at midnight, up to a day before the window), plus a day of slack.
+    "HOUR_BUCKETS_KEEP_SECONDS": env.int("RANKINGS_HOUR_BUCKETS_KEEP_SECONDS", default=32 * 86400),  # seconds
+    # The ingest log feeds the status page's rates and the admin's list: a few days of it.
+    "INGEST_LOG_KEEP_SECONDS": env.int("RANKINGS_INGEST_LOG_KEEP_SECONDS", default=3 * 86400),  # seconds
+    # The tick log feeds the status page's last ticks: two days show a day's pattern.
+    "TICK_LOG_KEEP_SECONDS": env.int("RANKINGS_TICK_LOG_KEEP_SECONDS", default=2 * 86400),  # seconds
+    # Rows deleted per statement (each its own short transaction), so that a prune after a
+    # long pause never holds its locks, or bloats the WAL, for long.
+    "PRUNE_CHUNK_ROWS": env.int("RANKINGS_PRUNE_CHUNK_ROWS", default=5000),
+    # How often beat prunes: an hour of minute buckets at a time is a few thousand rows.
+    "PRUNE_SECONDS": env.int("RANKINGS_PRUNE_SECONDS", default=3600),  # seconds
     # A version switched away from is kept this long for switching back, then deleted.
     "VERSION_GRACE_SECONDS": env.int("RANKINGS_VERSION_GRACE_SECONDS", default=3600),  # seconds
     # Events whose ts is further ahead of the server clock are rejected.
@@ -244,6 +264,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 300,  # seconds; the grace period is measured in hours
         # Two of these queued (a worker was down) do the same work once: drop the older.
         "options": {"expires": 300},  # seconds
+    },
+    "rankings-prune": {
+        "task": "rankings.tasks.prune",
+        "schedule": RANKINGS["PRUNE_SECONDS"],
+        # Each run deletes everything due, so a queued duplicate would only repeat the checks.
+        "options": {"expires": RANKINGS["PRUNE_SECONDS"]},
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",
