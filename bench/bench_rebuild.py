@@ -7,6 +7,7 @@ first would measure ingestion, not the rebuild. The shards are then marked as
 having aggregated them, so the rebuild replays every one.
 """
 
+import datetime as dt
 import time
 
 from bench import harness
@@ -36,10 +37,13 @@ def _generate(total: int) -> None:
     from django.utils import timezone
 
     from rankings.models import ShardState
+    from rankings.partitions import sale_partitions_ensure
     from rankings.shards import shard_count
 
     harness.reset()
     call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
+    # Written past the ingest, so the months' partitions are made here.
+    sale_partitions_ensure([timezone.now() - dt.timedelta(days=14), timezone.now()])
     step = 1_000_000
     with connection.cursor() as cursor:
         for first in range(1, total + 1, step):

@@ -58,7 +58,7 @@ def reset() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE rankings_sale, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
+            "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
             " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
             " catalogue_category RESTART IDENTITY CASCADE"
         )

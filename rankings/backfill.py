@@ -201,9 +201,10 @@ GROUP BY 2
 # subtracted afterwards (the queue is short, so this is a small query).
 _PENDING = """
 SELECT p.shard, u.category, s.product_id, {sums}
-FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
 CROSS JOIN LATERAL unnest(s.categories || ARRAY[%(all)s]::varchar[]) AS u(category)
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+WHERE p.counted_at >= %(oldest)s AND p.counted_at < %(stop)s
+  AND s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
 GROUP BY 1, 2, 3
 """
 

@@ -28,7 +28,8 @@ from rest_framework.exceptions import ValidationError
 from catalogue.models import Category, Product
 
 from .conf import rankings_settings
-from .models import IngestLog, PendingSale, ProductTotal, Sale
+from .models import IngestLog, PendingSale, ProductTotal, Sale, SaleId
+from .partitions import sale_partitions_ensure
 from .serializers import MAX_AMOUNT_CENTS, EventIdField, EventValidator
 from .shards import ALL, shard_count_checked, shard_of
 
@@ -157,11 +158,15 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
         else:
             valid.append((index, data))
 
+    if not events:
+        return IngestResult()  # nothing happened: an empty call leaves no trace in the log
+    # A return counts in its original's month, whose partition exists already.
+    sale_partitions_ensure(data["ts"] for _, data in valid if not data.get("returnOf"))
     for attempt in range(1, ATTEMPTS + 1):
         result = IngestResult(rejected=list(invalid))
         try:
             with transaction.atomic():
-                _ingest_valid(valid, result, source)
+                _ingest_valid(valid, result, source, now)
             break
         except _Raced:
             if attempt == ATTEMPTS:
@@ -174,7 +179,7 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
     return result
 
 
-def _ingest_valid(valid: list[tuple[int, dict]], result: IngestResult, source: str) -> None:
+def _ingest_valid(valid: list[tuple[int, dict]], result: IngestResult, source: str, now: dt.datetime) -> None:
     """One attempt at storing the valid events, inside the caller's transaction."""
     rows, duplicates, dependent = _resolve(valid, result)
     inserted, late_duplicates = _store(rows, result)
@@ -186,6 +191,7 @@ def _ingest_valid(valid: list[tuple[int, dict]], result: IngestResult, source: s
     result.accepted = len(inserted)
     result.duplicates = duplicates + late_duplicates
     IngestLog.objects.create(
+        at=now,
         source=source,
         accepted=result.accepted,
         duplicates=result.duplicates,
@@ -210,7 +216,7 @@ def _id_of(event) -> str | None:
 def _stored_digests(event_ids: list[str]) -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT event_id, digest FROM {Sale._meta.db_table} WHERE event_id IN (SELECT unnest(%s::text[]))",
+            f"SELECT event_id, digest FROM {SaleId._meta.db_table} WHERE event_id IN (SELECT unnest(%s::text[]))",
             [event_ids],
         )
         return dict(cursor.fetchall())
@@ -332,7 +338,12 @@ def _stored_originals(event_ids: set[str]) -> dict[str, _Original]:
     originals: dict[str, _Original] = {}
     if not event_ids:
         return originals
-    for sale in Sale.objects.filter(event_id__in=event_ids):
+    # Through the ids' table, and by (id, month): the sales table has no index on event_id,
+    # and naming the months lets PostgreSQL read only their partitions.
+    keys = dict(SaleId.objects.filter(event_id__in=event_ids).values_list("sale_id", "counted_at"))
+    if not keys:
+        return originals
+    for sale in Sale.objects.filter(id__in=list(keys), counted_at__in=set(keys.values())):
         originals[sale.event_id] = _Original(
             product_id=sale.product_id,
             qty=sale.qty,
@@ -341,8 +352,9 @@ def _stored_originals(event_ids: set[str]) -> dict[str, _Original]:
             counted_at=sale.counted_at,
             is_return=sale.return_of is not None,
         )
+    # A return counts in its original's month, so the originals' months hold every return of them.
     returned = (
-        Sale.objects.filter(return_of__in=list(originals))
+        Sale.objects.filter(return_of__in=list(originals), counted_at__in=set(keys.values()))
         .values_list("return_of", "qty", "amount_cents")
         .order_by()
     )
@@ -545,18 +557,27 @@ JOIN {Category._meta.db_table} category ON category.slug = wanted.slug
 ON CONFLICT DO NOTHING
 """
 
+# Event ids are unique in SaleId, not in the partitioned sales table: an id is
+# claimed there first (a concurrent batch's same id waits, then is skipped), and
+# only the sales whose id was claimed are inserted, with the sale id drawn there.
 _INSERT = f"""
-WITH inserted AS (
-    INSERT INTO {Sale._meta.db_table}
-        (event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest)
-    SELECT event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents, return_of,
-           counted_at, now(), digest
-    FROM ingest_stage ORDER BY event_id  -- a fixed order: concurrent batches wait rather than deadlock
+WITH claimed AS (
+    INSERT INTO {SaleId._meta.db_table} (event_id, digest, sale_id, counted_at)
+    SELECT event_id, digest, nextval('{Sale._meta.db_table}_id_seq'), counted_at
+    -- a fixed order: concurrent batches wait rather than deadlock
+    FROM (SELECT event_id, digest, counted_at FROM ingest_stage ORDER BY event_id) AS staged
     ON CONFLICT (event_id) DO NOTHING
-    RETURNING id, event_id
+    RETURNING event_id, sale_id
+), inserted AS (
+    INSERT INTO {Sale._meta.db_table}
+        (id, event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest)
+    SELECT claimed.sale_id, event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents,
+           return_of, counted_at, now(), digest
+    FROM claimed JOIN ingest_stage USING (event_id)
+    RETURNING id, event_id, counted_at
 ), queued AS (
-    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id, categories)
-    SELECT split_part(entry, ':', 1)::smallint, inserted.id,  -- a sale's shards are distinct already
+    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id, counted_at, categories)
+    SELECT split_part(entry, ':', 1)::smallint, inserted.id, inserted.counted_at,  -- distinct shards
            string_to_array(split_part(entry, ':', 2), ',')
     FROM inserted JOIN ingest_stage USING (event_id),
          unnest(string_to_array(ingest_stage.queue, ';')) AS entry

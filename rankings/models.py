@@ -2,12 +2,20 @@
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.utils import timezone
 
 
 class Sale(models.Model):
-    """One accepted sale event (docs/api.md, POST /v1/sales). Never updated, never deleted."""
+    """One accepted sale event (docs/api.md, POST /v1/sales). Never updated, never deleted.
 
-    event_id = models.CharField("event id", max_length=128, unique=True)
+    The table is partitioned by month of `counted_at` (see rankings.partitions), so
+    that keeping every sale stays cheap and a query over recent windows reads only
+    the recent months. Its primary key in PostgreSQL is (id, counted_at), as a
+    partitioned table's must include the partition key; `id` alone is still unique
+    and is the key the ORM knows. Event ids are kept unique by SaleId.
+    """
+
+    event_id = models.CharField("event id", max_length=128)
     ts = models.DateTimeField("sale time", db_index=True)
     product = models.ForeignKey(
         "catalogue.Product",
@@ -56,6 +64,23 @@ class Sale(models.Model):
         return self.event_id
 
 
+class SaleId(models.Model):
+    """The event id of a stored sale: where event ids are unique.
+
+    A unique index on the partitioned sales table would have to include the
+    month, so it could not catch an id reused in another month. The ingest
+    inserts the id here in the same statement as the sale: a concurrent batch
+    with the same id waits on this row, then sees it (a duplicate or a reuse).
+    """
+
+    event_id = models.CharField(max_length=128, primary_key=True)
+    # Hash of the event as sent, so a resend is told apart from a reuse of its id.
+    digest = models.CharField(max_length=32)
+    # The sale's key in the partitioned table; with counted_at, a lookup reads one partition.
+    sale_id = models.BigIntegerField()
+    counted_at = models.DateTimeField()
+
+
 class PendingSale(models.Model):
     """A sale not yet folded into one shard's buckets: the work queue of the tick.
 
@@ -72,6 +97,8 @@ class PendingSale(models.Model):
     # The boards of this shard the sale counts in (with `all` in its shard), fixed at ingest: the
     # tick never consults the catalogue, so a category deleted or re-sharded meanwhile loses nothing.
     categories = ArrayField(models.CharField(max_length=50))
+    # The sale's partition key, so that the claim's join reads one month per sale, not every month.
+    counted_at = models.DateTimeField()
 
 
 class Bucket(models.Model):
@@ -142,7 +169,8 @@ class TickLog(models.Model):
     """One finished tick: what it did and how long it took."""
 
     started_at = models.DateTimeField(db_index=True)
-    now = models.DateTimeField()
+    # The engine's instant, by which the log is pruned.
+    now = models.DateTimeField(db_index=True)
     duration_ms = models.FloatField()
     sales = models.IntegerField(default=0)
     batches = models.IntegerField(default=0)
@@ -157,7 +185,8 @@ class TickLog(models.Model):
 class VerifyLog(models.Model):
     """One run of the sampled verify (or of rankings_verify --repair): boards compared, shards rebuilt."""
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The engine's clock, like every log the prune keeps by age.
+    at = models.DateTimeField(default=timezone.now, db_index=True)
     source = models.CharField(max_length=20)
     boards = models.IntegerField(default=0)
     repaired = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True)
@@ -169,7 +198,8 @@ class VerifyLog(models.Model):
 class IngestLog(models.Model):
     """One ingest call (an API batch or an import chunk) and what became of its events."""
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The clock the batch was validated against (the wall clock, or a replayed history's).
+    at = models.DateTimeField(default=timezone.now, db_index=True)
     source = models.CharField(max_length=20)
     accepted = models.IntegerField()
     duplicates = models.IntegerField()

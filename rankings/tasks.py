@@ -12,6 +12,14 @@ def tick():
 
 
 @shared_task(ignore_result=True)
+def prune():
+    """Delete old buckets and logs; create the coming months' sales partitions."""
+    from .prune import prune as run_prune
+
+    run_prune()
+
+
+@shared_task(ignore_result=True)
 def versions_expire():
     """Delete versions whose grace period is over; mark abandoned rebuilds failed."""
     from .backfill import versions_expire as expire

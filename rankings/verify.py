@@ -21,13 +21,14 @@ from . import store
 from .aggregate import shard_locked, shard_rebuild
 from .conf import METRICS, rankings_settings
 from .models import ShardState, VerifyLog
+from .prune import engine_now
 from .recompute import boards_recompute
 from .shards import ALL, shard_of, version_shards
 
 log = logging.getLogger(__name__)
 
-# Verify runs are kept this long for the status page's count of repairs.
-VERIFY_LOG_KEPT = dt.timedelta(days=7)
+# The status page counts the repairs of this span (the log keeps VERIFY_LOG_KEEP_SECONDS).
+REPAIRS_SPAN = dt.timedelta(days=7)
 
 
 @dataclass
@@ -100,8 +101,9 @@ def _repair(version: int, shard: int, reason: str) -> None:
 
 
 def _log_run(source: str, boards: int, repaired: list[int]) -> None:
-    VerifyLog.objects.create(source=source, boards=boards, repaired=repaired)
-    VerifyLog.objects.filter(at__lt=timezone.now() - VERIFY_LOG_KEPT).delete()
+    VerifyLog.objects.create(
+        at=engine_now() or timezone.now(), source=source, boards=boards, repaired=repaired
+    )
 
 
 def _verify_shard(report: VerifyReport, version: int, shard: int, shards: int) -> None:
@@ -233,7 +235,7 @@ def redis_safety() -> dict:
     except store.redis.RedisError:
         policy = None
     last = VerifyLog.objects.filter(source="sampled").first()
-    repaired = VerifyLog.objects.filter(at__gte=timezone.now() - VERIFY_LOG_KEPT).exclude(repaired=[])
+    repaired = VerifyLog.objects.filter(at__gte=(engine_now() or timezone.now()) - REPAIRS_SPAN).exclude(repaired=[])
     return {
         "evictionPolicy": policy,
         "evictionSafe": store.eviction_policy_safe(policy),

@@ -228,6 +228,28 @@ RANKINGS = {
     # Applied batches are kept this long, so that a rebuilt version, or one
     # switched back to, can catch up by replaying them.
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
+    # Pruning (rankings.prune), measured against the engine's clock so that a history
+    # replayed with `rankings_tick --now` is pruned as it would have been live.
+    # Minute buckets: the 1-hour window, plus an hour of slack for late events and for a
+    # shard clock set back by an operator. A keep shorter than the longest window of its
+    # bucket size is raised to it: the tick subtracts the buckets that leave a window.
+    "MINUTE_BUCKETS_KEEP_SECONDS": env.int(
+        "RANKINGS_MINUTE_BUCKETS_KEEP_SECONDS", default=2 * 3600
+    ),  # seconds
+    # Hour buckets: the 30-day window and the product page's 30-day chart (whose first
+    # day starts at midnight, up to a day before the window), plus a day of slack.
+    "HOUR_BUCKETS_KEEP_SECONDS": env.int("RANKINGS_HOUR_BUCKETS_KEEP_SECONDS", default=32 * 86400),  # seconds
+    # The ingest log feeds the status page's rates and the admin's list: a few days of it.
+    "INGEST_LOG_KEEP_SECONDS": env.int("RANKINGS_INGEST_LOG_KEEP_SECONDS", default=3 * 86400),  # seconds
+    # The tick log feeds the status page's last ticks: two days show a day's pattern.
+    "TICK_LOG_KEEP_SECONDS": env.int("RANKINGS_TICK_LOG_KEEP_SECONDS", default=2 * 86400),  # seconds
+    # Verify runs: the status page counts a week's repairs.
+    "VERIFY_LOG_KEEP_SECONDS": env.int("RANKINGS_VERIFY_LOG_KEEP_SECONDS", default=7 * 86400),  # seconds
+    # Rows deleted per statement (each its own short transaction), so that a prune after a
+    # long pause never holds its locks, or bloats the WAL, for long.
+    "PRUNE_CHUNK_ROWS": env.int("RANKINGS_PRUNE_CHUNK_ROWS", default=5000),
+    # How often beat prunes: an hour of minute buckets at a time is a few thousand rows.
+    "PRUNE_SECONDS": env.int("RANKINGS_PRUNE_SECONDS", default=3600),  # seconds
     # A version switched away from is kept this long for switching back, then deleted.
     "VERSION_GRACE_SECONDS": env.int("RANKINGS_VERSION_GRACE_SECONDS", default=3600),  # seconds
     # A version built but never switched to is deleted after this long. Once the
@@ -317,6 +339,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "rankings.tasks.verify_sampled",
         "schedule": RANKINGS["VERIFY_SAMPLE_SECONDS"],
         "options": {"expires": RANKINGS["VERIFY_SAMPLE_SECONDS"]},  # seconds; a missed run is not repeated
+    },
+    "rankings-prune": {
+        "task": "rankings.tasks.prune",
+        "schedule": RANKINGS["PRUNE_SECONDS"],
+        # Each run deletes everything due, so a queued duplicate would only repeat the checks.
+        "options": {"expires": RANKINGS["PRUNE_SECONDS"]},
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",

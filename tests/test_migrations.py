@@ -1,4 +1,4 @@
-"""The migrations describe the models exactly: `make run` migrates, the tests build tables from models."""
+"""The migrations describe the models exactly: `make run` and the tests build their tables by migrating."""
 
 from io import StringIO
 

@@ -1,0 +1,159 @@
+"""Pruning: delete what the engine no longer needs, so that nothing but raw sales grows with history.
+
+Age is measured against the engine's clock (the instant the ticks reached), not
+the wall clock, so a history replayed with `rankings_tick --now` is pruned as it
+would have been live. Rows go in chunks, each its own statement and, outside an
+enclosing transaction, its own commit, so a prune never holds locks for long.
+"""
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+
+from django.db import connection
+from django.utils import timezone
+
+from .conf import rankings_settings
+from .models import Batch, Bucket, IngestLog, ShardState, TickLog, VerifyLog
+from .partitions import month_of, next_month, sale_partitions_ensure
+
+log = logging.getLogger(__name__)
+
+MINUTE = 60  # seconds: the bucket size of MINUTE_BUCKETS_KEEP_SECONDS
+HOUR = 3600  # seconds: the bucket size of HOUR_BUCKETS_KEEP_SECONDS
+
+
+@dataclass
+class PruneReport:
+    now: dt.datetime | None
+    deleted: dict[str, int] = field(default_factory=dict)
+    partitions: list[str] = field(default_factory=list)
+
+
+def engine_now() -> dt.datetime | None:
+    """The latest instant any shard has ticked to; None before the first tick."""
+    latest = (
+        ShardState.objects.filter(now__isnull=False).order_by("-now").values_list("now", flat=True).first()
+    )
+    return _believable(latest) if latest is not None else None
+
+
+def _believable(now: dt.datetime) -> dt.datetime:
+    """An engine clock no further ahead of the wall clock than an ingest accepts.
+
+    A clock that jumped ahead (a tick run far in the future) is undone by
+    rankings_clock_reset, which rebuilds the boards from the buckets: pruning
+    by the wrong clock would have deleted the very buckets it needs.
+    """
+    return min(now, timezone.now() + dt.timedelta(seconds=rankings_settings.MAX_FUTURE_SECONDS))
+
+
+def _delete_chunks(table: str, where: str, params: list) -> int:
+    """DELETE the rows matching `where`, PRUNE_CHUNK_ROWS at a time; return how many."""
+    chunk = rankings_settings.PRUNE_CHUNK_ROWS
+    statement = (
+        f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {where} LIMIT %s))"
+    )
+    total = 0
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(statement, [*params, chunk])
+            total += cursor.rowcount
+            if cursor.rowcount < chunk:
+                return total
+
+
+def bucket_keep_seconds(size: int) -> int | None:
+    """How long buckets of `size` seconds are kept behind their shard's clock; None: forever.
+
+    Never less than the longest window of that size: the tick subtracts the
+    buckets that leave a window, so they must still be there when they do.
+    """
+    configured = {
+        MINUTE: rankings_settings.MINUTE_BUCKETS_KEEP_SECONDS,
+        HOUR: rankings_settings.HOUR_BUCKETS_KEEP_SECONDS,
+    }.get(size)
+    if configured is None:
+        return None
+    longest = max(
+        (
+            w.bucket_seconds * w.buckets
+            for w in rankings_settings.windows.values()
+            if w.bucket_seconds == size
+        ),
+        default=0,
+    )
+    return max(configured, longest)
+
+
+def buckets_prune() -> int:
+    """Delete the buckets that every window, chart and late event has left behind.
+
+    Each shard is measured by its own clock: a shard that lags (busy, or failing
+    and retrying) still subtracts, when it catches up, buckets that the others
+    have long left behind.
+    """
+    sizes = sorted({w.bucket_seconds for w in rankings_settings.windows.values()})
+    deleted = 0
+    for shard, now in ShardState.objects.filter(now__isnull=False).values_list("shard", "now"):
+        for size in sizes:
+            keep = bucket_keep_seconds(size)
+            if keep is None:
+                continue
+            # Buckets are aligned to their size: everything that starts before this one has left.
+            cutoff = int(_believable(now).timestamp()) - keep
+            cutoff -= cutoff % size
+            deleted += _delete_chunks(
+                Bucket._meta.db_table, "shard = %s AND size = %s AND start < %s", [shard, size, cutoff]
+            )
+    return deleted
+
+
+def ingest_log_prune(now: dt.datetime) -> int:
+    cutoff = now - dt.timedelta(seconds=rankings_settings.INGEST_LOG_KEEP_SECONDS)
+    return _delete_chunks(IngestLog._meta.db_table, "at < %s", [cutoff])
+
+
+def tick_log_prune(now: dt.datetime) -> int:
+    cutoff = now - dt.timedelta(seconds=rankings_settings.TICK_LOG_KEEP_SECONDS)
+    return _delete_chunks(TickLog._meta.db_table, "now < %s", [cutoff])
+
+
+def verify_log_prune(now: dt.datetime) -> int:
+    cutoff = now - dt.timedelta(seconds=rankings_settings.VERIFY_LOG_KEEP_SECONDS)
+    return _delete_chunks(VerifyLog._meta.db_table, "at < %s", [cutoff])
+
+
+def batches_prune(now: dt.datetime) -> int:
+    """Applied batches past the log's keep; an unapplied one is kept until a tick applies it."""
+    cutoff = now - dt.timedelta(seconds=rankings_settings.BATCH_LOG_SECONDS)
+    return _delete_chunks(Batch._meta.db_table, "applied AND now < %s", [cutoff])
+
+
+def partitions_prepare(now: dt.datetime) -> list[str]:
+    """Create the sales partitions of this month and the next before a sale needs them.
+
+    Both clocks count: live ingests validate against the wall clock, a replayed
+    history against the engine's.
+    """
+    instants = {month_of(t) for t in (now, timezone.now())}
+    return sale_partitions_ensure(instants | {next_month(m) for m in instants})
+
+
+def prune() -> PruneReport:
+    """Everything the beat's periodic prune does; nothing before the first tick."""
+    now = engine_now()
+    report = PruneReport(now=now)
+    report.partitions = partitions_prepare(now or timezone.now())
+    if now is None:
+        return report
+    report.deleted = {
+        "buckets": buckets_prune(),
+        "ingest_log": ingest_log_prune(now),
+        "tick_log": tick_log_prune(now),
+        "verify_log": verify_log_prune(now),
+        "batches": batches_prune(now),
+    }
+    if any(report.deleted.values()) or report.partitions:
+        log.info("pruned %s as of %s; new partitions %s", report.deleted, now.isoformat(), report.partitions)
+    return report
