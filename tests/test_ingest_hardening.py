@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import IntegrityError, OperationalError, connection, connections, transaction
 from django.urls import reverse
+from django.utils import timezone
 from psycopg import errors as pg_errors
 from rest_framework.test import APIClient
 
@@ -389,7 +390,10 @@ VALUES ('x', now(), 'p1', '{toys}', %s, %s, %s, now(), now(), 'd')
     ],
 )
 def test_an_impossible_sale_is_refused_by_the_database(qty, amount_cents, return_of):
+    from rankings.partitions import sale_partitions_ensure
+
     Product.objects.create(product_id="p1", name="p1")
+    sale_partitions_ensure([timezone.now()])
     # a valid row goes in, so the refusals below are the constraint's, not the statement's
     with connection.cursor() as cursor:
         cursor.execute(_SALE_INSERT.replace("'x'", "'ok'"), [1, 100, None])
