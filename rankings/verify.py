@@ -235,7 +235,9 @@ def redis_safety() -> dict:
     except store.redis.RedisError:
         policy = None
     last = VerifyLog.objects.filter(source="sampled").first()
-    repaired = VerifyLog.objects.filter(at__gte=(engine_now() or timezone.now()) - REPAIRS_SPAN).exclude(repaired=[])
+    repaired = VerifyLog.objects.filter(at__gte=(engine_now() or timezone.now()) - REPAIRS_SPAN).exclude(
+        repaired=[]
+    )
     return {
         "evictionPolicy": policy,
         "evictionSafe": store.eviction_policy_safe(policy),
