@@ -56,8 +56,8 @@ def coalescing(table: harness.Table, runs: int) -> None:
     from django.test import override_settings
     from django.utils import timezone
 
-    from rankings.aggregate import tick
-    from rankings.ingest import sales_ingest
+    from rankings.engine.aggregate import tick
+    from rankings.ingest.sales import sales_ingest
 
     demo_ratios, demo_rates, flash_ratios = [], [], []
     demo_writes = flash_writes = (0, 0)
@@ -125,7 +125,7 @@ def _rankings():
 
 def memory(table: harness.Table) -> None:
     """Bytes per member of the boards, against a plain sorted set with the same members and scores."""
-    from rankings import store
+    from rankings.engine import store
 
     r = store.client(write=True)
     version = store.active_version(fresh=True)
@@ -217,7 +217,7 @@ class _Watcher(threading.Thread):
 
 def end_to_end(table: harness.Table, runs: int) -> None:
     """Lag from accept to visible at 2,000 events/s, and the sustained rate from one client."""
-    from rankings import selectors
+    from rankings.serving import selectors
 
     lags_p50, lags_p99, rates = [], [], []
     with harness.services() as url:
@@ -290,7 +290,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     _seed_demo()
     from django.utils import timezone
 
-    from rankings.aggregate import tick
+    from rankings.engine.aggregate import tick
 
     tick(now=timezone.now())
     end_to_end(table, runs)

@@ -92,7 +92,7 @@ def bench_http(*, url: str, token: str, batches: int, batch_size: int, rng) -> f
 
 def bench_import(*, events: int, rng) -> float:
     """Seconds for import_sales' service to ingest a JSON-lines file of `events` events."""
-    from rankings.imports import sales_import
+    from rankings.ingest.imports import sales_import
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "sales.jsonl"
@@ -109,7 +109,7 @@ def bench_import(*, events: int, rng) -> float:
 
 def bench_service(*, batches: int, batch_size: int, rng) -> float:
     """Seconds for sales_ingest to take `batches` batches (validation, duplicates check, storage)."""
-    from rankings.ingest import sales_ingest
+    from rankings.ingest.sales import sales_ingest
 
     prepared = [_events(batch_size, uuid.uuid4().hex[:12], rng) for _ in range(batches)]
     start = time.perf_counter()

@@ -106,9 +106,9 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from django.utils import timezone
 
     from bench.bench_engine import _seed_demo
-    from rankings import store
-    from rankings.aggregate import tick
-    from rankings.shards import shard_count, shard_of
+    from rankings.engine import store
+    from rankings.engine.aggregate import tick
+    from rankings.engine.shards import shard_count, shard_of
 
     table = table or harness.Table()
     print("read: demo data, then wrk against gunicorn (2 sync workers)…", flush=True)

@@ -36,9 +36,9 @@ def _generate(total: int) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from rankings.engine.shards import shard_count
+    from rankings.ingest.partitions import sale_partitions_ensure
     from rankings.models import ShardState
-    from rankings.partitions import sale_partitions_ensure
-    from rankings.shards import shard_count
 
     harness.reset()
     call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
@@ -57,8 +57,8 @@ def _generate(total: int) -> None:
 
 
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
-    from rankings import store
-    from rankings.backfill import version_build
+    from rankings.engine import store
+    from rankings.operations.backfill import version_build
 
     table = table or harness.Table()
     for total in SIZES:

@@ -44,7 +44,7 @@ def setup() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from rankings.setup import database_ensure
+    from rankings.operations.first_run import database_ensure
 
     database_ensure()
     call_command("migrate", verbosity=0)
@@ -54,7 +54,8 @@ def reset() -> None:
     """An empty shop: no sales, buckets, state, catalogue, and no Redis key of the prefix."""
     from django.db import connection
 
-    from rankings import selectors, store
+    from rankings.engine import store
+    from rankings.serving import selectors
 
     with connection.cursor() as cursor:
         cursor.execute(

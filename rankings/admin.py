@@ -12,8 +12,10 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from . import backfill, operations, tasks
-from .models import IngestLog, RankingVersion, Sale
+from rankings import tasks
+from rankings.models import IngestLog, RankingVersion, Sale
+from rankings.operations import backfill
+from rankings.operations import dashboard as operations
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -6,4 +6,4 @@ class RankingsConfig(AppConfig):
     verbose_name = "Rankings"
 
     def ready(self):
-        from . import shards  # noqa: F401  (registers the shard-count check)
+        from rankings.engine import shards  # noqa: F401  (registers the shard-count check)

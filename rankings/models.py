@@ -8,7 +8,7 @@ from django.utils import timezone
 class Sale(models.Model):
     """One accepted sale event (docs/api.md, POST /v1/sales). Never updated, never deleted.
 
-    The table is partitioned by month of `counted_at` (see rankings.partitions), so
+    The table is partitioned by month of `counted_at` (see rankings.ingest.partitions), so
     that keeping every sale stays cheap and a query over recent windows reads only
     the recent months. Its primary key in PostgreSQL is (id, counted_at), as a
     partitioned table's must include the partition key; `id` alone is still unique

@@ -6,7 +6,7 @@ from celery import shared_task
 @shared_task(ignore_result=True)
 def tick():
     """The beat's periodic tick: aggregate pending sales and expire buckets, as of the clock."""
-    from .aggregate import tick as run_tick
+    from rankings.engine.aggregate import tick as run_tick
 
     run_tick()
 
@@ -14,7 +14,7 @@ def tick():
 @shared_task(ignore_result=True)
 def prune():
     """Delete old buckets and logs; create the coming months' sales partitions."""
-    from .prune import prune as run_prune
+    from rankings.engine.prune import prune as run_prune
 
     run_prune()
 
@@ -22,7 +22,7 @@ def prune():
 @shared_task(ignore_result=True)
 def versions_expire():
     """Delete versions whose grace period is over; mark abandoned rebuilds failed."""
-    from .backfill import versions_expire as expire
+    from rankings.operations.backfill import versions_expire as expire
 
     expire()
 
@@ -30,7 +30,7 @@ def versions_expire():
 @shared_task(ignore_result=True)
 def verify_sampled():
     """Compare a few random categories' boards with the buckets; rebuild a shard that differs."""
-    from .verify import verify_sampled as verify
+    from rankings.operations.verify import verify_sampled as verify
 
     verify()
 
@@ -38,6 +38,6 @@ def verify_sampled():
 @shared_task(ignore_result=True)
 def version_build(activate: bool = False):
     """A rebuild started from the admin; its progress is kept on the version's row."""
-    from .backfill import version_build as build
+    from rankings.operations.backfill import version_build as build
 
     build(activate=activate)

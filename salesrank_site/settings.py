@@ -139,14 +139,14 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "rankings.api.exception_handler",
+    "EXCEPTION_HANDLER": "rankings.serving.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
     # Views name their scope (throttle_scope): "ingest" is counted per user
     # (token); "reads" per client address, or per user for an authenticated
     # reader, which has a bucket and rate of its own ("reads-authenticated");
     # the pages ("pages") per client address. An empty rate turns a scope off.
-    "DEFAULT_THROTTLE_CLASSES": ["rankings.throttling.ScopedThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["rankings.serving.throttling.ScopedThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         # Ten full batches a second (50,000 events/s) sustained: far above a shop's peak
         # and the benchmarks, low enough to stop a runaway client.
@@ -228,7 +228,7 @@ RANKINGS = {
     # Applied batches are kept this long, so that a rebuilt version, or one
     # switched back to, can catch up by replaying them.
     "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
-    # Pruning (rankings.prune), measured against the engine's clock so that a history
+    # Pruning (rankings.engine.prune), measured against the engine's clock so that a history
     # replayed with `rankings_tick --now` is pruned as it would have been live.
     # Minute buckets: the 1-hour window, plus an hour of slack for late events and for a
     # shard clock set back by an operator. A keep shorter than the longest window of its

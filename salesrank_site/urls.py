@@ -2,8 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from rankings import api
-from rankings import views as pages
+from rankings.serving import api, pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -26,5 +25,5 @@ urlpatterns = [
 ]
 
 # Under /v1/ every error is JSON, even for a URL that matches no route.
-handler404 = "rankings.api.not_found"
-handler500 = "rankings.api.server_error"
+handler404 = "rankings.serving.api.not_found"
+handler500 = "rankings.serving.api.server_error"

@@ -23,7 +23,8 @@ def redis_client():
 @pytest.fixture(autouse=True)
 def _clean_redis(redis_client):
     """Each test starts with no key of this run's prefix in Redis and no remembered answers."""
-    from rankings import selectors, store
+    from rankings.engine import store
+    from rankings.serving import selectors
 
     selectors.caches_clear()
     store.reset_clients()
@@ -103,7 +104,7 @@ def own_redis(settings):
         stdout=subprocess.DEVNULL,
     )
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-    from rankings import store
+    from rankings.engine import store
 
     store.reset_clients()
     for _ in range(100):

@@ -2,10 +2,10 @@
 
 import datetime as dt
 
-from rankings import store
-from rankings.aggregate import tick
-from rankings.ingest import sales_ingest
-from rankings.verify import rankings_verify
+from rankings.engine import store
+from rankings.engine.aggregate import tick
+from rankings.ingest.sales import sales_ingest
+from rankings.operations.verify import rankings_verify
 
 START = dt.datetime(2026, 3, 2, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -44,7 +44,7 @@ class Shop:
 
     def top(self, category="toys", window="7d", metric="units"):
         """[(product, score)] of a board, read straight from Redis."""
-        from rankings.shards import shard_of, version_shards
+        from rankings.engine.shards import shard_of, version_shards
 
         version = store.active_version()
         shard = shard_of(category, version_shards(version))

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from catalogue.models import Category, Product
-from rankings.ingest import sales_ingest
+from rankings.ingest.sales import sales_ingest
 from rankings.models import Sale
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from rankings import backfill, store
+from rankings.engine import store
 from rankings.models import RankingVersion
+from rankings.operations import backfill
 
 from .rankings_helpers import Shop
 

@@ -5,9 +5,11 @@ import threading
 
 import pytest
 
-from rankings import backfill, selectors, store
+from rankings.engine import store
+from rankings.engine.shards import shard_count
 from rankings.models import RankingVersion
-from rankings.shards import shard_count
+from rankings.operations import backfill
+from rankings.serving import selectors
 
 from .processes import django_env, python
 from .rankings_helpers import Shop
@@ -125,7 +127,8 @@ def test_switching_back_restores_the_old_version_caught_up():
 _CRASHING_BUILD = """
 import os, django
 django.setup()
-from rankings import backfill, store
+from rankings.operations import backfill
+from rankings.engine import store
 real = store.shard_replace
 done = []
 def replace_then_die(**kwargs):

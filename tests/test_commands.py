@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from rankings import store
 from rankings.conf import rankings_settings
+from rankings.engine import store
+from rankings.engine.shards import shard_count, shard_of
 from rankings.models import ShardState
-from rankings.shards import shard_count, shard_of
 
 from .processes import django_env, manage
 from .rankings_helpers import Shop
@@ -70,7 +70,7 @@ def test_rankings_verify_repair_fails_when_the_rebuild_does_not_make_the_boards_
     shop.tick()
     shard = shard_of("toys", shard_count())
     store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys"))
-    monkeypatch.setattr("rankings.verify.shard_rebuild", lambda **kwargs: None)
+    monkeypatch.setattr("rankings.operations.verify.shard_rebuild", lambda **kwargs: None)
     # when verify repairs, then it reports the difference left and fails
     with pytest.raises(CommandError, match="1 differ"):
         call_command("rankings_verify", "--repair")

@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.db.models import Q
 
 from catalogue.models import Category, Product
-from rankings.demo import DemoShape, demo_catalogue, demo_events, demo_seed
 from rankings.models import Sale
+from rankings.operations.demo import DemoShape, demo_catalogue, demo_events, demo_seed
 from tests.conftest import utc
 
 pytestmark = pytest.mark.django_db

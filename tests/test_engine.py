@@ -176,7 +176,7 @@ def test_lost_redis_data_is_rebuilt_by_the_next_tick(redis_client, settings):
 
 
 def test_the_clock_may_not_go_backwards():
-    from rankings.aggregate import ClockWentBackwards
+    from rankings.engine.aggregate import ClockWentBackwards
 
     shop = Shop()
     shop.tick()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rankings import store
+from rankings.engine import store
 from rankings.models import Batch, PendingSale, ShardState
 
 from .processes import django_env, manage, python
@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 _CRASHING_TICK = """
 import os, datetime as dt, django
 django.setup()
-from rankings import aggregate, store
+from rankings.engine import aggregate
+from rankings.engine import store
 
 point = {point!r}
 real_apply = store.batch_apply

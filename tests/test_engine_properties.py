@@ -17,7 +17,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from rankings import selectors, store
+from rankings.engine import store
+from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 

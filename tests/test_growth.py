@@ -12,8 +12,8 @@ from django.db import connection
 from django.utils import timezone as django_timezone
 
 from rankings import tasks
-from rankings.aggregate import tick
-from rankings.ingest import sales_ingest
+from rankings.engine.aggregate import tick
+from rankings.ingest.sales import sales_ingest
 from rankings.models import Batch, Bucket, IngestLog, Sale, SaleId, ShardState, TickLog
 
 from .rankings_helpers import Shop

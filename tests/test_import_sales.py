@@ -7,8 +7,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from catalogue.models import Product
-from rankings import imports
-from rankings.imports import rejected_path_for, sales_import
+from rankings.ingest import imports
+from rankings.ingest.imports import rejected_path_for, sales_import
 from rankings.models import IngestLog, Sale
 
 pytestmark = pytest.mark.django_db

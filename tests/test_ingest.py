@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
-from rankings.ingest import sales_ingest
+from rankings.engine.shards import shard_count, shard_of
+from rankings.ingest.sales import sales_ingest
 from rankings.models import IngestLog, PendingSale, Sale
-from rankings.shards import shard_count, shard_of
 from tests.conftest import utc
 
 pytestmark = pytest.mark.django_db

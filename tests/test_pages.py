@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings import selectors
-from rankings.views import age_text, chart
+from rankings.serving import selectors
+from rankings.serving.pages import age_text, chart
 
 from .rankings_helpers import Shop
 
@@ -109,7 +109,7 @@ class RedisRoundTrips:
     def __init__(self, monkeypatch):
         import redis
 
-        from rankings import store
+        from rankings.engine import store
 
         self.count = 0
         pool = store.client().connection_pool

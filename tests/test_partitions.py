@@ -7,10 +7,12 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from rankings import backfill, recompute, tasks
-from rankings.ingest import DUPLICATE_ID, sales_ingest
+from rankings import tasks
+from rankings.engine import recompute
+from rankings.ingest.partitions import partition_name, sale_partitions
+from rankings.ingest.sales import DUPLICATE_ID, sales_ingest
 from rankings.models import Sale, SaleId
-from rankings.partitions import partition_name, sale_partitions
+from rankings.operations import backfill
 
 from .rankings_helpers import Shop
 

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings import selectors
+from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 

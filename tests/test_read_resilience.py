@@ -8,7 +8,7 @@ from django.db import connection
 from django.utils import timezone
 
 from catalogue.models import Category, Product
-from rankings import store
+from rankings.engine import store
 
 from .rankings_helpers import Shop
 

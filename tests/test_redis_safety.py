@@ -7,10 +7,13 @@ import time
 import pytest
 import redis as redis_lib
 
-from rankings import operations, store, tasks, verify
+from rankings import tasks
 from rankings.conf import rankings_settings
+from rankings.engine import store
+from rankings.engine.shards import shard_count, shard_of
 from rankings.models import PendingSale, VerifyLog
-from rankings.shards import shard_count, shard_of
+from rankings.operations import dashboard as operations
+from rankings.operations import verify
 
 from .rankings_helpers import Shop
 
@@ -87,7 +90,7 @@ def test_a_redis_that_hides_config_gets_a_warning_and_ticks(own_redis, settings,
     shop = Shop()
     shop.send(shop.sale("p1", qty=2))
     # when the tick runs
-    with caplog.at_level(logging.WARNING, logger="rankings.store"):
+    with caplog.at_level(logging.WARNING, logger="rankings.engine.store"):
         shop.tick()
     # then it aggregates, and warns that the policy could not be checked
     assert shop.top() == [("p1", 2)]

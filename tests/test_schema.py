@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
-from rankings.api import MAX_DEPTH
+from rankings.serving.api import MAX_DEPTH
 from salesrank_site.wsgi import application
 
 from .rankings_helpers import Shop

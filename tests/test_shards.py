@@ -19,9 +19,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from catalogue.models import Category
-from rankings import backfill, selectors, store
+from rankings.engine import store
+from rankings.engine.shards import ShardCountMismatch
 from rankings.models import PendingSale, RankingVersion, Sale
-from rankings.shards import ShardCountMismatch
+from rankings.operations import backfill
+from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 

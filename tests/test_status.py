@@ -11,8 +11,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from rankings import status
 from rankings.models import IngestLog
+from rankings.operations import status
 
 from .rankings_helpers import Shop
 

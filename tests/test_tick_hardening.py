@@ -9,11 +9,12 @@ import redis
 from django.db import connection
 from django.utils import timezone
 
-from rankings import aggregate, backfill, store
 from rankings.conf import rankings_settings
+from rankings.engine import aggregate, store
+from rankings.engine.shards import ALL, shard_count, shard_of
 from rankings.models import Batch, PendingSale, ShardState
-from rankings.shards import ALL, shard_count, shard_of
-from rankings.status import status_read
+from rankings.operations import backfill
+from rankings.operations.status import status_read
 
 from .rankings_helpers import Shop
 

@@ -2,7 +2,7 @@
 
 import datetime as dt
 
-from rankings.windows import Window, bucket_sizes, oldest_bucket_start
+from rankings.engine.windows import Window, bucket_sizes, oldest_bucket_start
 
 HOUR = Window("1d", 3600, 24)
 MINUTE = Window("1h", 60, 60)

@@ -7,7 +7,8 @@ import time
 import pytest
 import redis as redis_lib
 
-from rankings import selectors, store
+from rankings.engine import store
+from rankings.serving import selectors
 
 from .stack import free_port
 

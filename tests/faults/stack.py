@@ -23,11 +23,11 @@ from pathlib import Path
 
 from django.db import connection
 
-from rankings import store
-from rankings.aggregate import LOCK_NAMESPACE
+from rankings.engine import store
+from rankings.engine.aggregate import LOCK_NAMESPACE
+from rankings.engine.shards import ALL, shard_count, shard_of
 from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
-from rankings.shards import ALL, shard_count, shard_of
-from rankings.verify import rankings_verify
+from rankings.operations.verify import rankings_verify
 
 from ..processes import ROOT, django_env
 

@@ -19,11 +19,11 @@ from django.db import connection, transaction
 from django.db.models import Max, Sum
 
 from catalogue.models import Category, Product
-from rankings.aggregate import tick
-from rankings.ingest import sales_ingest
+from rankings.engine.aggregate import tick
+from rankings.engine.shards import ALL
+from rankings.ingest.sales import sales_ingest
 from rankings.models import Bucket, PendingSale, Sale
-from rankings.shards import ALL
-from rankings.verify import rankings_verify
+from rankings.operations.verify import rankings_verify
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.faults]
 

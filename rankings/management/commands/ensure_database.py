@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from rankings.setup import database_ensure
+from rankings.operations.first_run import database_ensure
 
 
 class Command(BaseCommand):

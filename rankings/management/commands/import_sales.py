@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from rankings.imports import ImportFileError, sales_import
-from rankings.shards import ShardCountMismatch
+from rankings.engine.shards import ShardCountMismatch
+from rankings.ingest.imports import ImportFileError, sales_import
 
 
 class Command(BaseCommand):

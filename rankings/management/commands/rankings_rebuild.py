@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from rankings.backfill import VersionError, version_build
+from rankings.operations.backfill import VersionError, version_build
 
 
 class Command(BaseCommand):

@@ -3,10 +3,10 @@ import datetime as dt
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from rankings.aggregate import ClockWentBackwards, tick
 from rankings.conf import rankings_settings
+from rankings.engine.aggregate import ClockWentBackwards, tick
+from rankings.engine.shards import ShardCountMismatch
 from rankings.management.arguments import instant
-from rankings.shards import ShardCountMismatch
 
 
 def refuse_far_future(value: dt.datetime, *, option: str) -> None:

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from rankings.verify import rankings_verify
+from rankings.operations.verify import rankings_verify
 
 
 class Command(BaseCommand):

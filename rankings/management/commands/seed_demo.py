@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from rankings.demo import DemoShape, demo_seed
 from rankings.management.arguments import instant
+from rankings.operations.demo import DemoShape, demo_seed
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from rankings.setup import site_setup
+from rankings.operations.first_run import site_setup
 
 
 class Command(BaseCommand):

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.utils import timezone
 
-from .conf import rankings_settings
-from .models import Batch, Bucket, IngestLog, ShardState, TickLog, VerifyLog
-from .partitions import month_of, next_month, sale_partitions_ensure
+from rankings.conf import rankings_settings
+from rankings.ingest.partitions import month_of, next_month, sale_partitions_ensure
+from rankings.models import Batch, Bucket, IngestLog, ShardState, TickLog, VerifyLog
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,8 @@ from cachetools import LRUCache, TTLCache
 from django.db import DatabaseError
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
-
-from . import store
-from .shards import ALL, shard_of
+from rankings.engine import store
+from rankings.engine.shards import ALL, shard_of
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -63,7 +62,7 @@ def answers_forget() -> None:
 
 def caches_clear() -> None:
     """Forget everything this process remembers of the read side (answers, names, status figures)."""
-    from .status import status_forget
+    from rankings.operations.status import status_forget
 
     answers_forget()
     categories_forget()
@@ -195,7 +194,7 @@ def _shard(category: str, version: int) -> int:
     """The board's shard under the version's own count: from Redis, else from PostgreSQL."""
     shards = store.shard_count_get(version)
     if shards is None:
-        from .models import RankingVersion
+        from rankings.models import RankingVersion
 
         try:
             shards = RankingVersion.objects.filter(number=version).values_list("shards", flat=True).first()
@@ -540,7 +539,7 @@ def product_daily_units(*, product_id: str, days: int = 30, now: dt.datetime) ->
     """
     from django.db.models import F, Sum
 
-    from .models import Bucket
+    from rankings.models import Bucket
 
     last_day = int(now.timestamp()) // DAY
     first_day = last_day - days + 1

@@ -14,8 +14,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from catalogue.models import RESERVED_SLUG
-
-from .conf import rankings_settings
+from rankings.conf import rankings_settings
 
 # The board that counts every sale once; the catalogue keeps its slug from every category.
 ALL = RESERVED_SLUG
@@ -32,7 +31,7 @@ def shard_of(slug: str, shards: int) -> int:
 
 def _active() -> tuple[int, int] | None:
     """(number, shards) of the active version as recorded, or None before it is."""
-    from .models import RankingVersion
+    from rankings.models import RankingVersion
 
     versions = RankingVersion.objects.values_list("number", "shards")
     # Until a rebuild is switched to, version 1 is active whatever its row says.
@@ -41,7 +40,7 @@ def _active() -> tuple[int, int] | None:
 
 def active_shards() -> tuple[int, int]:
     """(number, shards) of the active version; a fresh install records version 1 with the setting."""
-    from .models import RankingVersion
+    from rankings.models import RankingVersion
 
     found = _active()
     if found is not None:
@@ -64,7 +63,7 @@ def shard_count() -> int:
 
 def version_shards(number: int) -> int:
     """The shard count version `number` was built with (the active version's if it has no row)."""
-    from .models import RankingVersion
+    from rankings.models import RankingVersion
 
     found = RankingVersion.objects.filter(number=number).values_list("shards", flat=True).first()
     return found if found is not None else shard_count()

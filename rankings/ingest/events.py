@@ -17,8 +17,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from .conf import rankings_settings
-from .shards import ALL
+from rankings.conf import rankings_settings
+from rankings.engine.shards import ALL
 
 MAX_ID_LENGTH = 128
 MAX_QTY = 1_000_000

@@ -36,11 +36,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import store
-from .conf import METRICS, rankings_settings
-from .models import Batch, RankingVersion, ShardState, TickLog
-from .shards import ALL, shard_count_checked, shard_of
-from .windows import bucket_sizes, oldest_bucket_start
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine import store
+from rankings.engine.shards import ALL, shard_count_checked, shard_of
+from rankings.engine.windows import bucket_sizes, oldest_bucket_start
+from rankings.models import Batch, RankingVersion, ShardState, TickLog
 
 log = logging.getLogger(__name__)
 

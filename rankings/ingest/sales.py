@@ -26,12 +26,11 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from catalogue.models import Category, Product
-
-from .conf import rankings_settings
-from .models import IngestLog, PendingSale, ProductTotal, Sale, SaleId
-from .partitions import sale_partitions_ensure
-from .serializers import MAX_AMOUNT_CENTS, EventIdField, EventValidator
-from .shards import ALL, shard_count_checked, shard_of
+from rankings.conf import rankings_settings
+from rankings.engine.shards import ALL, shard_count_checked, shard_of
+from rankings.ingest.events import MAX_AMOUNT_CENTS, EventIdField, EventValidator
+from rankings.ingest.partitions import sale_partitions_ensure
+from rankings.models import IngestLog, PendingSale, ProductTotal, Sale, SaleId
 
 DUPLICATE_ID = "id already used by a different event"
 

@@ -21,9 +21,8 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from catalogue.models import Category, Product
-
-from .imports import CHUNK_EVENTS
-from .ingest import IngestResult, sales_ingest
+from rankings.ingest.imports import CHUNK_EVENTS
+from rankings.ingest.sales import IngestResult, sales_ingest
 
 CATEGORY_NAMES = [
     "Toys & Games", "Books", "Garden", "Kitchen", "Electronics", "Music", "Films", "Sports", "Outdoors",

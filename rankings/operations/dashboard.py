@@ -5,11 +5,11 @@ import datetime as dt
 from django.db.models import Sum
 from django.utils import timezone
 
-from . import store
-from .models import Bucket, RankingVersion, TickLog
-from .shards import ALL
-from .status import status_read
-from .verify import redis_safety
+from rankings.engine import store
+from rankings.engine.shards import ALL
+from rankings.models import Bucket, RankingVersion, TickLog
+from rankings.operations.status import status_read
+from rankings.operations.verify import redis_safety
 
 HOURLY = 3600  # seconds: the bucket size the chart reads
 CHART_HOURS = 48

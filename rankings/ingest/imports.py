@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .ingest import sales_ingest
+from rankings.ingest.sales import sales_ingest
 
 # The API's batch limit: one transaction per chunk, and a chunk is the unit the
 # ingest path is measured and tuned for.

@@ -18,12 +18,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from . import selectors
-from .conf import METRICS, rankings_settings
-from .ingest import sales_ingest
-from .serializers import SaleEventSerializer
-from .shards import ShardCountMismatch
-from .status import liveness_read, status_cached
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine.shards import ShardCountMismatch
+from rankings.ingest.events import SaleEventSerializer
+from rankings.ingest.sales import sales_ingest
+from rankings.operations.status import liveness_read, status_cached
+from rankings.serving import selectors
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def exception_handler(exc, context):
     elif isinstance(detail, dict) and "error" in detail:
         return response
     else:
-        from .serializers import first_error
+        from rankings.ingest.events import first_error
 
         message = first_error(detail)
     response.data = {"error": message}

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from django.db import connection, transaction
 from psycopg import sql
 
-from .models import Sale
+from rankings.models import Sale
 
 # Every sale before this instant is in one partition (rankings_sale_p_before).
 FLOOR = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)

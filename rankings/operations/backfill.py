@@ -28,11 +28,11 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
-from . import store
-from .aggregate import LOCK_NAMESPACE, batch_replay, shard_locked
-from .conf import METRICS, rankings_settings
-from .models import Batch, RankingVersion, ShardState
-from .shards import ALL, shard_count, shard_of, version_shards
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine import store
+from rankings.engine.aggregate import LOCK_NAMESPACE, batch_replay, shard_locked
+from rankings.engine.shards import ALL, shard_count, shard_of, version_shards
+from rankings.models import Batch, RankingVersion, ShardState
 
 log = logging.getLogger(__name__)
 

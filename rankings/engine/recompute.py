@@ -8,8 +8,8 @@ from collections import defaultdict
 
 from django.db import connection
 
-from .conf import rankings_settings
-from .shards import ALL, shard_of
+from rankings.conf import rankings_settings
+from rankings.engine.shards import ALL, shard_of
 
 # Every category of the sales, not the catalogue's: the recompute must count a
 # category whatever became of it there. Boards of other shards are dropped afterwards.

@@ -16,14 +16,13 @@ from django.db import connection
 from django.utils import timezone
 
 from catalogue.models import Category
-
-from . import store
-from .aggregate import shard_locked, shard_rebuild
-from .conf import METRICS, rankings_settings
-from .models import ShardState, VerifyLog
-from .prune import engine_now
-from .recompute import boards_recompute
-from .shards import ALL, shard_of, version_shards
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine import store
+from rankings.engine.aggregate import shard_locked, shard_rebuild
+from rankings.engine.prune import engine_now
+from rankings.engine.recompute import boards_recompute
+from rankings.engine.shards import ALL, shard_of, version_shards
+from rankings.models import ShardState, VerifyLog
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from psycopg import sql
 from rest_framework.authtoken.models import Token
 
-from .models import Sale
+from rankings.models import Sale
 
 
 def database_ensure() -> bool:

@@ -14,11 +14,10 @@ from django.utils import timezone
 from django.utils.cache import get_conditional_response, patch_cache_control, set_response_etag
 
 from catalogue.models import PRODUCT_ID_PATTERN
-
-from . import selectors
-from .conf import METRICS, rankings_settings
-from .shards import ALL
-from .throttling import PageThrottle
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine.shards import ALL
+from rankings.serving import selectors
+from rankings.serving.throttling import PageThrottle
 
 # Rows per page of a category's best sellers.
 PAGE_SIZE = 50

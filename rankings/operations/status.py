@@ -7,11 +7,11 @@ import time
 from django.db.models import Sum
 from django.utils import timezone
 
-from . import store
-from .aggregate import shards_failing
-from .conf import rankings_settings
-from .models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
-from .shards import ALL, shard_count, shard_of
+from rankings.conf import rankings_settings
+from rankings.engine import store
+from rankings.engine.aggregate import shards_failing
+from rankings.engine.shards import ALL, shard_count, shard_of
+from rankings.models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
@@ -36,7 +36,7 @@ def liveness_read() -> dict:
 
     No database query, so it answers as long as Redis does.
     """
-    from .selectors import format_asof
+    from rankings.serving.selectors import format_asof
 
     try:
         version = store.active_version()

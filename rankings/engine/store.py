@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from .conf import rankings_settings
+from rankings.conf import rankings_settings
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The write path's entrance: sale events validated and stored as raw sales (API and imports)."""

@@ -1,0 +1,1 @@
+"""Running it: versions and backfill, verify, status, first run and demo data."""

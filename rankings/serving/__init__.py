@@ -1,0 +1,1 @@
+"""The read path: selectors over Redis, the HTTP API and the server-rendered pages."""
