@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from .windows import Window
+from rankings.engine.windows import Window
 
 
 class _RankingsSettings:
@@ -20,3 +20,8 @@ class _RankingsSettings:
 rankings_settings = _RankingsSettings()
 
 METRICS = ("units", "revenue")
+
+
+def other_metric(metric: str) -> str:
+    """A sales board's companion: the blobs and lists show units beside revenue and the other way round."""
+    return "revenue" if metric == "units" else "units"
