@@ -127,7 +127,7 @@ def memory(table: harness.Table) -> None:
     """Bytes per member of the boards, against a plain sorted set with the same members and scores."""
     from rankings.engine import store
 
-    r = store.client(write=True)
+    r = store.patient()
     version = store.active_version(fresh=True)
     boards = [k for k in r.scan_iter(f"{harness.BENCH_PREFIX}:v{version}:*:b:*", count=5000)]
     blobs = [k for k in r.scan_iter(f"{harness.BENCH_PREFIX}:v{version}:*:t:*", count=5000)]

@@ -63,7 +63,7 @@ def reset() -> None:
             " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
             " catalogue_category RESTART IDENTITY CASCADE"
         )
-    r = store.client(write=True)
+    r = store.patient()
     for key in r.scan_iter(f"{BENCH_PREFIX}:*", count=5000):
         r.unlink(key)
     selectors.caches_clear()

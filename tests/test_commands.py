@@ -27,7 +27,7 @@ def test_rankings_verify_passes_on_exact_boards_and_fails_on_a_tampered_one(caps
     assert "exact" in capsys.readouterr().out
     # when one score in Redis is changed behind the engine's back
     key = store.board_key(1, shard_of("toys", shard_count()), "7d", "units", "toys")
-    store.client(write=True).zincrby(key, -1, "p2")
+    store.patient().zincrby(key, -1, "p2")
     # then verify names the board and the product, and fails
     with pytest.raises(CommandError):
         call_command("rankings_verify")
@@ -53,7 +53,7 @@ def test_rankings_verify_repair_rebuilds_a_shard_whose_board_was_evicted(capsys)
     shop.send(shop.sale("p1", qty=3), shop.sale("p2", qty=1), shop.sale("p3", categories=["games"]))
     shop.tick()
     shard = shard_of("toys", shard_count())
-    assert store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys")) == 1
+    assert store.patient().delete(store.board_key(1, shard, "7d", "units", "toys")) == 1
     # when verify runs with --repair
     call_command("rankings_verify", "--repair")
     # then it names the shard it rebuilt, the boards are exact again, and a plain verify agrees
@@ -69,7 +69,7 @@ def test_rankings_verify_repair_fails_when_the_rebuild_does_not_make_the_boards_
     shop.send(shop.sale("p1", qty=3))
     shop.tick()
     shard = shard_of("toys", shard_count())
-    store.client(write=True).delete(store.board_key(1, shard, "7d", "units", "toys"))
+    store.patient().delete(store.board_key(1, shard, "7d", "units", "toys"))
     monkeypatch.setattr("rankings.operations.verify.shard_rebuild", lambda **kwargs: None)
     # when verify repairs, then it reports the difference left and fails
     with pytest.raises(CommandError, match="1 differ"):

@@ -47,7 +47,7 @@ def _reset():
             " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
             " catalogue_category RESTART IDENTITY CASCADE"
         )
-    r = store.client(write=True)
+    r = store.patient()
     keys = list(r.scan_iter(f"{settings.RANKINGS['KEY_PREFIX']}:*"))
     if keys:
         r.delete(*keys)

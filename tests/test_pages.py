@@ -112,7 +112,7 @@ class RedisRoundTrips:
         from rankings.engine import store
 
         self.count = 0
-        pool = store.client().connection_pool
+        pool = store.fast().connection_pool
         counter = self
 
         original_command = redis.Redis.execute_command

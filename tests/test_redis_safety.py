@@ -26,7 +26,7 @@ def _shard(category: str) -> int:
 
 def _policy(value: str) -> None:
     """Set the eviction policy of the test's own Redis (never the shared one)."""
-    store.client(write=True).config_set("maxmemory-policy", value)
+    store.patient().config_set("maxmemory-policy", value)
     store.reset_clients()  # forget the remembered policy, as a new process would
 
 
@@ -69,24 +69,24 @@ def test_the_policy_is_asked_once_per_interval_and_a_change_is_seen_after_it(own
     shop = Shop()
     shop.tick()
     # when the operator switches to an evicting policy
-    store.client(write=True).config_set("maxmemory-policy", "allkeys-random")
+    store.patient().config_set("maxmemory-policy", "allkeys-random")
     # then the next tick, within the interval, does not ask Redis again
     shop.tick()
     # and once the interval is over, the tick sees the change and refuses
-    monkeypatch.setattr(store, "EVICTION_CHECK_SECONDS", 0.0)
+    store._eviction_cache.expire(time.monotonic() + store.EVICTION_CHECK_SECONDS)
     with pytest.raises(store.UnsafeEvictionPolicy, match="allkeys-random"):
         shop.tick()
 
 
 def test_a_redis_that_hides_config_gets_a_warning_and_ticks(own_redis, settings, caplog):
     # given a managed Redis where the application's user may not run CONFIG
-    store.client(write=True).acl_setuser(
+    store.patient().acl_setuser(
         "app", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"], commands=["+@all", "-config"]
     )
     settings.REDIS_URL = settings.REDIS_URL.replace("redis://", "redis://app:secret@")
     store.reset_clients()
     with pytest.raises(redis_lib.exceptions.NoPermissionError):
-        store.client(write=True).config_get("maxmemory-policy")
+        store.patient().config_get("maxmemory-policy")
     shop = Shop()
     shop.send(shop.sale("p1", qty=2))
     # when the tick runs
@@ -115,7 +115,7 @@ def _shop_with_boards() -> Shop:
 def _evict(category: str, window: str = "7d", metric: str = "units") -> None:
     """What Redis does to a key under an allkeys-* policy: it is simply gone."""
     key = store.board_key(store.active_version(), _shard(category), window, metric, category)
-    assert store.client(write=True).delete(key) == 1
+    assert store.patient().delete(key) == 1
 
 
 def test_a_sampled_verify_finds_an_evicted_board_and_rebuilds_its_shard(settings):
@@ -166,8 +166,9 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
     version, shard = 1, _shard("toys")
     boards = {("7d", "units", "toys"): {"p1": 5, "p2": 3}, ("7d", "revenue", "toys"): {"p1": 500, "p2": 300}}
     store.shard_replace(version=version, shard=shard, seq=1, asof=1.0, gen="g", boards=boards)
-    real_client = store.client
+    real_client = store.patient
     mismatches = []
+    scripts = []
 
     def blobs_agree(label):
         for metric, other in (("units", "revenue"), ("revenue", "units")):
@@ -185,17 +186,18 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
         def __getattr__(self, name):
             return getattr(self._inner, name)
 
-        def eval(self, *args):
-            result = self._inner.eval(*args)
+        def evalsha(self, *args):
+            result = self._inner.evalsha(*args)
+            scripts.append(args[0])
             blobs_agree("after a script")
             return result
 
-    monkeypatch.setattr(store, "client", lambda **kwargs: Watched(real_client(**kwargs)))
+    monkeypatch.setattr(store, "patient", lambda: Watched(real_client()))
     # when the shard is rebuilt with other scores
     boards = {("7d", "units", "toys"): {"p2": 9, "p3": 1}, ("7d", "revenue", "toys"): {"p2": 900, "p3": 100}}
     store.shard_replace(version=version, shard=shard, seq=2, asof=2.0, gen="g", boards=boards)
     # then no reader could have seen a board with a blob of another content
-    assert mismatches == []
+    assert scripts and mismatches == []
     assert store.board_read_all(store.board_key(version, shard, "7d", "units", "toys")) == [
         ("p2", 9),
         ("p3", 1),
@@ -248,7 +250,7 @@ def test_a_swap_whose_temporary_board_expired_changes_nothing(monkeypatch, redis
 
     monkeypatch.setattr(store, "shard_board_keys", expire_one_then_list)
     new = {("7d", "units", "toys"): {"p2": 9}, ("1d", "units", "toys"): {"p2": 9}}
-    with pytest.raises(store.redis.ResponseError, match="temporary board"):
+    with pytest.raises(store.Refused, match="temporary board"):
         store.shard_replace(version=1, shard=shard, seq=2, asof=2.0, gen="g", boards=new)
     assert store.board_read_all(store.board_key(1, shard, "7d", "units", "toys")) == [("p1", 5)]
     assert store.shard_state(1, shard)["seq"] == "1"

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from rankings.conf import rankings_settings
-from rankings.engine import aggregate, store
+from rankings.engine import locks, store
 from rankings.engine.shards import ALL, shard_count, shard_of
 from rankings.models import Batch, PendingSale, ShardState
 from rankings.operations import backfill
@@ -202,7 +202,7 @@ def test_a_switch_committed_after_a_tick_started_gets_the_ticks_batches():
     version = backfill.version_build()
     shop.advance(minutes=1)
     shop.send(shop.sale("p2", qty=3))
-    real_lock = aggregate._shard_lock
+    real_lock = locks.shard_try_lock
     switched = []
 
     @contextmanager
@@ -212,11 +212,11 @@ def test_a_switch_committed_after_a_tick_started_gets_the_ticks_batches():
         with real_lock(shard) as acquired:
             yield acquired
 
-    aggregate._shard_lock = switch_first
+    locks.shard_try_lock = switch_first
     try:
         shop.tick()
     finally:
-        aggregate._shard_lock = real_lock
+        locks.shard_try_lock = real_lock
 
     assert store.active_version(fresh=True) == version.number
     assert shop.top() == [("p2", 3), ("p1", 2)]
@@ -256,7 +256,7 @@ def test_the_pointer_is_restored_when_redis_lost_it():
     shop = Shop()
     shop.send(shop.sale("p1", qty=2))
     version = backfill.version_build(activate=True)
-    store.client(write=True).delete(store.active_key())
+    store.patient().delete(store.active_key())
     store.reset_clients()
     shop.tick()
     assert store.active_version(fresh=True) == version.number

@@ -29,7 +29,6 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -37,16 +36,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine import store
+from rankings.engine import locks, store
 from rankings.engine.shards import ALL, shard_count_checked, shard_of
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
 from rankings.models import Batch, RankingVersion, ShardState, TickLog
 
 log = logging.getLogger(__name__)
-
-# Namespace for this engine's advisory locks, so they never collide with another application's.
-LOCK_NAMESPACE = 0x5A1E5
-
 
 # A failing shard's error is kept this long on its row (a traceback can be huge).
 ERROR_TEXT_KEPT = 500  # characters
@@ -95,7 +90,7 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     shards = shard_count_checked()
     report = TickReport(now=now)
     for shard in range(shards):
-        with _shard_lock(shard) as acquired:
+        with locks.shard_try_lock(shard) as acquired:
             if not acquired:
                 report.busy_shards.append(shard)
                 continue
@@ -170,36 +165,6 @@ def _write_version() -> int:
     version, epoch = RankingVersion.active()
     store.active_ensure(version, epoch)
     return version
-
-
-@contextmanager
-def _shard_lock(shard: int):
-    """One tick at a time per shard: a session-level advisory lock, released even on error."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
-        (acquired,) = cursor.fetchone()
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
-
-
-@contextmanager
-def shard_locked(shard: int, *, timeout: str = "30s"):
-    """Wait for the shard's tick lock (a running tick finishes its batch first), hold it, release it."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET lock_timeout = '{timeout}'")
-        try:
-            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
-        finally:
-            cursor.execute("SET lock_timeout = 0")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
 
 
 def _tick_shard(
@@ -415,9 +380,7 @@ def clock_reset(*, to: dt.datetime) -> list[int]:
     if to.tzinfo is None:
         raise ValueError("to must be timezone-aware")
     shards = list(range(shard_count_checked()))
-    with ExitStack() as locks:
-        for shard in shards:
-            locks.enter_context(shard_locked(shard))
+    with locks.all_shards_lock(len(shards)):
         for shard in shards:
             version = _write_version()
             gen = store.generation(version)

@@ -23,26 +23,31 @@ order, with no composite score and no loss of integer precision. A product
 whose score is not positive is removed from the board.
 """
 
+import functools
 import json
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
+from cachetools import LRUCache, TTLCache
 from django.conf import settings
+from redis.client import Pipeline
+from redis.commands.core import Script
 
-from rankings.conf import rankings_settings
+from rankings.conf import METRICS, other_metric, rankings_settings
 
 log = logging.getLogger(__name__)
 
-# Reads must fail fast when Redis is slow or down so that pages can serve the
-# last known answer instead of hanging a worker.
-SOCKET_TIMEOUT = 0.5  # seconds
-# The write path may wait longer: a large batch is one Lua call.
-WRITE_SOCKET_TIMEOUT = 30  # seconds
+# Reads for the public must fail fast when Redis is slow or down, so that pages
+# can serve the last known answer instead of hanging a worker.
+FAST_TIMEOUT = 0.5  # seconds
+# The write path and the operators' tools may wait longer: a large batch is one
+# Lua call, and a SCAN of every board takes a while.
+PATIENT_TIMEOUT = 30  # seconds
 # How long a reader trusts its copy of the active version; a switch-over is
 # seen by every reader within this time, and both versions stay whole meanwhile.
 ACTIVE_VERSION_TTL = 1.0  # seconds
@@ -54,26 +59,55 @@ REBUILD_CHUNK = 5000
 BLOB_SIZE = 100
 # Marks a rebuild's temporary board, written beside the live one until the swap.
 TEMP_MARK = ":rebuild:"
+# Key prefixes (installations, or tests) whose pointer and shard counts one process remembers.
+REMEMBERED_PREFIXES = 64
 
 
-class Unreachable(Exception):
+class StoreError(Exception):
+    """Redis could not do what was asked. The store raises nothing else, so no caller imports redis."""
+
+
+class Unreachable(StoreError):
     """Redis did not answer in time (down, paused or overloaded)."""
 
 
-class UnsafeEvictionPolicy(RuntimeError):
+class Refused(StoreError):
+    """Redis answered with an error: a script refused the change, or the command is not allowed."""
+
+
+class UnsafeEvictionPolicy(StoreError):
     """Redis may evict any key under memory pressure, and a board lost that way goes unnoticed."""
 
+
+def _store_error(error: redis.RedisError) -> StoreError:
+    if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+        return Unreachable(str(error))
+    return Refused(str(error))
+
+
+def _translated(func):
+    """Redis's exceptions become the store's own (see StoreError)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except redis.RedisError as error:
+            raise _store_error(error) from error
+
+    return wrapper
+
+
+# --- clients ----------------------------------------------------------------------
 
 _clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
 
 
-def client(*, write: bool = False) -> redis.Redis:
-    name = "write" if write else "read"
+def _client(name: str, timeout: float) -> redis.Redis:
     if name not in _clients:
         with _lock:
             if name not in _clients:
-                timeout = WRITE_SOCKET_TIMEOUT if write else SOCKET_TIMEOUT
                 _clients[name] = redis.Redis.from_url(
                     settings.REDIS_URL,
                     socket_timeout=timeout,
@@ -83,12 +117,57 @@ def client(*, write: bool = False) -> redis.Redis:
     return _clients[name]
 
 
+def fast() -> redis.Redis:
+    """The client that gives up after FAST_TIMEOUT: for the reads that serve the public."""
+    return _client("fast", FAST_TIMEOUT)
+
+
+def patient() -> redis.Redis:
+    """The client that waits up to PATIENT_TIMEOUT: for writes and the operators' reads."""
+    return _client("patient", PATIENT_TIMEOUT)
+
+
 def reset_clients() -> None:
-    """Forget connections (after a fork, or in tests that restart Redis)."""
+    """Forget connections and what was remembered of Redis (after a fork, or in tests that restart it)."""
     _clients.clear()
-    _active_cache.clear()
-    _eviction_cache.clear()
-    _shard_counts.clear()
+    _scripts.clear()
+    with _cache_lock:
+        _active_cache.clear()
+        _active_last.clear()
+        _eviction_cache.clear()
+        _policy_hidden.clear()
+        _shard_counts.clear()
+
+
+@contextmanager
+def pipeline() -> Iterator[Pipeline]:
+    """Commands of several store functions, each given `pipe=`, sent when the block ends as one
+    transaction: all of them are carried out, or none."""
+    pipe = patient().pipeline(transaction=True)
+    try:
+        yield pipe
+        pipe.execute()
+    except redis.RedisError as error:
+        raise _store_error(error) from error
+    finally:
+        pipe.reset()
+    # The block may have moved the readers' pointer (active_set): this process sees it at once.
+    _active_forget()
+
+
+_scripts: dict[str, Script] = {}
+
+
+def _script(source: str) -> Script:
+    """The script, loaded into Redis once and then called by its SHA (reloaded if Redis forgot it)."""
+    script = _scripts.get(source)
+    if script is None:
+        script = _scripts[source] = patient().register_script(source)
+    return script
+
+
+# Guards the caches below: a server process reads from several threads.
+_cache_lock = threading.Lock()
 
 
 # --- eviction policy ---------------------------------------------------------------
@@ -98,9 +177,13 @@ def reset_clients() -> None:
 # seen within this time.
 EVICTION_CHECK_SECONDS = 30.0  # seconds
 
-_eviction_cache: dict[str, tuple[float, str | None]] = {}
+_eviction_cache: TTLCache = TTLCache(maxsize=REMEMBERED_PREFIXES, ttl=EVICTION_CHECK_SECONDS)
+# The Redis servers whose policy was found hidden: the warning is given once, not on every tick.
+_policy_hidden: set[str] = set()
+_UNKNOWN = object()
 
 
+@_translated
 def eviction_policy() -> str | None:
     """Redis's maxmemory-policy (remembered for EVICTION_CHECK_SECONDS); None when CONFIG is refused.
 
@@ -108,23 +191,27 @@ def eviction_policy() -> str | None:
     cannot be known here and is the operator's responsibility.
     """
     url = settings.REDIS_URL
-    cached = _eviction_cache.get(url)
-    if cached and time.monotonic() - cached[0] < EVICTION_CHECK_SECONDS:
-        return cached[1]
+    with _cache_lock:
+        cached = _eviction_cache.get(url, _UNKNOWN)
+    if cached is not _UNKNOWN:
+        return cached
     try:
-        # The read client: a status page must not hang on a Redis that is down.
-        answer = client().config_get("maxmemory-policy")
+        # The fast client: a status page must not hang on a Redis that is down.
+        answer = fast().config_get("maxmemory-policy")
         policy = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
         policy = policy.decode() if isinstance(policy, bytes) else policy
+        _policy_hidden.discard(url)
     except redis.ResponseError as error:
-        if not cached or cached[1] is not None:  # once, not on every tick
+        if url not in _policy_hidden:
             log.warning(
                 "cannot read Redis maxmemory-policy (%s): make sure it is noeviction or a volatile-*"
                 " policy, or boards may be evicted unnoticed",
                 error,
             )
+            _policy_hidden.add(url)
         policy = None
-    _eviction_cache[url] = (time.monotonic(), policy)
+    with _cache_lock:
+        _eviction_cache[url] = policy
     return policy
 
 
@@ -135,11 +222,12 @@ def eviction_policy_safe(policy: str | None) -> bool | None:
     return not policy.startswith("allkeys-")
 
 
+@_translated
 def eviction_policy_check() -> None:
     """Raise UnsafeEvictionPolicy when Redis may evict a board; warn only when the policy is hidden."""
     try:
         policy = eviction_policy()
-    except redis.RedisError:
+    except StoreError:
         return  # Redis is unreachable: the tick's own calls meet that, and the check runs next time
     if eviction_policy_safe(policy) is False:
         raise UnsafeEvictionPolicy(
@@ -185,25 +273,39 @@ def blob_key(version: int, shard: int, window: str, metric: str, category: str) 
 
 # --- versions -------------------------------------------------------------------
 
-_active_cache: dict[str, tuple[float, int]] = {}
+# The active version as read from Redis: trusted for ACTIVE_VERSION_TTL, and the
+# last one seen is served while Redis is unreachable.
+_active_cache: TTLCache = TTLCache(maxsize=REMEMBERED_PREFIXES, ttl=ACTIVE_VERSION_TTL)
+_active_last: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
 
 
+def _active_forget() -> None:
+    with _cache_lock:
+        _active_cache.pop(prefix(), None)
+        _active_last.pop(prefix(), None)
+
+
+@_translated
 def active_version(*, fresh: bool = False) -> int:
     """The version that serves reads; when Redis is unreachable, the last one seen."""
-    cached = _active_cache.get(prefix())
-    if cached and not fresh and time.monotonic() - cached[0] < ACTIVE_VERSION_TTL:
-        return cached[1]
+    key = prefix()
+    with _cache_lock:
+        cached = None if fresh else _active_cache.get(key)
+        last = _active_last.get(key)
+    if cached is not None:
+        return cached
     try:
         try:
-            value = client().hget(active_key(), "version")
+            value = fast().hget(active_key(), "version")
         except redis.ResponseError:  # a pointer from before switches were numbered, until a tick
-            value = client().get(active_key())
+            value = fast().get(active_key())
     except redis.RedisError as error:
-        if cached:
-            return cached[1]
+        if last is not None:
+            return last
         raise Unreachable(str(error)) from error
     version = int(value) if value else 1
-    _active_cache[prefix()] = (time.monotonic(), version)
+    with _cache_lock:
+        _active_cache[key] = _active_last[key] = version
     return version
 
 
@@ -226,42 +328,48 @@ return tonumber(ARGV[1])
 """
 
 
-def active_set(version: int, epoch: int) -> int:
+@_translated
+def active_set(version: int, epoch: int, *, pipe: Pipeline | None = None) -> int | None:
     """Point every reader at `version`, made active by switch `epoch` (they see it within
-    ACTIVE_VERSION_TTL); refused if the pointer names a later switch. Returns the version named."""
-    named = int(client(write=True).eval(_ACTIVE_SET, 1, active_key(), version, epoch))
-    _active_cache.pop(prefix(), None)
-    return named
+    ACTIVE_VERSION_TTL); refused if the pointer names a later switch. Returns the version named
+    (with `pipe`, the pipeline's result holds it)."""
+    named = _script(_ACTIVE_SET)(keys=[active_key()], args=[version, epoch], client=pipe or patient())
+    if pipe is not None:
+        return None
+    _active_forget()
+    return int(named)
 
 
+@_translated
 def active_ensure(version: int, epoch: int) -> int:
     """Restore the readers' pointer if Redis lost it or it names an earlier switch than `epoch`."""
-    return int(client(write=True).eval(_ACTIVE_SET, 1, active_key(), version, epoch))
+    return int(_script(_ACTIVE_SET)(keys=[active_key()], args=[version, epoch], client=patient()))
 
 
 # A version's shard count never changes, so a reader asks Redis once per version.
-_shard_counts: dict[tuple[str, int], int] = {}
+_shard_counts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
 
 
-def shard_count_set(version: int, shards: int) -> None:
+@_translated
+def shard_count_set(version: int, shards: int, *, pipe: Pipeline | None = None) -> None:
     """Record the version's shard count where readers find it without PostgreSQL."""
-    client(write=True).set(shards_key(version), shards)
+    (pipe or patient()).set(shards_key(version), shards)
 
 
+@_translated
 def shard_count_get(version: int) -> int | None:
     """The version's shard count as recorded in Redis; None when Redis does not hold it."""
     key = (prefix(), version)
-    known = _shard_counts.get(key)
+    with _cache_lock:
+        known = _shard_counts.get(key)
     if known is not None:
         return known
-    try:
-        value = client().get(shards_key(version))
-    except redis.RedisError as error:
-        raise Unreachable(str(error)) from error
+    value = fast().get(shards_key(version))
     if value is None:
         return None
-    _shard_counts[key] = int(value)
-    return _shard_counts[key]
+    with _cache_lock:
+        _shard_counts[key] = int(value)
+    return int(value)
 
 
 # --- the write path --------------------------------------------------------------
@@ -376,34 +484,37 @@ class Change:
     delta: int
 
 
+@_translated
 def generation(version: int) -> str:
     """The current generation token, created if missing (after Redis lost its data)."""
-    r = client(write=True)
+    r = patient()
     key = gen_key(version)
     r.set(key, uuid.uuid4().hex, nx=True)
     return r.get(key).decode()
 
 
+@_translated
 def generation_get(version: int) -> str | None:
     """The version's generation token, or None when Redis does not hold the version."""
-    value = client(write=True).get(gen_key(version))
+    value = patient().get(gen_key(version))
     return value.decode() if value else None
 
 
+@_translated
 def shard_generation(version: int, shard: int) -> str | None:
-    value = client(write=True).hget(state_key(version, shard), "gen")
+    value = patient().hget(state_key(version, shard), "gen")
     return value.decode() if value else None
 
 
 def _board_keys(version: int, shard: int, window: str, metric: str, category: str) -> tuple[str, str, str]:
-    other = "revenue" if metric == "units" else "units"
     return (
         board_key(version, shard, window, metric, category),
-        board_key(version, shard, window, other, category),
+        board_key(version, shard, window, other_metric(metric), category),
         blob_key(version, shard, window, metric, category),
     )
 
 
+@_translated
 def batch_apply(
     *, version: int, shard: int, seq: int, asof: float, gen: str, changes: Iterable[Change]
 ) -> int:
@@ -415,19 +526,21 @@ def batch_apply(
         if (c.window, c.category) not in index:
             # Both metrics' blobs show both scores: a change to one rewrites both.
             index[(c.window, c.category)] = len(keys) + 1
-            for metric in ("units", "revenue"):
+            for metric in METRICS:
                 keys.extend(_board_keys(version, shard, c.window, metric, c.category))
         offset = 0 if c.metric == "units" else 3
         argv.extend((index[(c.window, c.category)] + offset, c.product_id, -c.delta))
-    r = client(write=True)
-    return int(r.eval(_APPLY, len(keys), *keys, *argv))
+    return int(_script(_APPLY)(keys=keys, args=argv, client=patient()))
 
 
+@_translated
 def shard_touch(*, version: int, shard: int, seq: int, asof: float, gen: str) -> bool:
     """Advance a shard's asof; False when Redis does not hold the shard at `seq` (rebuild it)."""
-    return bool(client(write=True).eval(_TOUCH, 1, state_key(version, shard), str(seq), repr(asof), gen))
+    args = [str(seq), repr(asof), gen]
+    return bool(_script(_TOUCH)(keys=[state_key(version, shard)], args=args, client=patient()))
 
 
+@_translated
 def shard_replace(
     *,
     version: int,
@@ -438,7 +551,7 @@ def shard_replace(
     boards: dict[tuple[str, str, str], dict[str, int]],
 ) -> None:
     """Replace every board of a shard with `boards` ((window, metric, category) -> scores)."""
-    r = client(write=True)
+    r = patient()
     token = uuid.uuid4().hex[:8]
     ttl = rankings_settings.REBUILD_TEMP_KEY_SECONDS
     pairs = []
@@ -464,29 +577,34 @@ def shard_replace(
         for k in _board_keys(version, shard, window, metric, category)
     ]
     keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys
-    r.eval(_SWAP, len(keys), *keys, seq, repr(asof), gen, len(pairs), BLOB_SIZE, *stale)
+    args = [seq, repr(asof), gen, len(pairs), BLOB_SIZE, *stale]
+    _script(_SWAP)(keys=keys, args=args, client=r)
 
 
+@_translated
 def shard_board_keys(version: int, shard: int) -> list[str]:
     pattern = f"{shard_tag(version, shard)}:b:*"
-    keys = [k.decode() for k in client(write=True).scan_iter(match=pattern, count=1000)]
+    keys = [k.decode() for k in patient().scan_iter(match=pattern, count=1000)]
     return [k for k in keys if TEMP_MARK not in k]
 
 
+@_translated
 def board_read_all(key: str) -> list[tuple[str, int]]:
     """Every member of a board in ranking order, with its (positive) score."""
-    rows = client(write=True).zrange(key, 0, -1, withscores=True)
+    rows = patient().zrange(key, 0, -1, withscores=True)
     return [(member.decode(), int(-score)) for member, score in rows]
 
 
+@_translated
 def shard_state(version: int, shard: int) -> dict[str, str]:
-    raw = client(write=True).hgetall(state_key(version, shard))
+    raw = patient().hgetall(state_key(version, shard))
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
+@_translated
 def version_delete(version: int) -> int:
     """Delete every key of a version; returns how many."""
-    r = client(write=True)
+    r = patient()
     deleted = 0
     batch = []
     for key in r.scan_iter(match=f"{prefix()}:v{version}:*", count=1000):
@@ -499,10 +617,11 @@ def version_delete(version: int) -> int:
     return deleted
 
 
+@_translated
 def keyspace_survey() -> tuple[set[int], list[str]]:
     """One SCAN of every version's keys: the versions Redis holds, and the temporary boards without
     a TTL (left by a rebuild that died before temporary boards were given one)."""
-    r = client(write=True)
+    r = patient()
     start = len(prefix()) + 2  # past "P:v"
     versions: set[int] = set()
     temporary: list[str] = []
@@ -520,8 +639,9 @@ def keyspace_survey() -> tuple[set[int], list[str]]:
     return versions, [key for key, ttl in zip(temporary, ttls, strict=True) if ttl == -1]
 
 
+@_translated
 def keys_delete(keys: list[str]) -> int:
-    return client(write=True).unlink(*keys) if keys else 0
+    return patient().unlink(*keys) if keys else 0
 
 
 # --- the read path -----------------------------------------------------------------
@@ -534,25 +654,7 @@ class BoardSlice:
     rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score)
 
 
-def _other(metric: str) -> str:
-    return "revenue" if metric == "units" else "units"
-
-
-def _unreachable(func):
-    """Reads raise Unreachable, never a redis exception, so callers need not import redis."""
-
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except redis.RedisError as error:
-            raise Unreachable(str(error)) from error
-
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    return wrapper
-
-
-@_unreachable
+@_translated
 def board_slice(
     *, version: int, shard: int, window: str, metric: str, category: str, start: int, stop: int
 ) -> BoardSlice:
@@ -561,7 +663,7 @@ def board_slice(
     Within the blob's ranks this is one round trip (GET); deeper, two
     (ZRANGE, then ZMSCORE for the other metric).
     """
-    r = client()
+    r = fast()
     if stop < BLOB_SIZE:
         pipe = r.pipeline(transaction=False)
         pipe.get(blob_key(version, shard, window, metric, category))
@@ -582,7 +684,9 @@ def board_slice(
     rows, total, asof = pipe.execute()
     members = [m for m, _ in rows]
     others = (
-        r.zmscore(board_key(version, shard, window, _other(metric), category), members) if members else []
+        r.zmscore(board_key(version, shard, window, other_metric(metric), category), members)
+        if members
+        else []
     )
     return BoardSlice(
         asof=float(asof) if asof else None,
@@ -603,16 +707,16 @@ class MemberRank:
     other: int
 
 
-@_unreachable
+@_translated
 def member_rank(
     *, version: int, shard: int, window: str, metric: str, category: str, product_id: str
 ) -> MemberRank:
     """One product's rank and scores on a board, in one round trip."""
     key = board_key(version, shard, window, metric, category)
-    pipe = client().pipeline(transaction=False)
+    pipe = fast().pipeline(transaction=False)
     pipe.zrank(key, product_id)
     pipe.zscore(key, product_id)
-    pipe.zscore(board_key(version, shard, window, _other(metric), category), product_id)
+    pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
     pipe.zcard(key)
     pipe.hget(state_key(version, shard), "asof")
     rank, score, other, total, asof = pipe.execute()
@@ -625,17 +729,17 @@ def member_rank(
     )
 
 
-@_unreachable
+@_translated
 def members_ranks(
     *, version: int, window: str, metric: str, product_id: str, boards: list[tuple[int, str]]
 ) -> list[MemberRank]:
     """One product's rank on several boards ((shard, category) pairs), in one round trip."""
-    pipe = client().pipeline(transaction=False)
+    pipe = fast().pipeline(transaction=False)
     for shard, category in boards:
         key = board_key(version, shard, window, metric, category)
         pipe.zrank(key, product_id)
         pipe.zscore(key, product_id)
-        pipe.zscore(board_key(version, shard, window, _other(metric), category), product_id)
+        pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
         pipe.zcard(key)
         pipe.hget(state_key(version, shard), "asof")
     values = pipe.execute()
@@ -654,14 +758,14 @@ def members_ranks(
     return out
 
 
-@_unreachable
+@_translated
 def shard_asof(*, version: int, shard: int) -> float | None:
     """The instant a shard's boards were last brought up to date (None: Redis holds no state for it)."""
-    asof = client().hget(state_key(version, shard), "asof")
+    asof = fast().hget(state_key(version, shard), "asof")
     return float(asof) if asof else None
 
 
-@_unreachable
+@_translated
 def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -> list[BoardSlice | None]:
     """The first n ranks of several boards ((shard, window, metric, category, n) each).
 
@@ -670,7 +774,7 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
     empty, or n deeper than the blob): a caller reads that one with board_slice.
     """
     shards = sorted({shard for shard, *_ in boards})
-    pipe = client().pipeline(transaction=False)
+    pipe = fast().pipeline(transaction=False)
     for shard in shards:
         pipe.hget(state_key(version, shard), "asof")
     for shard, window, metric, category, _ in boards:
@@ -698,9 +802,10 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
     return out
 
 
+@_translated
 def boards_summary(version: int) -> dict[str, dict[str, int]]:
     """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
-    r = client()
+    r = fast()
     keys = [k.decode() for k in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=1000)]
     keys = [k for k in keys if TEMP_MARK not in k]
     pipe = r.pipeline(transaction=False)
@@ -715,17 +820,19 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
     return summary
 
 
+@_translated
 def blob_read(key: str) -> dict | None:
-    raw = client(write=True).get(key)
+    raw = patient().get(key)
     return json.loads(raw) if raw is not None else None
 
 
+@_translated
 def boards_heads(
     version: int, shard: int, n: int
 ) -> dict[tuple[str, str, str], tuple[int, list[tuple[str, int]]]]:
     """Every board of a shard: (window, metric, category) -> (size, first n members with scores)."""
     keys = shard_board_keys(version, shard)
-    pipe = client(write=True).pipeline(transaction=False)
+    pipe = patient().pipeline(transaction=False)
     for key in keys:
         pipe.zcard(key)
         pipe.zrange(key, 0, n - 1, withscores=True)
@@ -738,10 +845,11 @@ def boards_heads(
     return heads
 
 
+@_translated
 def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, float]]:
     """Per window: board keys and their memory, measured with MEMORY USAGE … SAMPLES 0 on up to
     `samples` keys and extrapolated to the rest (exact when there are no more keys than that)."""
-    r = client(write=True)
+    r = patient()
     keys: dict[str, list[bytes]] = {}
     for key in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=1000):
         window = key.decode().split(":b:", 1)[1].split(":", 1)[0]

@@ -16,12 +16,11 @@ from collections.abc import Iterable
 from django.db import connection, transaction
 from psycopg import sql
 
+from rankings.engine import locks
 from rankings.models import Sale
 
 # Every sale before this instant is in one partition (rankings_sale_p_before).
 FLOOR = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-# Namespace of the advisory lock that serialises the creation of partitions.
-PARTITION_LOCK_NAMESPACE = 0x5A1E5 + 2
 
 # Months whose partition this process has seen committed: the ingest's usual case costs no query.
 _known: set[dt.datetime] = set()
@@ -50,7 +49,7 @@ def sale_partitions_ensure(instants: Iterable[dt.datetime]) -> list[str]:
     created = []
     with transaction.atomic(), connection.cursor() as cursor:
         # Two batches needing the same new month: the second waits, then finds it.
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [PARTITION_LOCK_NAMESPACE])
+        locks.partition_create_lock()
         names = {partition_name(m): m for m in months}
         cursor.execute("SELECT relname FROM pg_class WHERE relname = ANY(%s)", [list(names)])
         existing = {name for (name,) in cursor.fetchall()}

@@ -29,21 +29,12 @@ from django.utils import timezone
 from psycopg import sql
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine import store
-from rankings.engine.aggregate import LOCK_NAMESPACE, batch_replay, shard_locked
+from rankings.engine import locks, store
+from rankings.engine.aggregate import batch_replay
 from rankings.engine.shards import ALL, shard_count, shard_of, version_shards
 from rankings.models import Batch, RankingVersion, ShardState
 
 log = logging.getLogger(__name__)
-
-# A builder holds this advisory lock (with its version number) while it works,
-# so a build whose process died is recognised and marked failed.
-BUILD_LOCK_NAMESPACE = LOCK_NAMESPACE + 1
-# A switch-over and the expiry of versions hold this advisory lock, so that a
-# version cannot become active between expiry choosing it and deleting it.
-VERSION_LOCK_NAMESPACE = LOCK_NAMESPACE + 2
-# How long a switch-over or a snapshot waits for the ticks to finish their batches.
-LOCK_TIMEOUT = "30s"
 
 # Memory for the rebuild's GROUP BY (one per distinct category and product):
 # enough to hash millions of groups instead of sorting them on disk.
@@ -75,51 +66,6 @@ def active_number() -> int:
     return RankingVersion.active_number()
 
 
-def _lock_all_shards() -> None:
-    """Take every shard's tick lock, waiting for running ticks; session-level, so it spans transactions."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-        try:
-            for shard in range(shard_count()):
-                cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, shard])
-        except Exception:
-            cursor.execute("SELECT pg_advisory_unlock_all()")
-            raise
-        finally:
-            cursor.execute("SET lock_timeout = 0")
-
-
-def _unlock_all_shards() -> None:
-    with connection.cursor() as cursor:
-        for shard in range(shard_count()):
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, shard])
-
-
-@contextmanager
-def _all_shards_locked():
-    _lock_all_shards()
-    try:
-        yield
-    finally:
-        _unlock_all_shards()
-
-
-@contextmanager
-def _versions_locked():
-    """Hold the lock of version changes (switch-over, expiry); session-level, released even on error."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-        try:
-            cursor.execute("SELECT pg_advisory_lock(%s, 0)", [VERSION_LOCK_NAMESPACE])
-        finally:
-            cursor.execute("SET lock_timeout = 0")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, 0)", [VERSION_LOCK_NAMESPACE])
-
-
 def _nothing(progress: float, message: str) -> None:
     pass
 
@@ -132,8 +78,6 @@ def version_build(*, activate: bool = False, progress: Progress | None = None) -
     # Built with the active version's count (changing it is a reshard, not a rebuild).
     shards = shard_count()
     version = RankingVersion.objects.create(number=number, state=RankingVersion.State.BUILDING, shards=shards)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
     started = time.monotonic()
 
     def report(fraction: float, message: str, sales: int | None = None) -> None:
@@ -144,36 +88,34 @@ def version_build(*, activate: bool = False, progress: Progress | None = None) -
         RankingVersion.objects.filter(number=number).update(**fields)
         progress(fraction, message)
 
-    try:
-        report(0.02, "taking a snapshot of the raw sales")
-        watermark, boards, sales = _snapshot_aggregate(shards)
-        report(0.6, f"aggregated {sales:,} raw sales; writing boards", sales)
-        gen = store.generation(number)
-        store.shard_count_set(number, shards)
-        for shard in range(shards):
-            seq, asof = watermark[shard]
-            store.shard_replace(
-                version=number, shard=shard, seq=seq, asof=asof, gen=gen, boards=boards.pop(shard, {})
+    with locks.build_lock(number):
+        try:
+            report(0.02, "taking a snapshot of the raw sales")
+            watermark, boards, sales = _snapshot_aggregate(shards)
+            report(0.6, f"aggregated {sales:,} raw sales; writing boards", sales)
+            gen = store.generation(number)
+            store.shard_count_set(number, shards)
+            for shard in range(shards):
+                seq, asof = watermark[shard]
+                store.shard_replace(
+                    version=number, shard=shard, seq=seq, asof=asof, gen=gen, boards=boards.pop(shard, {})
+                )
+                report(0.6 + 0.3 * (shard + 1) / shards, f"wrote shard {shard + 1} of {shards}", sales)
+            report(0.92, "catching up with the batches ticked since the snapshot", sales)
+            for shard in range(shards):
+                _catch_up(number, shard)
+            RankingVersion.objects.filter(number=number).update(
+                state=RankingVersion.State.READY,
+                built_at=timezone.now(),
+                watermark={str(k): [seq, asof] for k, (seq, asof) in watermark.items()},
             )
-            report(0.6 + 0.3 * (shard + 1) / shards, f"wrote shard {shard + 1} of {shards}", sales)
-        report(0.92, "catching up with the batches ticked since the snapshot", sales)
-        for shard in range(shards):
-            _catch_up(number, shard)
-        RankingVersion.objects.filter(number=number).update(
-            state=RankingVersion.State.READY,
-            built_at=timezone.now(),
-            watermark={str(k): [seq, asof] for k, (seq, asof) in watermark.items()},
-        )
-        report(1.0, "ready", sales)
-    except BaseException as error:
-        RankingVersion.objects.filter(number=number).update(
-            state=RankingVersion.State.FAILED, message=f"failed: {error!r}"[:2000]
-        )
-        store.version_delete(number)
-        raise
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
+            report(1.0, "ready", sales)
+        except BaseException as error:
+            RankingVersion.objects.filter(number=number).update(
+                state=RankingVersion.State.FAILED, message=f"failed: {error!r}"[:2000]
+            )
+            store.version_delete(number)
+            raise
     if activate:
         version_switch(number=number)
     version.refresh_from_db()
@@ -211,41 +153,34 @@ GROUP BY 1, 2, 3
 
 def _snapshot_aggregate(shards_count: int):
     """Per shard (of `shards_count`): (seq, instant) of the snapshot, and every board as of that instant."""
-    _lock_all_shards()
-    locked = True
-    try:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            # The first read fixes the snapshot, while no tick is between claim and apply;
-            # then the ticks may go on, and this transaction keeps seeing the snapshot.
-            states = {s.shard: (s.seq, s.now) for s in ShardState.objects.all()}
-            _unlock_all_shards()
-            locked = False
-            with connection.cursor() as cursor:
-                # One big GROUP BY: let it hash in memory rather than sort on disk,
-                # and skip JIT compilation, which costs more than it saves here.
-                cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
-                cursor.execute("SET LOCAL jit = off")
-            watermark = {}
-            for shard in range(shards_count):
-                seq, now = states.get(shard, (0, None))
-                watermark[shard] = (seq, now.timestamp() if now else 0.0)
-            boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
-            by_instant: dict[dt.datetime, list[int]] = defaultdict(list)
-            for shard, (_, now) in states.items():
-                if now is not None:
-                    by_instant[now].append(shard)
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_export_snapshot()")
-                (snapshot,) = cursor.fetchone()
-                with _snapshot_connection(snapshot) as helper:
-                    sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
-                    for now, shards in by_instant.items():
-                        _aggregate_into(cursor, helper, boards, now, shards, shards_count)
-    finally:
-        if locked:
-            _unlock_all_shards()
+    with locks.all_shards_lock(shard_count()) as ticks, transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        # The first read fixes the snapshot, while no tick is between claim and apply;
+        # then the ticks may go on, and this transaction keeps seeing the snapshot.
+        states = {s.shard: (s.seq, s.now) for s in ShardState.objects.all()}
+        ticks.release()
+        with connection.cursor() as cursor:
+            # One big GROUP BY: let it hash in memory rather than sort on disk,
+            # and skip JIT compilation, which costs more than it saves here.
+            cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
+            cursor.execute("SET LOCAL jit = off")
+        watermark = {}
+        for shard in range(shards_count):
+            seq, now = states.get(shard, (0, None))
+            watermark[shard] = (seq, now.timestamp() if now else 0.0)
+        boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
+        by_instant: dict[dt.datetime, list[int]] = defaultdict(list)
+        for shard, (_, now) in states.items():
+            if now is not None:
+                by_instant[now].append(shard)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_export_snapshot()")
+            (snapshot,) = cursor.fetchone()
+            with _snapshot_connection(snapshot) as helper:
+                sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
+                for now, shards in by_instant.items():
+                    _aggregate_into(cursor, helper, boards, now, shards, shards_count)
     return watermark, boards, sales
 
 
@@ -368,7 +303,7 @@ def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
 
 def version_switch(*, number: int) -> RankingVersion:
     """Make a built (or recently retired) version the active one, atomically for readers."""
-    with _versions_locked():
+    with locks.version_change_lock():
         # Read under the lock: expiry may have deleted the version a moment ago.
         target = RankingVersion.objects.filter(number=number).first()
         if target is None:
@@ -377,7 +312,7 @@ def version_switch(*, number: int) -> RankingVersion:
             raise VersionError(
                 f"version {number} is {target.state}; only a ready or retired version can be switched to"
             )
-        with _all_shards_locked():
+        with locks.all_shards_lock(shard_count()):
             for shard in range(target.shards):
                 _catch_up(number, shard)
             previous = active_number()
@@ -398,9 +333,11 @@ def version_switch(*, number: int) -> RankingVersion:
                     state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None, switch_epoch=epoch
                 )
             # Only once committed: a pointer naming a switch that rolled back could not be undone.
-            # Still under every shard's lock; should this fail, the next tick sets it.
-            store.shard_count_set(number, target.shards)
-            store.active_set(number, epoch)
+            # Still under every shard's lock; should this fail, the next tick sets it. The count goes
+            # with the pointer, in one transaction: a reader that finds one finds the other.
+            with store.pipeline() as pipe:
+                store.shard_count_set(number, target.shards, pipe=pipe)
+                store.active_set(number, epoch, pipe=pipe)
     log.info("switched rankings from version %s to %s", previous, number)
     target.refresh_from_db()
     return target
@@ -411,7 +348,7 @@ def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
     live = active_number()
     comparisons = []
     for shard in range(version_shards(number)):
-        with shard_locked(shard):
+        with locks.shard_lock(shard):
             _catch_up(number, shard)
             live_heads = store.boards_heads(live, shard, top_n)
             new_heads = store.boards_heads(number, shard, top_n)
@@ -428,19 +365,14 @@ def versions_fail_abandoned() -> list[int]:
     for number in RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).values_list(
         "number", flat=True
     ):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
-            (free,) = cursor.fetchone()
-            if not free:
+        with locks.build_try_lock(number) as abandoned:
+            if not abandoned:
                 continue
-            try:
-                RankingVersion.objects.filter(number=number, state=RankingVersion.State.BUILDING).update(
-                    state=RankingVersion.State.FAILED, message="failed: the rebuild's process stopped"
-                )
-                store.version_delete(number)
-                failed.append(number)
-            finally:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [BUILD_LOCK_NAMESPACE, number])
+            RankingVersion.objects.filter(number=number, state=RankingVersion.State.BUILDING).update(
+                state=RankingVersion.State.FAILED, message="failed: the rebuild's process stopped"
+            )
+            store.version_delete(number)
+            failed.append(number)
     return failed
 
 
@@ -460,7 +392,7 @@ def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
     grace = dt.timedelta(seconds=rankings_settings.VERSION_GRACE_SECONDS)
     keep = dt.timedelta(seconds=rankings_settings.VERSION_READY_KEEP_SECONDS)
     State = RankingVersion.State
-    with _versions_locked():
+    with locks.version_change_lock():
         # Both pointers: PostgreSQL's decides, and Redis's is what readers follow until they agree.
         active = {RankingVersion.active_number(), store.active_version(fresh=True)}
         expired = list(

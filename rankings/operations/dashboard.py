@@ -21,7 +21,7 @@ def operations_read() -> dict:
     version = status["activeVersion"]
     try:
         memory = store.memory_by_window(version)
-    except (store.Unreachable, store.redis.RedisError):
+    except store.StoreError:
         memory = {}
     windows = [
         {"name": name, **counts, **memory.get(name, {"keys": 0, "bytes": 0})}

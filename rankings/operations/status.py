@@ -43,7 +43,7 @@ def liveness_read() -> dict:
         # The tick writes the count beside the boards; without it there is nothing to serve.
         shards = store.shard_count_get(version)
         asof = store.shard_asof(version=version, shard=shard_of(ALL, shards)) if shards else None
-    except store.Unreachable:
+    except store.StoreError:
         return {"status": "down", "asOf": None}
     if not asof:
         return {"status": "down", "asOf": None}
@@ -84,7 +84,7 @@ def status_read() -> dict:
     try:
         boards = store.boards_summary(version)
         redis_ok = True
-    except (store.Unreachable, store.redis.RedisError):
+    except store.StoreError:
         boards, redis_ok = {}, False
     return {
         "now": now,

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from catalogue.models import Category
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine import store
-from rankings.engine.aggregate import shard_locked, shard_rebuild
+from rankings.engine import locks, store
+from rankings.engine.aggregate import shard_rebuild
 from rankings.engine.prune import engine_now
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, shard_of, version_shards
@@ -76,7 +76,7 @@ def rankings_verify(*, version: int | None = None, repair: bool = False) -> Veri
     report = VerifyReport()
     for shard in range(shards):
         # Between two batches of the shard, so that Redis and the recompute see the same instant.
-        with shard_locked(shard):
+        with locks.shard_lock(shard):
             found = VerifyReport()
             _verify_shard(found, version, shard, shards)
             if repair and found.differences:
@@ -184,7 +184,7 @@ def verify_sampled(*, sample: int | None = None, categories: list[str] | None = 
         by_shard[shard_of(category, rankings_settings.SHARDS)].append(category)
     for shard, shard_categories in sorted(by_shard.items()):
         # Between two batches of the shard: Redis and the buckets stand at the same instant.
-        with shard_locked(shard):
+        with locks.shard_lock(shard):
             found = []
             for category in shard_categories:
                 found += _sample_check(report, version, shard, category)
@@ -231,7 +231,7 @@ def redis_safety() -> dict:
     """For the status page: can Redis evict a board, and what the verify runs found and repaired."""
     try:
         policy = store.eviction_policy()
-    except store.redis.RedisError:
+    except store.StoreError:
         policy = None
     last = VerifyLog.objects.filter(source="sampled").first()
     repaired = VerifyLog.objects.filter(at__gte=(engine_now() or timezone.now()) - REPAIRS_SPAN).exclude(

@@ -83,7 +83,7 @@ def _served(key: tuple, compute, *, boards: bool = True) -> dict:
             # No tick has reached this board's shard in Redis: it was lost (or
             # never built). An empty board would pass for the truth; it is not.
             raise store.Unreachable("the board's shard has no state in Redis")
-    except store.Unreachable as error:
+    except store.StoreError as error:
         with _cache_lock:
             known = _last_known.get(key)
         if known is None:
@@ -477,7 +477,7 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
                 boards=[(_shard(c, version), window, metric, c, limits[c]) for c in wanted],
             )
             heads = dict(zip(wanted, read, strict=True))
-    except store.Unreachable:
+    except store.StoreError:
         unread = set(wanted)
     names = _names({pid for board in heads.values() if board for pid, _, _ in board.rows})
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from django.db import connection
 
 from rankings.engine import store
-from rankings.engine.aggregate import LOCK_NAMESPACE
+from rankings.engine.locks import SHARD_NAMESPACE
 from rankings.engine.shards import ALL, shard_count, shard_of
 from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.verify import rankings_verify
@@ -331,7 +331,7 @@ def worker_backends() -> list[tuple[int, str | None, bool]]:
             FROM pg_stat_activity a
             WHERE a.application_name = %s AND a.datname = current_database()
             """,
-            [LOCK_NAMESPACE, WORKER_APPLICATION],
+            [SHARD_NAMESPACE, WORKER_APPLICATION],
         )
         return cursor.fetchall()
 
@@ -349,7 +349,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.002, what: str = "a 
 def redis_caught_up() -> bool:
     """Every shard's state in Redis holds the last batch PostgreSQL committed, with the current generation."""
     version = store.active_version(fresh=True)
-    gen = store.client(write=True).get(store.gen_key(version))
+    gen = store.patient().get(store.gen_key(version))
     if gen is None:
         return False
     states = dict(ShardState.objects.values_list("shard", "seq"))
