@@ -1,0 +1,151 @@
+"""The store is the only Redis boundary: it raises only its own exceptions, sends each Lua
+script once, and lets a caller send several of its writes as one transaction."""
+
+import socket
+
+import pytest
+
+from rankings.engine import store
+
+# The public functions that need no Redis (key names, clients, the policy's verdict), and the
+# check that answers nothing when Redis is down: the tick's own calls meet that.
+WITHOUT_REDIS = {
+    "fast",
+    "patient",
+    "reset_clients",
+    "pipeline",
+    "prefix",
+    "active_key",
+    "gen_key",
+    "shards_key",
+    "shard_tag",
+    "state_key",
+    "board_key",
+    "blob_key",
+    "eviction_policy_safe",
+    "eviction_policy_check",
+}
+
+BOARD = {"version": 1, "shard": 0, "window": "7d", "metric": "units", "category": "toys"}
+KEY = store.board_key(1, 0, "7d", "units", "toys")
+
+CALLS = {
+    "eviction_policy": lambda: store.eviction_policy(),
+    "active_version": lambda: store.active_version(fresh=True),
+    "active_set": lambda: store.active_set(2, 1),
+    "active_ensure": lambda: store.active_ensure(2, 1),
+    "shard_count_set": lambda: store.shard_count_set(1, 4),
+    "shard_count_get": lambda: store.shard_count_get(1),
+    "generation": lambda: store.generation(1),
+    "generation_get": lambda: store.generation_get(1),
+    "shard_generation": lambda: store.shard_generation(1, 0),
+    "batch_apply": lambda: store.batch_apply(
+        version=1, shard=0, seq=1, asof=1.0, gen="g", changes=[store.Change("7d", "units", "toys", "p1", 1)]
+    ),
+    "shard_touch": lambda: store.shard_touch(version=1, shard=0, seq=1, asof=1.0, gen="g"),
+    "shard_replace": lambda: store.shard_replace(
+        version=1, shard=0, seq=1, asof=1.0, gen="g", boards={("7d", "units", "toys"): {"p1": 1}}
+    ),
+    "shard_board_keys": lambda: store.shard_board_keys(1, 0),
+    "board_read_all": lambda: store.board_read_all(KEY),
+    "shard_state": lambda: store.shard_state(1, 0),
+    "version_delete": lambda: store.version_delete(1),
+    "keyspace_survey": lambda: store.keyspace_survey(),
+    "keys_delete": lambda: store.keys_delete([KEY]),
+    "board_slice": lambda: store.board_slice(**BOARD, start=0, stop=9),
+    "member_rank": lambda: store.member_rank(**BOARD, product_id="p1"),
+    "members_ranks": lambda: store.members_ranks(
+        version=1, window="7d", metric="units", product_id="p1", boards=[(0, "toys")]
+    ),
+    "shard_asof": lambda: store.shard_asof(version=1, shard=0),
+    "board_heads": lambda: store.board_heads(version=1, boards=[(0, "7d", "units", "toys", 10)]),
+    "boards_summary": lambda: store.boards_summary(1),
+    "blob_read": lambda: store.blob_read(store.blob_key(1, 0, "7d", "units", "toys")),
+    "boards_heads": lambda: store.boards_heads(1, 0, 10),
+    "memory_by_window": lambda: store.memory_by_window(1),
+}
+
+
+def _public_functions() -> set[str]:
+    return {
+        name
+        for name, value in vars(store).items()
+        if callable(value)
+        and not name.startswith("_")
+        and not isinstance(value, type)
+        and getattr(value, "__module__", None) == store.__name__
+    }
+
+
+@pytest.fixture
+def redis_down(settings):
+    """REDIS_URL names a port where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    store.reset_clients()
+    yield
+    store.reset_clients()
+
+
+def test_every_public_function_that_talks_to_redis_is_checked_below():
+    """A function added to the store is either listed as needing no Redis or called by the test below."""
+    assert _public_functions() - WITHOUT_REDIS == set(CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_with_redis_down_a_store_function_raises_unreachable(redis_down, name):
+    """Given a Redis that does not answer, every store function raises Unreachable, never a redis error."""
+    with pytest.raises(store.Unreachable):
+        CALLS[name]()
+
+
+def test_with_redis_down_a_pipeline_raises_unreachable(redis_down):
+    with pytest.raises(store.Unreachable), store.pipeline() as pipe:
+        store.shard_count_set(1, 4, pipe=pipe)
+
+
+def test_an_error_answered_by_redis_is_refused_not_unreachable(redis_client):
+    # given a key of another type where a board's state is expected
+    redis_client.set(store.state_key(1, 0), "not a hash")
+    # when a store function reads it, then Redis's answer comes back as the store's Refused
+    with pytest.raises(store.Refused, match="WRONGTYPE"):
+        store.shard_state(1, 0)
+
+
+def test_scripts_are_loaded_once_and_called_by_their_sha(own_redis):
+    """Given a Redis of the test's own, batches are applied with EVALSHA, never by sending the script."""
+    r = store.patient()
+    r.config_resetstat()
+    for seq in (1, 2):
+        change = store.Change("7d", "units", "toys", "p1", seq)
+        store.batch_apply(version=1, shard=0, seq=seq, asof=float(seq), gen="g", changes=[change])
+    stats = r.info("commandstats")
+    assert "cmdstat_eval" not in stats
+    assert stats["cmdstat_evalsha"]["calls"] >= 2
+    # and a Redis that forgot its scripts (a restart) is sent the script again
+    r.script_flush()
+    change = store.Change("7d", "units", "toys", "p1", 3)
+    assert store.batch_apply(version=1, shard=0, seq=3, asof=3.0, gen="g", changes=[change]) == 1
+    assert store.board_read_all(KEY) == [("p1", 6)]
+
+
+def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_client):
+    # given the shard count and the pointer of a version written through one pipeline
+    with store.pipeline() as pipe:
+        store.shard_count_set(7, 3, pipe=pipe)
+        store.active_set(7, 5, pipe=pipe)
+        # then nothing is written while the block runs
+        assert redis_client.get(store.shards_key(7)) is None
+        assert redis_client.exists(store.active_key()) == 0
+    # and both are, once it ends
+    assert store.shard_count_get(7) == 3
+    assert store.active_version(fresh=True) == 7
+
+
+def test_a_pipeline_whose_block_raises_writes_nothing(redis_client):
+    with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
+        store.shard_count_set(8, 3, pipe=pipe)
+        raise ZeroDivisionError
+    assert redis_client.get(store.shards_key(8)) is None
