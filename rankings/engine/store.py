@@ -59,7 +59,8 @@ REBUILD_CHUNK = 5000
 BLOB_SIZE = 100
 # Marks a rebuild's temporary board, written beside the live one until the swap.
 TEMP_MARK = ":rebuild:"
-# Key prefixes (installations, or tests) whose pointer and shard counts one process remembers.
+# Entries each of the caches below keeps (one per key prefix, Redis server or version): a
+# process serves one installation, and tests use a prefix each; past this the oldest is asked again.
 REMEMBERED_PREFIXES = 64
 
 
@@ -141,8 +142,9 @@ def reset_clients() -> None:
 
 @contextmanager
 def pipeline() -> Iterator[Pipeline]:
-    """Commands of several store functions, each given `pipe=`, sent when the block ends as one
-    transaction: all of them are carried out, or none."""
+    """Commands of several store functions, each given `pipe=`, sent when the block ends in one
+    MULTI/EXEC: no other client's command runs between them, and none is sent if the block raises
+    or the connection drops before EXEC."""
     pipe = patient().pipeline(transaction=True)
     try:
         yield pipe
