@@ -34,8 +34,8 @@ CATEGORY_MISS_RELOAD_SECONDS = 1.0  # seconds
 # A product's name and price as last read, per process: a reader of random
 # products among many would otherwise ask PostgreSQL on every read, which costs
 # more than the Redis read that answers it. Short-lived, so that an edit shows
-# within seconds; bounded, so that memory does not grow with the catalogue.
-PRODUCT_CACHE_SECONDS = 10.0  # seconds
+# within a minute; bounded, so that memory does not grow with the catalogue.
+PRODUCT_CACHE_SECONDS = 60.0  # seconds
 PRODUCT_CACHE_SIZE = 50_000  # products
 
 # A reader process answers a repeated query from memory for this long: fresh
