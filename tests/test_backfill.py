@@ -80,7 +80,7 @@ def test_a_reader_never_sees_a_missing_empty_or_mixed_board_during_the_switch():
     shop = Shop()
     _history(shop, 120, "old")
     shop.tick()
-    expected = selectors.board_top(category="c0", window="30d", metric="units", limit=50, offset=0)["items"]
+    expected = selectors.board_top(category="c0", window="30d", metric="units", limit=50, offset=0).items
     version = backfill.version_build()
     answers, stop = [], threading.Event()
 
@@ -107,7 +107,7 @@ def test_a_reader_never_sees_a_missing_empty_or_mixed_board_during_the_switch():
         stop.set()
         reader.join()
     assert len(answers) > 10
-    assert all(a["items"] == expected for a in answers)
+    assert all(a.items == expected for a in answers)
 
 
 def test_switching_back_restores_the_old_version_caught_up():

@@ -197,3 +197,15 @@ def test_the_reply_names_each_rejected_event_by_index_and_id(ingest_api):
         {"index": 2, "id": None, "error": "id must be a string of 1 to 128 characters"},
         {"index": 3, "id": "d", "error": "a negative qty is a return and needs returnOf"},
     ]
+
+
+def test_the_batch_limit_is_the_max_batch_events_setting(ingest_api, settings):
+    """A batch one event over MAX_BATCH_EVENTS is refused whole, however the setting is set."""
+    settings.RANKINGS = {**settings.RANKINGS, "MAX_BATCH_EVENTS": 3}
+
+    over = ingest_api.post("/v1/sales", {"events": [event(id=f"e{i}") for i in range(4)]}, format="json")
+    full = ingest_api.post("/v1/sales", {"events": [event(id=f"e{i}") for i in range(3)]}, format="json")
+
+    assert over.status_code == 413
+    assert over.json() == {"error": "at most 3 events per batch; this one has 4"}
+    assert full.status_code == 200 and full.json()["accepted"] == 3

@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
 from rankings.serving import selectors
-from rankings.serving.pages import age_text, chart
+from rankings.serving.charts import bar_chart
+from rankings.serving.pages import age_text, daily_units
 
 from .rankings_helpers import Shop
 
@@ -64,7 +65,7 @@ def big_shop():
 
 
 def _rows(response) -> list[tuple[int, str]]:
-    return [(item["rank"], item["productId"]) for item in response.context["items"]]
+    return [(row.item.rank, row.item.product_id) for row in response.context["items"]]
 
 
 # --- home ------------------------------------------------------------------------
@@ -75,11 +76,11 @@ def test_home_shows_the_overall_top_ten_and_each_categorys_first_three(client, s
 
     assert reply.status_code == 200
     overall = reply.context["overall"]
-    assert [i["productId"] for i in overall["items"]] == ["p1", "p0", "p2", "p3"]
+    assert [r.item.product_id for r in overall["items"]] == ["p1", "p0", "p2", "p3"]
     categories = {c["slug"]: c for c in reply.context["categories"]}
     assert [c["name"] for c in reply.context["categories"]] == ["Gifts", "Toys"]
-    assert [i["productId"] for i in categories["toys"]["items"]] == ["p1", "p0", "p2"]
-    assert [i["productId"] for i in categories["gifts"]["items"]] == ["p0"]
+    assert [r.item.product_id for r in categories["toys"]["items"]] == ["p1", "p0", "p2"]
+    assert [r.item.product_id for r in categories["gifts"]["items"]] == ["p0"]
     html = reply.content.decode()
     assert '<a href="/c/toys/">Toys</a>' in html
     assert '<a href="/p/p1/">Yo-yo</a>' in html
@@ -205,7 +206,9 @@ def test_category_lists_rank_name_units_and_revenue_in_rank_order(client, shop):
     reply = client.get("/c/toys/")
 
     assert reply.status_code == 200
-    assert [(i["rank"], i["name"], i["units"], i["revenue"]) for i in reply.context["items"]] == [
+    assert [
+        (r.item.rank, r.item.name, r.item.units, str(r.item.revenue)) for r in reply.context["items"]
+    ] == [
         (1, "Yo-yo", 7, "3.01"),
         (2, "Kite", 5, "12.50"),
         (3, "Puzzle", 5, "99.99"),
@@ -220,7 +223,7 @@ def test_category_lists_rank_name_units_and_revenue_in_rank_order(client, shop):
 def test_window_and_metric_switch_by_plain_links_marking_the_current_one(client, shop):
     reply = client.get("/c/toys/?window=30d&metric=revenue")
 
-    assert [(i["rank"], i["productId"]) for i in reply.context["items"]][:2] == [(1, "p2"), (2, "p0")]
+    assert [(r.item.rank, r.item.product_id) for r in reply.context["items"]][:2] == [(1, "p2"), (2, "p0")]
     html = reply.content.decode()
     assert '<a href="/c/toys/?window=30d" aria-current="page">' not in html
     assert '<a href="/c/toys/?window=30d&amp;metric=revenue" aria-current="page">30 days</a>' in html
@@ -372,8 +375,8 @@ def test_a_badge_links_to_the_page_holding_the_rank_with_the_row_highlighted(cli
     assert badge["url"] == "/c/toys/?page=2&highlight=t59#product-t59"
 
     board = client.get(badge["url"].split("#")[0])
-    highlighted = [i for i in board.context["items"] if i["highlighted"]]
-    assert [(i["rank"], i["productId"]) for i in highlighted] == [(61, "t59")]
+    highlighted = [r for r in board.context["items"] if r.highlighted]
+    assert [(r.item.rank, r.item.product_id) for r in highlighted] == [(61, "t59")]
 
 
 def test_a_deep_rank_also_reads_as_a_share_of_the_board(client, big_shop):
@@ -401,7 +404,7 @@ def test_product_shows_the_products_just_above_and_below(client, big_shop):
 
     nearby = reply.context["nearby"]
     assert nearby["name"] == "Toys"
-    assert [(i["rank"], i["productId"], i["highlighted"]) for i in nearby["items"]] == [
+    assert [(r.item.rank, r.item.product_id, r.highlighted) for r in nearby["items"]] == [
         (59, "t61", False),
         (60, "t60", False),
         (61, "t59", True),
@@ -449,9 +452,9 @@ def test_daily_units_add_up_the_hourly_buckets_of_each_utc_day():
     shop.send(shop.sale("k", qty=-1, returnOf="old"))
     shop.tick()
     # when
-    daily = selectors.product_daily_units(product_id="k", days=30, now=NOW)
+    daily = daily_units("k", days=30, until=NOW)
     # then
-    days = {d["date"]: d["units"] for d in daily["days"]}
+    days = {start.date(): units for start, units in daily.periods}
     assert len(days) == 30
     assert min(days) == dt.date(2026, 2, 1) and max(days) == dt.date(2026, 3, 2)
     assert days[dt.date(2026, 3, 2)] == 5
@@ -481,13 +484,13 @@ def test_the_chart_is_inline_svg_with_its_numbers_for_screen_readers(client):
 
 
 def test_chart_bars_scale_to_the_best_day():
-    days = [{"date": dt.date(2026, 3, d), "units": u} for d, u in ((1, 0), (2, 5), (3, 10))]
+    days = [(dt.date(2026, 3, d), u) for d, u in ((1, 0), (2, 5), (3, 10))]
 
-    drawn = chart(days)
+    drawn = bar_chart(days, width=300, height=100)
 
-    assert [b["height"] for b in drawn["bars"]] == ["0", "46", "92"]
-    assert drawn["peak"] == 10 and drawn["total"] == 15 and drawn["best"]["units"] == 10
-    assert chart([{"date": dt.date(2026, 3, 1), "units": 0}])["bars"][0]["height"] == "0"
+    assert [b.height for b in drawn.bars] == ["0", "46", "92"]
+    assert drawn.peak == 10 and drawn.total == 15 and drawn.best.units == 10
+    assert bar_chart([(dt.date(2026, 3, 1), 0)], width=300, height=100).bars[0].height == "0"
 
 
 def test_product_page_queries_do_not_grow_with_its_categories(client):

@@ -123,3 +123,44 @@ def test_every_response_is_documented_and_no_input_causes_a_server_error(case, a
     if _a_batch(case) and response.request.method == "POST" and response.status_code == 200:
         reply = response.json()
         assert reply["accepted"] + reply["duplicates"] + len(reply["rejected"]) == len(case.body["events"])
+
+
+def _sample_answers():
+    """One typed answer per reply, every optional value present."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from rankings.serving import selectors
+
+    at = dt.datetime(2026, 3, 2, 12, tzinfo=dt.UTC)
+    item = selectors.RankedProduct(1, "p1", "Kite", 3, Decimal("12.30"))
+    ranked = selectors.CategoryRank("toys", 1, 3, Decimal("12.30"), 4, 25.0)
+    return {
+        "BoardTopReply": selectors.Board("toys", "7d", "units", at, 4, (item,)),
+        "ProductRankReply": selectors.Rank("p1", "toys", "7d", "units", at, 1, 3, Decimal("12.30"), 4, 25.0),
+        "ProductRanksReply": selectors.Ranks("p1", "7d", "units", at, (ranked,)),
+        "ProductNeighborsReply": selectors.Neighbors("p1", "toys", "7d", "units", at, 1, (item,)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_sample_answers()))
+def test_each_reply_writes_exactly_the_fields_its_schema_declares(name):
+    """A read reply is written by a plain function for speed; its keys, and those of its nested
+    items, are the fields the same serializer declares for the OpenAPI schema."""
+    from rankings.serving import api as read_api
+
+    reply_class = getattr(read_api, name)
+    written = reply_class().to_representation(_sample_answers()[name])
+
+    declared = reply_class().fields
+    assert list(written) == [f for f in written if f in declared] and set(written) == set(declared)
+    for key, value in written.items():
+        if isinstance(value, list):
+            assert value and set(value[0]) == set(declared[key].child.fields), key
+
+
+def test_the_documented_batch_limit_is_the_setting(settings):
+    """The request body the schema documents is the serializer post() validates with: its limit is MAX_BATCH_EVENTS."""
+    from rankings.serving.api import IngestRequest
+
+    assert IngestRequest().fields["events"].max_length == settings.RANKINGS["MAX_BATCH_EVENTS"]

@@ -224,7 +224,7 @@ def test_readers_find_each_board_by_the_active_versions_shard_count(settings):
     selectors.caches_clear()
     for slug in CATEGORIES:
         board = selectors.board_top(category=slug, window="7d", metric="units", limit=10, offset=0)
-        assert sum(item["units"] for item in board["items"]) == 2, slug
+        assert sum(item.units for item in board.items) == 2, slug
 
 
 @pytest.mark.django_db(transaction=True)
@@ -257,7 +257,7 @@ def test_readers_take_the_shard_count_from_redis_without_asking_postgresql(setti
     with CaptureQueriesContext(connection) as queries:
         board = selectors.board_top(category="books", window="7d", metric="units", limit=10, offset=0)
     # then the count came from Redis
-    assert sum(item["units"] for item in board["items"]) == 2
+    assert sum(item.units for item in board.items) == 2
     assert not [q for q in queries.captured_queries if "rankings_rankingversion" in q["sql"]]
 
 
@@ -273,7 +273,7 @@ def test_readers_fall_back_to_postgresql_when_redis_lost_the_count(settings, red
     # when a board is read, then it is found by the count PostgreSQL records
     for slug in CATEGORIES:
         board = selectors.board_top(category=slug, window="7d", metric="units", limit=10, offset=0)
-        assert sum(item["units"] for item in board["items"]) == 2, slug
+        assert sum(item.units for item in board.items) == 2, slug
 
 
 def test_a_board_is_unavailable_rather_than_misplaced_when_no_count_is_known(redis_client):

@@ -2,16 +2,16 @@
 
 import datetime as dt
 
-from django.db.models import Sum
 from django.utils import timezone
 
 from rankings.engine import store
-from rankings.engine.shards import ALL
-from rankings.models import Bucket, RankingVersion, TickLog
+from rankings.models import RankingVersion, TickLog
 from rankings.operations.status import status_read
 from rankings.operations.verify import redis_safety
+from rankings.serving import selectors
+from rankings.serving.charts import Chart, bar_chart
 
-HOURLY = 3600  # seconds: the bucket size the chart reads
+HOUR = 3600  # seconds: one bar of the chart
 CHART_HOURS = 48
 
 
@@ -41,37 +41,12 @@ def operations_read() -> dict:
 def units_per_hour(
     *, hours: int = CHART_HOURS, now: dt.datetime | None = None
 ) -> list[tuple[dt.datetime, int]]:
-    """Units sold in each of the last `hours` hours (by sale time), from the hourly buckets of `all`."""
+    """Units sold in each of the last `hours` hours (by sale time), the current one last."""
     now = now or timezone.now()
-    last = int(now.timestamp()) // HOURLY * HOURLY
-    first = last - (hours - 1) * HOURLY
-    rows = dict(
-        Bucket.objects.filter(size=HOURLY, category=ALL, start__gte=first, start__lte=last)
-        .values_list("start")
-        .annotate(units=Sum("units"))
-        .order_by()
-    )
-    return [
-        (dt.datetime.fromtimestamp(start, tz=dt.UTC), int(rows.get(start, 0)))
-        for start in range(first, last + 1, HOURLY)
-    ]
+    first = now.replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=hours - 1)
+    return selectors.units_per_period(period=HOUR, first=first, count=hours).periods
 
 
-def hourly_chart(points: list[tuple[dt.datetime, int]], *, width: int = 720, height: int = 160) -> dict:
-    """Bar geometry for an inline SVG chart (the template draws it)."""
-    peak = max((units for _, units in points), default=0) or 1
-    bar = width / max(len(points), 1)
-    bars = []
-    for i, (hour, units) in enumerate(points):
-        h = round(units / peak * (height - 20), 1)
-        bars.append(
-            {
-                "x": round(i * bar, 1),
-                "y": round(height - h, 1),
-                "w": round(bar * 0.8, 1),
-                "h": h,
-                "hour": hour,
-                "units": units,
-            }
-        )
-    return {"width": width, "height": height, "bars": bars, "peak": peak}
+def hourly_chart(points: list[tuple[dt.datetime, int]], *, width: int = 720, height: int = 160) -> Chart:
+    """Bar geometry for the inline SVG chart of units per hour (the template draws it)."""
+    return bar_chart(points, width=width, height=height)

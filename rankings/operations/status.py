@@ -4,6 +4,7 @@ import datetime as dt
 import threading
 import time
 
+from cachetools import TTLCache, cached
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -27,16 +28,14 @@ STALE_AFTER = 60  # seconds
 # second per process serves any number of callers.
 FIGURES_CACHE_SECONDS = 1.0  # seconds
 
-_figures: tuple[float, dict] | None = None
-_figures_lock = threading.Lock()
-
 
 def liveness_read() -> dict:
-    """{"status": "ok" | "stale" | "down", "asOf"}: how current the boards are, from one Redis read.
+    """{"status": "ok" | "stale" | "down", "as_of": datetime | None}: how current the boards are,
+    from one Redis read.
 
     No database query, so it answers as long as Redis does.
     """
-    from rankings.serving.selectors import format_asof
+    from rankings.serving.selectors import instant
 
     try:
         version = store.active_version()
@@ -44,27 +43,30 @@ def liveness_read() -> dict:
         shards = store.shard_count_get(version)
         asof = store.shard_asof(version=version, shard=shard_of(ALL, shards)) if shards else None
     except store.StoreError:
-        return {"status": "down", "asOf": None}
+        return {"status": "down", "as_of": None}
     if not asof:
-        return {"status": "down", "asOf": None}
+        return {"status": "down", "as_of": None}
     state = "stale" if time.time() - asof > STALE_AFTER else "ok"
-    return {"status": state, "asOf": format_asof(asof)}
+    return {"status": state, "as_of": instant(asof)}
 
 
+# One computation at a time: callers that arrive meanwhile wait for it rather than repeat it.
+_figures_lock = threading.Lock()
+
+
+@cached(
+    TTLCache(maxsize=1, ttl=FIGURES_CACHE_SECONDS),
+    key=lambda: "figures",
+    lock=_figures_lock,
+    condition=threading.Condition(_figures_lock),
+)
 def status_cached() -> dict:
     """status_read(), computed at most once per FIGURES_CACHE_SECONDS in this process."""
-    global _figures
-    with _figures_lock:
-        if _figures is not None and time.monotonic() - _figures[0] < FIGURES_CACHE_SECONDS:
-            return _figures[1]
-        value = status_read()
-        _figures = (time.monotonic(), value)
-        return value
+    return status_read()
 
 
 def status_forget() -> None:
-    global _figures
-    _figures = None
+    status_cached.cache_clear()
 
 
 def status_read() -> dict:

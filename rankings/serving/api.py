@@ -1,23 +1,26 @@
 """The HTTP API under /v1/: DRF views that call services (ingest) and selectors only."""
 
-import functools
+import datetime as dt
 import logging
 import threading
+from decimal import Decimal
 
 from cachetools import LRUCache
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views import defaults
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from catalogue.money import cents_text, to_cents
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import ShardCountMismatch
 from rankings.ingest.events import SaleEventSerializer
@@ -95,24 +98,54 @@ _READ_ERRORS = {
 }
 
 
+BODY_SHAPE = 'body must be {"events": [ ... ]}'
+
+
+class EventBatchField(serializers.ListField):
+    """The events of a batch: a list of at most MAX_BATCH_EVENTS, taken as they are.
+
+    Each event is then validated on its own by the ingest service, so that a
+    bad event rejects only itself; the child serializer documents an event.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(child=SaleEventSerializer(), max_length=rankings_settings.MAX_BATCH_EVENTS, **kwargs)
+
+    def run_validation(self, data=serializers.empty):
+        if not isinstance(data, list):
+            raise serializers.ValidationError(BODY_SHAPE)
+        limit = rankings_settings.MAX_BATCH_EVENTS  # read now: a test or an operator may change it
+        if len(data) > limit:
+            raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(data)}")
+        return data
+
+
+class IngestRequest(serializers.Serializer):
+    events = EventBatchField()
+
+    class Meta:
+        ref_name = "SalesIngestInput"
+
+
 class SalesIngestApi(APIView):
     """Accept a batch of sale events; valid events are stored even when others are rejected."""
 
     permission_classes = [CanAddSales]
     throttle_scope = "ingest"
 
-    class InputSerializer(serializers.Serializer):
-        events = serializers.ListField(child=SaleEventSerializer(), max_length=5000)
-
     @extend_schema(
         operation_id="sales_ingest",
-        request=InputSerializer,
+        request=IngestRequest,
         responses={
             200: _IngestReply,
             400: OpenApiResponse(_Error, description='body is not {"events": [...]}'),
             401: _Error,
             403: _Error,
-            413: OpenApiResponse(_Error, description="more than 5,000 events, or a body over 4 MB"),
+            413: OpenApiResponse(
+                _Error,
+                description=f"more than {rankings_settings.MAX_BATCH_EVENTS:,} events, or a body over "
+                f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MB",
+            ),
             429: _THROTTLED,
             503: OpenApiResponse(_Error, description="the service is misconfigured; nothing was stored"),
         },
@@ -122,14 +155,11 @@ class SalesIngestApi(APIView):
             body = request.data
         except RecursionError:  # JSON nested deeper than the parser's stack
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
-        if not isinstance(body, dict) or not isinstance(body.get("events"), list):
-            raise exceptions.ValidationError({"error": 'body must be {"events": [ ... ]}'})
-        events = body["events"]
-        limit = rankings_settings.MAX_BATCH_EVENTS
-        if len(events) > limit:
-            raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(events)}")
+        batch = IngestRequest(data=body)
+        if not isinstance(body, dict) or not batch.is_valid():
+            raise exceptions.ValidationError({"error": BODY_SHAPE})
         try:
-            result = sales_ingest(events=events, source="api")
+            result = sales_ingest(events=batch.validated_data["events"], source="api")
         except ShardCountMismatch as error:  # an operator's mistake: nothing stored, the client retries
             raise ServiceUnavailable(str(error)) from error
         return Response(result.as_dict())
@@ -184,17 +214,222 @@ class ServiceUnavailable(exceptions.APIException):
 READ_MAX_AGE = 2  # seconds
 
 
-def _selected(call, **kwargs) -> Response:
-    """Run a selector; errors become 404/503 JSON, a stale answer carries a Warning header."""
+# --- replies: one serializer per reply, for the schema and the response alike ---------------
+
+
+def iso_text(value: dt.datetime | None) -> str | None:
+    """An instant as the API writes it: ISO 8601 in UTC with a Z, to the second."""
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def money_text(value: Decimal) -> str:
+    return cents_text(to_cents(value))
+
+
+class _Reply(serializers.Serializer):
+    """A reply whose fields declare its shape for the schema, and whose `wire` writes it.
+
+    A read is answered thousands of times a second: DRF's per-field machinery
+    (a field object's to_representation per value) costs more than the whole
+    read, so the reply is written by one plain function of the typed answer,
+    and the schema tests check that its keys and types are the fields'.
+    """
+
+    @staticmethod
+    def wire(answer) -> dict:
+        raise NotImplementedError
+
+    def to_representation(self, instance):
+        return self.wire(instance)
+
+
+def _item_wire(item: selectors.RankedProduct) -> dict:
+    return {
+        "rank": item.rank,
+        "productId": item.product_id,
+        "name": item.name,
+        "units": item.units,
+        "revenue": money_text(item.revenue),
+    }
+
+
+class RankedItemReply(_Reply):
+    rank = serializers.IntegerField()
+    productId = serializers.CharField()  # noqa: N815 - the wire's own name
+    name = serializers.CharField()
+    units = serializers.IntegerField()
+    revenue = serializers.CharField(help_text="money, two decimal places")
+
+    wire = staticmethod(_item_wire)
+
+    class Meta:
+        ref_name = "RankedItem"
+
+
+_STALE_HELP = "true when Redis is unreachable and this is the last known answer"
+
+
+class BoardTopReply(_Reply):
+    category = serializers.CharField()
+    window = serializers.CharField()
+    metric = serializers.CharField()
+    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
+    stale = serializers.BooleanField(help_text=_STALE_HELP)
+    total = serializers.IntegerField()
+    items = RankedItemReply(many=True)
+
+    @staticmethod
+    def wire(board: selectors.Board) -> dict:
+        return {
+            "category": board.category,
+            "window": board.window,
+            "metric": board.metric,
+            "asOf": iso_text(board.as_of),
+            "total": board.total,
+            "items": [_item_wire(item) for item in board.items],
+            "stale": board.stale,
+        }
+
+    class Meta:
+        ref_name = "BoardTop"
+
+
+class ProductRankReply(_Reply):
+    productId = serializers.CharField()  # noqa: N815
+    category = serializers.CharField()
+    window = serializers.CharField()
+    metric = serializers.CharField()
+    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
+    stale = serializers.BooleanField(help_text=_STALE_HELP)
+    rank = serializers.IntegerField(allow_null=True)
+    units = serializers.IntegerField()
+    revenue = serializers.CharField()
+    total = serializers.IntegerField()
+    percentile = serializers.FloatField(allow_null=True)
+
+    @staticmethod
+    def wire(found: selectors.Rank) -> dict:
+        return {
+            "productId": found.product_id,
+            "category": found.category,
+            "window": found.window,
+            "metric": found.metric,
+            "asOf": iso_text(found.as_of),
+            "rank": found.rank,
+            "units": found.units,
+            "revenue": money_text(found.revenue),
+            "total": found.total,
+            "percentile": found.percentile,
+            "stale": found.stale,
+        }
+
+    class Meta:
+        ref_name = "ProductRank"
+
+
+class CategoryRankReply(_Reply):
+    category = serializers.CharField()
+    rank = serializers.IntegerField(allow_null=True)
+    units = serializers.IntegerField()
+    revenue = serializers.CharField()
+    total = serializers.IntegerField()
+    percentile = serializers.FloatField(allow_null=True)
+
+    @staticmethod
+    def wire(found: selectors.CategoryRank) -> dict:
+        return {
+            "category": found.category,
+            "rank": found.rank,
+            "units": found.units,
+            "revenue": money_text(found.revenue),
+            "total": found.total,
+            "percentile": found.percentile,
+        }
+
+    class Meta:
+        ref_name = "CategoryRank"
+
+
+class ProductRanksReply(_Reply):
+    productId = serializers.CharField()  # noqa: N815
+    window = serializers.CharField()
+    metric = serializers.CharField()
+    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
+    stale = serializers.BooleanField(help_text=_STALE_HELP)
+    ranks = CategoryRankReply(many=True)
+
+    @staticmethod
+    def wire(found: selectors.Ranks) -> dict:
+        return {
+            "productId": found.product_id,
+            "window": found.window,
+            "metric": found.metric,
+            "asOf": iso_text(found.as_of),
+            "ranks": [CategoryRankReply.wire(r) for r in found.ranks],
+            "stale": found.stale,
+        }
+
+    class Meta:
+        ref_name = "ProductRanks"
+
+
+class ProductNeighborsReply(_Reply):
+    productId = serializers.CharField()  # noqa: N815
+    category = serializers.CharField()
+    window = serializers.CharField()
+    metric = serializers.CharField()
+    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
+    stale = serializers.BooleanField(help_text=_STALE_HELP)
+    rank = serializers.IntegerField(allow_null=True)
+    items = RankedItemReply(many=True)
+
+    @staticmethod
+    def wire(found: selectors.Neighbors) -> dict:
+        return {
+            "productId": found.product_id,
+            "category": found.category,
+            "window": found.window,
+            "metric": found.metric,
+            "asOf": iso_text(found.as_of),
+            "rank": found.rank,
+            "items": [_item_wire(item) for item in found.items],
+            "stale": found.stale,
+        }
+
+    class Meta:
+        ref_name = "ProductNeighbors"
+
+
+# The JSON of the answers served last: a selector hands out the same answer
+# object for as long as it stays fresh, so each is encoded once, not once per
+# request. Keyed by identity, and holding the answer, so that an id is never reused meanwhile.
+_encoded: LRUCache = LRUCache(maxsize=1_000)
+_encoded_lock = threading.Lock()
+_json = JSONRenderer()
+
+
+def _encode(reply_class: type[_Reply], answer) -> bytes:
+    with _encoded_lock:
+        known = _encoded.get(id(answer))
+    if known is not None and known[0] is answer:
+        return known[1]
+    body = _json.render(reply_class.wire(answer))
+    with _encoded_lock:
+        _encoded[id(answer)] = (answer, body)
+    return body
+
+
+def _selected(reply_class: type[_Reply], call, **kwargs) -> HttpResponse:
+    """Run a selector and write its reply; errors become 404/503 JSON, a stale answer carries a Warning header."""
     try:
-        body = call(**kwargs)
+        answer = call(**kwargs)
     except selectors.NotFound as missing:
         raise exceptions.NotFound(str(missing)) from missing
     except selectors.Unavailable as down:
         raise ServiceUnavailable(str(down)) from down
-    response = Response(body)
+    response = HttpResponse(_encode(reply_class, answer), content_type=_json.media_type)
     patch_cache_control(response, max_age=READ_MAX_AGE, public=True)
-    if body.get("stale"):
+    if answer.stale:
         response["Warning"] = '110 - "Response is Stale"'
     return response
 
@@ -202,6 +437,35 @@ def _selected(call, **kwargs) -> Response:
 class CategoryListParams(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
     offset = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+
+
+class CategoryItemReply(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    url = serializers.URLField()
+
+    class Meta:
+        ref_name = "CategoryItem"
+
+
+class CategoryListReply(serializers.Serializer):
+    """A page of categories; each item's url is where its best sellers are read."""
+
+    total = serializers.IntegerField()
+    items = CategoryItemReply(many=True)
+
+    def to_representation(self, instance: selectors.CategoriesPage) -> dict:
+        request = self.context["request"]
+        return {
+            "total": instance.total,
+            "items": [
+                {"slug": slug, "name": name, "url": request.build_absolute_uri(f"/v1/categories/{slug}/top")}
+                for slug, name in instance.items
+            ],
+        }
+
+    class Meta:
+        ref_name = "CategoryList"
 
 
 class CategoryListApi(APIView):
@@ -212,34 +476,11 @@ class CategoryListApi(APIView):
     @extend_schema(
         operation_id="categories_list",
         parameters=[CategoryListParams],
-        responses={
-            200: inline_serializer(
-                "CategoryList",
-                {
-                    "total": serializers.IntegerField(),
-                    "items": inline_serializer(
-                        "CategoryItem",
-                        {
-                            "slug": serializers.CharField(),
-                            "name": serializers.CharField(),
-                            "url": serializers.URLField(),
-                        },
-                        many=True,
-                    ),
-                },
-            ),
-            304: _READ_ERRORS[304],
-            400: _Error,
-            429: _THROTTLED,
-        },
+        responses={200: CategoryListReply, 304: _READ_ERRORS[304], 400: _Error, 429: _THROTTLED},
     )
     def get(self, request):
         page = selectors.categories_page(**_params(CategoryListParams, request))
-        items = [
-            {"slug": slug, "name": name, "url": request.build_absolute_uri(f"/v1/categories/{slug}/top")}
-            for slug, name in page["items"]
-        ]
-        return Response({"total": page["total"], "items": items})
+        return Response(CategoryListReply(page, context={"request": request}).data)
 
 
 class TopParams(_board_params()):
@@ -252,31 +493,6 @@ class TopParams(_board_params()):
         return attrs
 
 
-@functools.cache  # one component: two of the same name would make the schema ambiguous
-def _items_schema():
-    return inline_serializer(
-        "RankedItem",
-        {
-            "rank": serializers.IntegerField(),
-            "productId": serializers.CharField(),
-            "name": serializers.CharField(),
-            "units": serializers.IntegerField(),
-            "revenue": serializers.CharField(),
-        },
-        many=True,
-    )
-
-
-_BOARD = {
-    "window": serializers.CharField(),
-    "metric": serializers.CharField(),
-    "asOf": serializers.DateTimeField(allow_null=True),
-    "stale": serializers.BooleanField(
-        help_text="true when Redis is unreachable and this is the last known answer"
-    ),
-}
-
-
 class BoardTopApi(APIView):
     """The best sellers of a category: ranks offset+1 … offset+limit."""
 
@@ -285,23 +501,10 @@ class BoardTopApi(APIView):
     @extend_schema(
         operation_id="board_top",
         parameters=[TopParams],
-        responses={
-            200: inline_serializer(
-                "BoardTop",
-                {
-                    "category": serializers.CharField(),
-                    **_BOARD,
-                    "total": serializers.IntegerField(),
-                    "items": _items_schema(),
-                },
-            ),
-            400: _Error,
-            404: _Error,
-            **_READ_ERRORS,
-        },
+        responses={200: BoardTopReply, 400: _Error, 404: _Error, **_READ_ERRORS},
     )
     def get(self, request, slug):
-        return _selected(selectors.board_top, category=slug, **_params(TopParams, request))
+        return _selected(BoardTopReply, selectors.board_top, category=slug, **_params(TopParams, request))
 
 
 class RankParams(_board_params(category=serializers.SlugField(max_length=50))):
@@ -316,27 +519,12 @@ class ProductRankApi(APIView):
     @extend_schema(
         operation_id="product_rank",
         parameters=[RankParams],
-        responses={
-            200: inline_serializer(
-                "ProductRank",
-                {
-                    "productId": serializers.CharField(),
-                    "category": serializers.CharField(),
-                    **_BOARD,
-                    "rank": serializers.IntegerField(allow_null=True),
-                    "units": serializers.IntegerField(),
-                    "revenue": serializers.CharField(),
-                    "total": serializers.IntegerField(),
-                    "percentile": serializers.FloatField(allow_null=True),
-                },
-            ),
-            400: _Error,
-            404: _Error,
-            **_READ_ERRORS,
-        },
+        responses={200: ProductRankReply, 400: _Error, 404: _Error, **_READ_ERRORS},
     )
     def get(self, request, product_id):
-        return _selected(selectors.product_rank, product_id=product_id, **_params(RankParams, request))
+        return _selected(
+            ProductRankReply, selectors.product_rank, product_id=product_id, **_params(RankParams, request)
+        )
 
 
 class RanksParams(_board_params()):
@@ -351,33 +539,12 @@ class ProductRanksApi(APIView):
     @extend_schema(
         operation_id="product_ranks",
         parameters=[RanksParams],
-        responses={
-            200: inline_serializer(
-                "ProductRanks",
-                {
-                    "productId": serializers.CharField(),
-                    **_BOARD,
-                    "ranks": inline_serializer(
-                        "CategoryRank",
-                        {
-                            "category": serializers.CharField(),
-                            "rank": serializers.IntegerField(allow_null=True),
-                            "units": serializers.IntegerField(),
-                            "revenue": serializers.CharField(),
-                            "total": serializers.IntegerField(),
-                            "percentile": serializers.FloatField(allow_null=True),
-                        },
-                        many=True,
-                    ),
-                },
-            ),
-            400: _Error,
-            404: _Error,
-            **_READ_ERRORS,
-        },
+        responses={200: ProductRanksReply, 400: _Error, 404: _Error, **_READ_ERRORS},
     )
     def get(self, request, product_id):
-        return _selected(selectors.product_ranks, product_id=product_id, **_params(RanksParams, request))
+        return _selected(
+            ProductRanksReply, selectors.product_ranks, product_id=product_id, **_params(RanksParams, request)
+        )
 
 
 class NeighborParams(_board_params(category=serializers.SlugField(max_length=50))):
@@ -392,25 +559,14 @@ class ProductNeighborsApi(APIView):
     @extend_schema(
         operation_id="product_neighbors",
         parameters=[NeighborParams],
-        responses={
-            200: inline_serializer(
-                "ProductNeighbors",
-                {
-                    "productId": serializers.CharField(),
-                    "category": serializers.CharField(),
-                    **_BOARD,
-                    "rank": serializers.IntegerField(allow_null=True),
-                    "items": _items_schema(),
-                },
-            ),
-            400: _Error,
-            404: _Error,
-            **_READ_ERRORS,
-        },
+        responses={200: ProductNeighborsReply, 400: _Error, 404: _Error, **_READ_ERRORS},
     )
     def get(self, request, product_id):
         return _selected(
-            selectors.product_neighbors, product_id=product_id, **_params(NeighborParams, request)
+            ProductNeighborsReply,
+            selectors.product_neighbors,
+            product_id=product_id,
+            **_params(NeighborParams, request),
         )
 
 
@@ -442,7 +598,8 @@ class StatusApi(APIView):
         },
     )
     def get(self, request):
-        body = liveness_read()
+        live = liveness_read()
+        body = {"status": live["status"], "asOf": iso_text(live["as_of"])}
         user = request.user
         if user is not None and user.has_perm("rankings.view_status"):
             body = {**body, **status_cached()}

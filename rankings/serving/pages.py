@@ -4,6 +4,7 @@ import datetime as dt
 import functools
 import math
 import re
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
@@ -11,12 +12,13 @@ from django.db import DatabaseError
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.cache import get_conditional_response, patch_cache_control, set_response_etag
+from django.views.decorators.cache import cache_control
 
 from catalogue.models import PRODUCT_ID_PATTERN
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors
+from rankings.serving.charts import bar_chart
 from rankings.serving.throttling import PageThrottle
 
 # Rows per page of a category's best sellers.
@@ -32,6 +34,9 @@ HOME_CATEGORIES = 100
 # Products shown on either side of a product on its page.
 NEIGHBOURS = 2
 CHART_DAYS = 30
+# The daily chart's box, in the SVG's own units: the page stretches it to its width.
+CHART_WIDTH, CHART_HEIGHT = 300, 100
+DAY = 86400  # seconds
 # Deeper than this, a badge also gives the rank as a share of the board ("top 3%"),
 # which says more than "#1,204" does; past the first half a share says nothing good.
 PERCENTILE_AFTER_RANK = 10
@@ -57,8 +62,11 @@ def page_view(view):
     """Bad parameters become the 400 page, unknown names the 404 page, no rankings at all (or no
     database where one is needed) the 503 page, and an address past its rate the 429 page.
 
-    A page carries Cache-Control and an ETag, and If-None-Match is answered with 304.
+    A page carries Cache-Control; ConditionalGetMiddleware gives it an ETag and answers a
+    matching If-None-Match with 304.
     """
+
+    cached_view = cache_control(max_age=MAX_AGE, public=True)(view)  # answers only, not errors
 
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
@@ -68,7 +76,7 @@ def page_view(view):
             response["Retry-After"] = str(max(1, math.ceil(throttle.wait() or 1)))
             return response
         try:
-            response = view(request, *args, **kwargs)
+            response = cached_view(request, *args, **kwargs)
         except BadRequest as bad:
             return render(request, "400.html", {"message": str(bad)}, status=400)
         except selectors.NotFound as missing:
@@ -77,9 +85,7 @@ def page_view(view):
             response = render(request, "503.html", status=503)
             response["Retry-After"] = str(RETRY_AFTER)
             return response
-        patch_cache_control(response, max_age=MAX_AGE, public=True)
-        set_response_etag(response)
-        return get_conditional_response(request, etag=response["ETag"], response=response)
+        return response
 
     return wrapper
 
@@ -160,10 +166,6 @@ def _switches(make_url, window: str, metric: str) -> dict:
 # --- freshness ----------------------------------------------------------------------
 
 
-def _instant(iso: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(iso) if iso else None
-
-
 def age_text(asof: dt.datetime | None, now: dt.datetime) -> str | None:
     """ "3 s ago", "4 min ago", "2 h ago", "3 d ago"; "just now" for under a second (or a clock ahead)."""
     if asof is None:
@@ -177,27 +179,48 @@ def age_text(asof: dt.datetime | None, now: dt.datetime) -> str | None:
     return f"{seconds} s ago"
 
 
-def _freshness(*results: dict) -> dict:
+def _freshness(*answers) -> dict:
     """When the answer was exact, and whether it is a last known answer served while Redis is away."""
-    instants = [_instant(r.get("asOf")) for r in results if r.get("asOf")]
+    instants = [a.as_of for a in answers if getattr(a, "as_of", None)]
     asof = min(instants) if instants else None
     return {
         "as_of": asof,
         "age": age_text(asof, timezone.now()),
-        "stale": any(r.get("stale") for r in results),
+        "stale": any(a.stale for a in answers),
     }
 
 
-def _ranked(items: list[dict], *, window: str, metric: str, highlight: str | None = None) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A ranked product as a page lists it: the answer's item, and where it links."""
+
+    item: selectors.RankedProduct
+    url: str
+    row_id: str
+    highlighted: bool
+
+
+def _ranked(items, *, window: str, metric: str, highlight: str | None = None) -> list[Row]:
     return [
-        {
-            **item,
-            "url": product_url(item["productId"], window=window, metric=metric),
-            "row_id": row_id(item["productId"]),
-            "highlighted": item["productId"] == highlight,
-        }
+        Row(
+            item=item,
+            url=product_url(item.product_id, window=window, metric=metric),
+            row_id=row_id(item.product_id),
+            highlighted=item.product_id == highlight,
+        )
         for item in items
     ]
+
+
+def _links(number: int, pages: Paginator, link) -> dict:
+    """Where page `number` of `pages` stands, and the links to the pages beside it."""
+    shown = pages.page(number)
+    return {
+        "number": number,
+        "last": pages.num_pages,
+        "previous": link(number - 1) if shown.has_previous() else None,
+        "next": link(number + 1) if shown.has_next() else None,
+    }
 
 
 # --- pages --------------------------------------------------------------------------
@@ -215,38 +238,24 @@ def home(request):
     limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug, _ in shown}
     boards = selectors.boards_top_many(limits=limits, window=window, metric=metric)
     overall = boards.pop(ALL)
-    categories = [
-        {
+
+    def card(slug: str, name: str, board: selectors.Board) -> dict:
+        return {
             "slug": slug,
             "name": name,
             "url": category_url(slug, window=window, metric=metric),
-            "total": boards[slug]["total"],
-            "items": _ranked(boards[slug]["items"], window=window, metric=metric),
+            "total": board.total,
+            "items": _ranked(board.items, window=window, metric=metric),
         }
-        for slug, name in shown
-    ]
-
-    def link(p):
-        return reverse("home") + (f"?page={p}" if p > 1 else "")
 
     return render(
         request,
         "rankings/home.html",
         {
             "window_label": WINDOW_LABELS.get(window, window),
-            "overall": {
-                "name": selectors.category_name(ALL),
-                "url": category_url(ALL, window=window, metric=metric),
-                "total": overall["total"],
-                "items": _ranked(overall["items"], window=window, metric=metric),
-            },
-            "categories": categories,
-            "pages": {
-                "number": number,
-                "last": pages.num_pages,
-                "previous": link(number - 1) if shown.has_previous() else None,
-                "next": link(number + 1) if shown.has_next() else None,
-            },
+            "overall": card(ALL, selectors.category_name(ALL), overall),
+            "categories": [card(slug, name, boards[slug]) for slug, name in shown],
+            "pages": _links(number, pages, lambda p: reverse("home") + (f"?page={p}" if p > 1 else "")),
             "freshness": _freshness(overall, *boards.values()),
         },
     )
@@ -262,15 +271,15 @@ def category(request, slug):
     board = selectors.board_top(
         category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
     )
-    last_page = max(1, math.ceil(board["total"] / PAGE_SIZE))
-    if page > last_page:
+    pages = Paginator(range(board.total), PAGE_SIZE, allow_empty_first_page=True)
+    if page > pages.num_pages:
+        last = pages.num_pages
         raise selectors.NotFound(
-            f"page {page} is past the end of {name}: the list has {last_page} page{'s' * (last_page > 1)}."
+            f"page {page} is past the end of {name}: the list has {last} page{'s' * (last > 1)}."
         )
-
-    def link(p):
-        return category_url(slug, window=window, metric=metric, page=p if p > 1 else None)
-
+    links = _links(
+        page, pages, lambda p: category_url(slug, window=window, metric=metric, page=p if p > 1 else None)
+    )
     return render(
         request,
         "rankings/category.html",
@@ -281,15 +290,12 @@ def category(request, slug):
             "window_label": WINDOW_LABELS.get(window, window),
             "metric_label": METRIC_LABELS.get(metric, metric),
             "switches": _switches(lambda w, m: category_url(slug, window=w, metric=m), window, metric),
-            "items": _ranked(board["items"], window=window, metric=metric, highlight=highlight),
-            "total": board["total"],
+            "items": _ranked(board.items, window=window, metric=metric, highlight=highlight),
+            "total": board.total,
             "pages": {
-                "number": page,
-                "last": last_page,
-                "previous": link(page - 1) if page > 1 else None,
-                "next": link(page + 1) if page < last_page else None,
+                **links,
                 "first_rank": (page - 1) * PAGE_SIZE + 1,
-                "last_rank": (page - 1) * PAGE_SIZE + len(board["items"]),
+                "last_rank": (page - 1) * PAGE_SIZE + len(board.items),
             },
             "freshness": _freshness(board),
         },
@@ -305,62 +311,58 @@ def _percent(percentile: float | None) -> str | None:
     return f"{math.ceil(percentile)}%"
 
 
-def _badge(rank: dict, name: str, *, product_id: str, window: str, metric: str) -> dict:
+def _badge(rank, name: str, *, product_id: str, window: str, metric: str) -> dict:
+    """A rank (selectors.Rank or CategoryRank) as a link to the product's row on its board."""
     return {
-        "category": rank["category"],
+        "category": rank.category,
         "name": name,
-        "rank": rank["rank"],
-        "total": rank["total"],
+        "rank": rank.rank,
+        "total": rank.total,
         "top": (
-            _percent(rank["percentile"])
-            if rank["rank"] > PERCENTILE_AFTER_RANK and rank["percentile"] <= PERCENTILE_UP_TO
+            _percent(rank.percentile)
+            if rank.rank > PERCENTILE_AFTER_RANK and rank.percentile <= PERCENTILE_UP_TO
             else None
         ),
         "url": category_url(
-            rank["category"], window=window, metric=metric, page=page_of(rank["rank"]), highlight=product_id
+            rank.category, window=window, metric=metric, page=page_of(rank.rank), highlight=product_id
         ),
     }
 
 
-def _svg(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
+def daily_units(product_id: str, *, days: int, until: dt.datetime) -> selectors.UnitsPerPeriod:
+    """The product's net units per UTC day, for the `days` days up to the one holding `until`."""
+    first = dt.datetime.combine(until.date(), dt.time(), tzinfo=dt.UTC) - dt.timedelta(days=days - 1)
+    return selectors.units_per_period(period=DAY, first=first, count=days, product_id=product_id)
 
 
-def chart(days: list[dict]) -> dict:
-    """Bar geometry for the daily units chart, in the SVG's own units (a 300×100 box).
+def _product_ranks(product_id: str, window: str, metric: str) -> tuple[selectors.Rank, selectors.Ranks]:
+    """Its rank overall and in each of its categories (none while the catalogue cannot say which)."""
+    overall = selectors.product_rank(product_id=product_id, category=ALL, window=window, metric=metric)
+    try:
+        ranks = selectors.product_ranks(product_id=product_id, window=window, metric=metric)
+    except selectors.Unavailable:
+        # Its categories are unknown while the catalogue is away: the overall rank still shows.
+        ranks = selectors.Ranks(product_id, window, metric, as_of=None, ranks=(), stale=True)
+    return overall, ranks
 
-    Coordinates are strings, so that no locale setting can put a comma in them.
-    """
-    width, height = 300, 100
-    room = 0.92  # of the height for the tallest bar, so it does not touch the edge
-    peak = max((d["units"] for d in days), default=0)
-    step = width / len(days) if days else width
-    bars = []
-    for i, d in enumerate(days):
-        units = max(d["units"], 0)
-        h = height * room * units / peak if peak else 0
-        bars.append(
-            {
-                "date": d["date"],
-                "units": d["units"],
-                "x": _svg(i * step + step * 0.1),
-                "y": _svg(height - h),
-                "width": _svg(step * 0.8),
-                "height": _svg(h),
-            }
-        )
-    total = sum(d["units"] for d in days)
-    best = max(days, key=lambda d: d["units"]) if days else None
-    return {
-        "width": width,
-        "height": height,
-        "bars": bars,
-        "peak": peak,
-        "total": total,
-        "best": best if peak else None,
-        "first": days[0]["date"] if days else None,
-        "last": days[-1]["date"] if days else None,
+
+def _nearby(product_id: str, ranked: list, names: dict, window: str, metric: str):
+    """The products beside it where it stands highest among its own categories (the overall board
+    only when it ranks in none of them): (what the page shows, the answer read), or (None, None)."""
+    if not ranked:
+        return None, None
+    best = min(ranked, key=lambda r: (r.category == ALL, r.percentile, r.category))
+    found = selectors.product_neighbors(
+        product_id=product_id, category=best.category, window=window, metric=metric, n=NEIGHBOURS
+    )
+    shown = {
+        "name": names.get(best.category, best.category),
+        "url": category_url(
+            best.category, window=window, metric=metric, page=page_of(best.rank), highlight=product_id
+        ),
+        "items": _ranked(found.items, window=window, metric=metric, highlight=product_id),
     }
+    return shown, found
 
 
 @page_view
@@ -370,49 +372,13 @@ def product(request, product_id):
         raise selectors.NotFound("no product has that id.")
     window, metric = _board_params(request)
     detail = selectors.product_detail(product_id=product_id)
-    overall = selectors.product_rank(product_id=product_id, category=ALL, window=window, metric=metric)
-    try:
-        ranks = selectors.product_ranks(product_id=product_id, window=window, metric=metric)
-    except selectors.Unavailable:
-        # Its categories are unknown while the catalogue is away: the overall rank still shows.
-        ranks = {"ranks": [], "asOf": None, "stale": True}
+    overall, ranks = _product_ranks(product_id, window, metric)
     names = selectors.categories_map()
-
-    every = [overall] + ranks["ranks"]
-    ranked = [r for r in every if r["rank"]]
-    badges = [
-        _badge(
-            r, names.get(r["category"], r["category"]), product_id=product_id, window=window, metric=metric
-        )
-        for r in ranked
-    ]
-    unranked = [names.get(r["category"], r["category"]) for r in ranks["ranks"] if not r["rank"]]
-
-    # Neighbours where the product stands highest among its own categories
-    # (the overall board only when it ranks in none of them).
-    nearby = None
-    if ranked:
-        best = min(ranked, key=lambda r: (r["category"] == ALL, r["percentile"], r["category"]))
-        found = selectors.product_neighbors(
-            product_id=product_id, category=best["category"], window=window, metric=metric, n=NEIGHBOURS
-        )
-        nearby = {
-            "name": names.get(best["category"], best["category"]),
-            "url": category_url(
-                best["category"],
-                window=window,
-                metric=metric,
-                page=page_of(best["rank"]),
-                highlight=product_id,
-            ),
-            "items": _ranked(found["items"], window=window, metric=metric, highlight=product_id),
-        }
-
-    freshness = _freshness(detail, overall, ranks, *([found] if nearby else []))
-    daily = selectors.product_daily_units(
-        product_id=product_id, days=CHART_DAYS, now=freshness["as_of"] or timezone.now()
-    )
-    freshness["stale"] = freshness["stale"] or daily["stale"]
+    ranked = [r for r in (overall, *ranks.ranks) if r.rank]
+    nearby, neighbors = _nearby(product_id, ranked, names, window, metric)
+    freshness = _freshness(detail, overall, ranks, *([neighbors] if neighbors else []))
+    daily = daily_units(product_id, days=CHART_DAYS, until=freshness["as_of"] or timezone.now())
+    freshness["stale"] = freshness["stale"] or daily.stale
     return render(
         request,
         "catalogue/product.html",
@@ -423,10 +389,15 @@ def product(request, product_id):
             "window_label": WINDOW_LABELS.get(window, window),
             "metric_label": METRIC_LABELS.get(metric, metric),
             "switches": _switches(lambda w, m: product_url(product_id, window=w, metric=m), window, metric),
-            "badges": badges,
-            "unranked": unranked,
+            "badges": [
+                _badge(
+                    r, names.get(r.category, r.category), product_id=product_id, window=window, metric=metric
+                )
+                for r in ranked
+            ],
+            "unranked": [names.get(r.category, r.category) for r in ranks.ranks if not r.rank],
             "nearby": nearby,
-            "chart": chart(daily["days"]),
+            "chart": bar_chart(daily.periods, width=CHART_WIDTH, height=CHART_HEIGHT),
             "freshness": freshness,
         },
     )

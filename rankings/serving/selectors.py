@@ -1,9 +1,13 @@
 """The read path: top-N, rank, ranks and neighbours from Redis, names from the catalogue.
 
-A read never touches raw sales; only a product page's daily chart reads buckets. Each costs a bounded number of
+A read never touches raw sales; only the sales charts read buckets. Each costs a bounded number of
 Redis round trips (O(log n + limit) work there) and at most one catalogue query.
+
+Selectors answer with the typed values below (datetimes, ints, Decimal money, None where unknown);
+the API decides how they are written on the wire, the pages how they are shown.
 """
 
+import dataclasses
 import datetime as dt
 import functools
 import re
@@ -13,10 +17,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 
-from cachetools import LRUCache, TTLCache
+from cachetools import LRUCache, TLRUCache, TTLCache
 from django.db import DatabaseError
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
+from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, shard_of
 
@@ -26,6 +31,12 @@ CATEGORY_CACHE_SECONDS = 5.0  # seconds
 # made-up slugs costs one read of the category table per interval, not one per
 # request. While PostgreSQL is unreachable, the read is retried as often.
 CATEGORY_MISS_RELOAD_SECONDS = 1.0  # seconds
+# A product's name and price as last read, per process: a reader of random
+# products among many would otherwise ask PostgreSQL on every read, which costs
+# more than the Redis read that answers it. Short-lived, so that an edit shows
+# within a minute; bounded, so that memory does not grow with the catalogue.
+PRODUCT_CACHE_SECONDS = 60.0  # seconds
+PRODUCT_CACHE_SIZE = 50_000  # products
 
 # A reader process answers a repeated query from memory for this long: fresh
 # enough next to a 2-second tick, and it absorbs bursts on hot boards.
@@ -36,9 +47,10 @@ LAST_KNOWN_SIZE = 20_000  # answers
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
-_cache_lock = threading.Lock()
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
+_products: TTLCache = TTLCache(maxsize=PRODUCT_CACHE_SIZE, ttl=PRODUCT_CACHE_SECONDS)
+_cache_lock = threading.Lock()
 # Set while an answer is computed without the catalogue (PostgreSQL did not
 # answer): names fall back to ids, and the answer is marked stale, not remembered.
 _catalogue_failed: ContextVar[bool] = ContextVar("catalogue_failed", default=False)
@@ -52,12 +64,116 @@ class Unavailable(RuntimeError):
     """Redis is unreachable and no earlier answer to this query is known."""
 
 
+# --- answers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RankedProduct:
+    """One row of a board."""
+
+    rank: int  # 1-based
+    product_id: str
+    name: str  # the product id when the catalogue does not know it (or did not answer)
+    units: int
+    revenue: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Board:
+    """Ranks offset+1 … offset+len(items) of a board."""
+
+    category: str
+    window: str
+    metric: str
+    as_of: dt.datetime | None  # the instant the answer was exact
+    total: int  # products ranked on the board
+    items: tuple[RankedProduct, ...]
+    stale: bool = False  # a last known answer, served while Redis is unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class Rank:
+    """A product's standing on one board; rank and percentile are None when it has no sales there."""
+
+    product_id: str
+    category: str
+    window: str
+    metric: str
+    as_of: dt.datetime | None
+    rank: int | None
+    units: int
+    revenue: Decimal
+    total: int
+    percentile: float | None
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryRank:
+    category: str
+    rank: int | None
+    units: int
+    revenue: Decimal
+    total: int
+    percentile: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    """A product's standing in each of its categories; as_of is the oldest of their boards'."""
+
+    product_id: str
+    window: str
+    metric: str
+    as_of: dt.datetime | None
+    ranks: tuple[CategoryRank, ...]
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbors:
+    product_id: str
+    category: str
+    window: str
+    metric: str
+    as_of: dt.datetime | None
+    rank: int | None
+    items: tuple[RankedProduct, ...]
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProductDetail:
+    product_id: str
+    name: str  # the id while the catalogue does not answer
+    price: Decimal | None  # None while the catalogue does not answer
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CategoriesPage:
+    total: int  # categories, `all` included
+    items: list[tuple[str, str]]  # (slug, name)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitsPerPeriod:
+    """Net units sold in each period (hour, day) from `first` on; no periods while PostgreSQL is away."""
+
+    periods: list[tuple[dt.datetime, int]]  # (start of the period, units)
+    stale: bool = False
+
+
+# --- memory ---------------------------------------------------------------------------
+
+
 def answers_forget() -> None:
-    """Forget every remembered answer (fresh and last known)."""
+    """Forget every remembered answer (fresh and last known) and product name."""
     with _cache_lock:
         _fresh.clear()
         _last_known.clear()
         _product_categories.clear()
+        _products.clear()
 
 
 def caches_clear() -> None:
@@ -69,17 +185,17 @@ def caches_clear() -> None:
     status_forget()
 
 
-def _served(key: tuple, compute, *, boards: bool = True) -> dict:
+def _served(key: tuple, compute, *, boards: bool = True):
     """Answer from memory when fresh; else from Redis; when Redis fails, the last known answer, flagged stale."""
     with _cache_lock:
         hit = _fresh.get(key)
     if hit is not None:
         return hit
     try:
-        value = {**compute(), "stale": False}
+        value = compute()
         if _catalogue_failed.get():
-            return {**value, "stale": True}
-        if boards and "asOf" in value and value["asOf"] is None:
+            return dataclasses.replace(value, stale=True)
+        if boards and value.as_of is None:
             # No tick has reached this board's shard in Redis: it was lost (or
             # never built). An empty board would pass for the truth; it is not.
             raise store.Unreachable("the board's shard has no state in Redis")
@@ -88,7 +204,7 @@ def _served(key: tuple, compute, *, boards: bool = True) -> dict:
             known = _last_known.get(key)
         if known is None:
             raise Unavailable("rankings are unavailable right now; try again shortly") from error
-        return {**known, "stale": True}
+        return dataclasses.replace(known, stale=True)
     with _cache_lock:
         _fresh[key] = value
         _last_known[key] = value
@@ -113,6 +229,9 @@ def _catalogue_unreachable() -> None:
     _catalogue_failed.set(True)
 
 
+# --- categories -------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Categories:
     loaded: float  # time.monotonic() of the read
@@ -121,31 +240,33 @@ class _Categories:
     complete: bool  # False: PostgreSQL did not answer; names hold what was known before
 
 
-_categories: _Categories | None = None
+# One entry, kept until CATEGORY_CACHE_SECONDS after its read (sooner after a failed read: see `loaded`).
+_categories: TLRUCache = TLRUCache(
+    maxsize=1, ttu=lambda _key, value, _now: value.loaded + CATEGORY_CACHE_SECONDS, timer=time.monotonic
+)
 _categories_lock = threading.Lock()
 
 
 def _categories_read(*, reload: bool = False) -> _Categories:
-    global _categories
-    current = _categories
-    if current is not None and not reload and time.monotonic() - current.loaded <= CATEGORY_CACHE_SECONDS:
-        return current
     with _categories_lock:
-        if _categories is not current:  # another thread read them meanwhile
-            return _categories
+        current = _categories.get(ALL)
+        if current is not None and not reload:
+            return current
         try:
             rows = list(Category.objects.order_by("name", "slug").values_list("slug", "name"))
             loaded, complete = time.monotonic(), True
         except DatabaseError:
             _catalogue_unreachable()
-            rows = current.rows if current else []
+            known = current or _categories.get(ALL)
+            rows = known.rows if known else []
             # Tried again after the short interval, not the long one.
             loaded = time.monotonic() - CATEGORY_CACHE_SECONDS + CATEGORY_MISS_RELOAD_SECONDS
             complete = False
-        _categories = _Categories(
+        read = _Categories(
             loaded=loaded, names={ALL: "All products", **dict(rows)}, rows=rows, complete=complete
         )
-        return _categories
+        _categories[ALL] = read
+        return read
 
 
 def categories_map() -> dict[str, str]:
@@ -153,14 +274,14 @@ def categories_map() -> dict[str, str]:
     return _categories_read().names
 
 
-def categories_page(*, limit: int, offset: int) -> dict:
-    """{"total", "items": [(slug, name)]}: `limit` categories from `offset`, `all` first."""
+def categories_page(*, limit: int, offset: int) -> CategoriesPage:
+    """`limit` categories from `offset`, `all` first."""
     read = _categories_read()
     if offset == 0:
         items = [(ALL, read.names[ALL]), *read.rows[: limit - 1]]
     else:
         items = read.rows[offset - 1 : offset - 1 + limit]
-    return {"total": len(read.rows) + 1, "items": items}
+    return CategoriesPage(total=len(read.rows) + 1, items=items)
 
 
 def categories_real() -> list[tuple[str, str]]:
@@ -169,8 +290,8 @@ def categories_real() -> list[tuple[str, str]]:
 
 
 def categories_forget() -> None:
-    global _categories
-    _categories = None
+    with _categories_lock:
+        _categories.clear()
 
 
 def category_name(slug: str) -> str:
@@ -190,6 +311,88 @@ def category_name(slug: str) -> str:
     raise NotFound(f"unknown category '{slug}'")
 
 
+# --- products -------------------------------------------------------------------------
+
+
+def _product(product_id: str) -> tuple[str, int] | None:
+    """The catalogue's (name, price in cents); None when PostgreSQL does not answer (the boards may
+    still know the product); NotFound for an id no product has."""
+    if not _PRODUCT_ID.fullmatch(product_id):
+        raise NotFound(f"unknown product '{product_id}'")
+    with _cache_lock:
+        known = _products.get(product_id)
+    if known is not None:
+        return known
+    try:
+        found = Product.objects.filter(product_id=product_id).values_list("name", "price_cents").first()
+    except DatabaseError:
+        _catalogue_unreachable()
+        return None
+    if found is None:
+        raise NotFound(f"unknown product '{product_id}'")
+    with _cache_lock:
+        _products[product_id] = found
+    return found
+
+
+def _names(product_ids) -> dict[str, str]:
+    """Names of the products the catalogue knows: remembered ones from memory, the rest in one query."""
+    names: dict[str, str] = {}
+    with _cache_lock:
+        for product_id in product_ids:
+            known = _products.get(product_id)
+            if known is not None:
+                names[product_id] = known[0]
+    missing = [product_id for product_id in product_ids if product_id not in names]
+    if not missing:
+        return names
+    try:
+        rows = list(
+            Product.objects.filter(product_id__in=missing).values_list("product_id", "name", "price_cents")
+        )
+    except DatabaseError:
+        _catalogue_unreachable()
+        return names
+    with _cache_lock:
+        for product_id, name, price in rows:
+            _products[product_id] = (name, price)
+    names.update((product_id, name) for product_id, name, _ in rows)
+    return names
+
+
+def _product_category_slugs(product_id: str) -> list[str]:
+    """The product's categories, by slug; as last read while PostgreSQL does not answer."""
+    try:
+        categories = sorted(
+            Category.objects.filter(products__product_id=product_id).values_list("slug", flat=True)
+        )
+    except DatabaseError as error:
+        _catalogue_unreachable()
+        with _cache_lock:
+            categories = _product_categories.get(product_id)
+        if categories is None:
+            raise Unavailable(
+                "the catalogue is unavailable and this product's categories are unknown"
+            ) from error
+        return categories
+    with _cache_lock:
+        _product_categories[product_id] = categories
+    return categories
+
+
+@_reading
+def product_detail(*, product_id: str) -> ProductDetail:
+    """A product's name and price, as its page shows them (its id and no price while PostgreSQL is away)."""
+    found = _product(product_id)
+    if found is None:
+        return ProductDetail(product_id=product_id, name=product_id, price=None, stale=True)
+    name, price_cents = found
+    return ProductDetail(product_id=product_id, name=name, price=money(price_cents))
+
+
+# --- boards -------------------------------------------------------------------------
+
+
 def _shard(category: str, version: int) -> int:
     """The board's shard under the version's own count: from Redis, else from PostgreSQL."""
     shards = store.shard_count_get(version)
@@ -205,105 +408,16 @@ def _shard(category: str, version: int) -> int:
     return shard_of(category, shards)
 
 
-def format_asof(asof: float | None) -> str | None:
+def instant(asof: float | None) -> dt.datetime | None:
+    """A board's asof (epoch seconds) as a UTC datetime, to the second; None when unknown."""
     if not asof:
         return None
-    return dt.datetime.fromtimestamp(int(asof), tz=dt.UTC).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(int(asof), tz=dt.UTC)
 
 
-def cents(value: int) -> str:
-    return str((Decimal(value) / 100).quantize(Decimal("0.01")))
-
-
-def _score_fields(metric: str, score: int, other: int) -> dict:
-    units, revenue = (score, other) if metric == "units" else (other, score)
-    return {"units": units, "revenue": cents(revenue)}
-
-
-@dataclass
-class Item:
-    rank: int
-    product_id: str
-    name: str
-    units: int
-    revenue: str
-
-    def as_dict(self) -> dict:
-        return {
-            "rank": self.rank,
-            "productId": self.product_id,
-            "name": self.name,
-            "units": self.units,
-            "revenue": self.revenue,
-        }
-
-
-def _names(product_ids) -> dict[str, str]:
-    if not product_ids:
-        return {}
-    try:
-        return dict(Product.objects.filter(product_id__in=product_ids).values_list("product_id", "name"))
-    except DatabaseError:
-        _catalogue_unreachable()
-        return {}
-
-
-def _items(rows, first_rank: int, metric: str) -> list[Item]:
-    names = _names([product_id for product_id, _, _ in rows])
-    return [
-        Item(
-            rank=first_rank + i,
-            product_id=pid,
-            name=names.get(pid, pid),
-            **_score_fields(metric, score, other),
-        )
-        for i, (pid, score, other) in enumerate(rows)
-    ]
-
-
-@_reading
-def board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
-    """The products ranked offset+1 … offset+limit on a board."""
-    category_name(category)
-    return _served(
-        ("top", category, window, metric, limit, offset),
-        lambda: _board_top(category=category, window=window, metric=metric, limit=limit, offset=offset),
-    )
-
-
-def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> dict:
-    version = store.active_version()
-    board = store.board_slice(
-        version=version,
-        shard=_shard(category, version),
-        window=window,
-        metric=metric,
-        category=category,
-        start=offset,
-        stop=offset + limit - 1,
-    )
-    return {
-        "category": category,
-        "window": window,
-        "metric": metric,
-        "asOf": format_asof(board.asof),
-        "total": board.total,
-        "items": [item.as_dict() for item in _items(board.rows, offset + 1, metric)],
-    }
-
-
-def _product(product_id: str) -> Product | None:
-    """The catalogue's product; None when PostgreSQL does not answer (the boards may still know it)."""
-    if not _PRODUCT_ID.fullmatch(product_id):
-        raise NotFound(f"unknown product '{product_id}'")
-    try:
-        product = Product.objects.filter(product_id=product_id).first()
-    except DatabaseError:
-        _catalogue_unreachable()
-        return None
-    if product is None:
-        raise NotFound(f"unknown product '{product_id}'")
-    return product
+def money(cents: int) -> Decimal:
+    """Cents as an exact amount with two places."""
+    return Decimal(cents).scaleb(-2)
 
 
 def _percentile(rank: int | None, total: int) -> float | None:
@@ -312,8 +426,115 @@ def _percentile(rank: int | None, total: int) -> float | None:
     return round(100 * rank / total, 2)
 
 
+def _units_revenue(metric: str, score: int, other: int) -> tuple[int, Decimal]:
+    units, revenue = (score, other) if metric == "units" else (other, score)
+    return units, money(revenue)
+
+
+def _items(
+    rows, first_rank: int, metric: str, names: dict[str, str] | None = None
+) -> tuple[RankedProduct, ...]:
+    if names is None:
+        names = _names([product_id for product_id, _, _ in rows])
+    return tuple(
+        RankedProduct(first_rank + i, pid, names.get(pid, pid), *_units_revenue(metric, score, other))
+        for i, (pid, score, other) in enumerate(rows)
+    )
+
+
+def _board(
+    category: str, window: str, metric: str, offset: int, found: store.BoardSlice, names: dict | None = None
+) -> Board:
+    return Board(
+        category=category,
+        window=window,
+        metric=metric,
+        as_of=instant(found.asof),
+        total=found.total,
+        items=_items(found.rows, offset + 1, metric, names),
+    )
+
+
 @_reading
-def product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
+def board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
+    """The products ranked offset+1 … offset+limit on a board."""
+    category_name(category)
+    return _served(
+        _top_key(category, window, metric, limit, offset),
+        lambda: _board_top(category=category, window=window, metric=metric, limit=limit, offset=offset),
+    )
+
+
+def _top_key(category: str, window: str, metric: str, limit: int, offset: int) -> tuple:
+    return ("top", category, window, metric, limit, offset)
+
+
+def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
+    version = store.active_version()
+    found = store.board_slice(
+        version=version,
+        shard=_shard(category, version),
+        window=window,
+        metric=metric,
+        category=category,
+        start=offset,
+        stop=offset + limit - 1,
+    )
+    return _board(category, window, metric, offset, found)
+
+
+@_reading
+def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict[str, Board]:
+    """The first limits[c] products of each category c's board, each as board_top would answer.
+
+    One Redis round trip for every board (their top-100 blobs, in one
+    pipeline) and one catalogue query for all the names, so a hundred
+    categories' leaders cost what one does. Answers are remembered under
+    board_top's keys, fresh or stale alike.
+    """
+    for category in limits:
+        category_name(category)
+    keys = {category: _top_key(category, window, metric, limit, 0) for category, limit in limits.items()}
+    with _cache_lock:
+        wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
+    heads = _heads_read(wanted, limits=limits, window=window, metric=metric)
+    names = _names({pid for found in (heads or {}).values() if found for pid, _, _ in found.rows})
+
+    def answer(category: str) -> Board:
+        if heads is None and category in wanted:
+            raise store.Unreachable("the boards could not be read")
+        found = (heads or {}).get(category)
+        if found is None:  # fresh a moment ago and no longer, or a blob to rebuild: read it alone
+            return _board_top(
+                category=category, window=window, metric=metric, limit=limits[category], offset=0
+            )
+        return _board(category, window, metric, 0, found, names)
+
+    return {category: _served(key, lambda c=category: answer(c)) for category, key in keys.items()}
+
+
+def _heads_read(
+    categories: list[str], *, limits: dict[str, int], window: str, metric: str
+) -> dict[str, store.BoardSlice | None] | None:
+    """The heads of the boards of `categories`, in one round trip; None when Redis fails."""
+    if not categories:
+        return {}
+    try:
+        version = store.active_version()
+        read = store.board_heads(
+            version=version,
+            boards=[(_shard(c, version), window, metric, c, limits[c]) for c in categories],
+        )
+    except store.StoreError:
+        return None
+    return dict(zip(categories, read, strict=True))
+
+
+# --- a product's ranks ---------------------------------------------------------------
+
+
+@_reading
+def product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
     category_name(category)
     return _served(
         ("rank", product_id, category, window, metric),
@@ -321,7 +542,7 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
     )
 
 
-def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> dict:
+def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
     _product(product_id)
     version = store.active_version()
     found = store.member_rank(
@@ -333,38 +554,29 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         product_id=product_id,
     )
     rank = found.rank + 1 if found.rank is not None else None
-    return {
-        "productId": product_id,
-        "category": category,
-        "window": window,
-        "metric": metric,
-        "asOf": format_asof(found.asof),
-        "rank": rank,
-        **_score_fields(metric, found.score, found.other),
-        "total": found.total,
-        "percentile": _percentile(rank, found.total),
-    }
+    return Rank(
+        product_id,
+        category,
+        window,
+        metric,
+        instant(found.asof),
+        rank,
+        *_units_revenue(metric, found.score, found.other),
+        found.total,
+        _percentile(rank, found.total),
+    )
 
 
 @_reading
-def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
+def product_ranks(*, product_id: str, window: str, metric: str) -> Ranks:
     """The product's rank in each of its catalogue categories, in one Redis round trip."""
-    product = _product(product_id)
-    try:
-        if product is None:
-            raise DatabaseError("the catalogue did not answer")
-        categories = sorted(product.categories.values_list("slug", flat=True))
-    except DatabaseError as error:
-        _catalogue_unreachable()
+    if _product(product_id) is None:
         with _cache_lock:
             categories = _product_categories.get(product_id)
         if categories is None:
-            raise Unavailable(
-                "the catalogue is unavailable and this product's categories are unknown"
-            ) from error
+            raise Unavailable("the catalogue is unavailable and this product's categories are unknown")
     else:
-        with _cache_lock:
-            _product_categories[product_id] = categories
+        categories = _product_category_slugs(product_id)
     return _served(
         ("ranks", product_id, window, metric, tuple(categories)),
         lambda: _product_ranks(product_id=product_id, window=window, metric=metric, categories=categories),
@@ -372,7 +584,7 @@ def product_ranks(*, product_id: str, window: str, metric: str) -> dict:
     )
 
 
-def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> dict:
+def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> Ranks:
     version = store.active_version()
     found = store.members_ranks(
         version=version,
@@ -385,26 +597,19 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
     ranks = []
     for category, f in zip(categories, found, strict=True):
         rank = f.rank + 1 if f.rank is not None else None
-        ranks.append(
-            {
-                "category": category,
-                "rank": rank,
-                **_score_fields(metric, f.score, f.other),
-                "total": f.total,
-                "percentile": _percentile(rank, f.total),
-            }
-        )
-    return {
-        "productId": product_id,
-        "window": window,
-        "metric": metric,
-        "asOf": format_asof(min(asofs)) if asofs else None,
-        "ranks": ranks,
-    }
+        units, revenue = _units_revenue(metric, f.score, f.other)
+        ranks.append(CategoryRank(category, rank, units, revenue, f.total, _percentile(rank, f.total)))
+    return Ranks(
+        product_id=product_id,
+        window=window,
+        metric=metric,
+        as_of=instant(min(asofs)) if asofs else None,
+        ranks=tuple(ranks),
+    )
 
 
 @_reading
-def product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
+def product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     """The n products ranked just above and just below the product, and the product itself."""
     category_name(category)
     return _served(
@@ -415,14 +620,14 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
     )
 
 
-def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> dict:
+def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     _product(product_id)
     version = store.active_version()
     shard = _shard(category, version)
     found = store.member_rank(
         version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
     )
-    items: list[dict] = []
+    items: tuple[RankedProduct, ...] = ()
     rank = None
     asof = found.asof
     if found.rank is not None:
@@ -438,133 +643,56 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
             stop=found.rank + n,
         )
         asof = board.asof
-        items = [item.as_dict() for item in _items(board.rows, start + 1, metric)]
-    return {
-        "productId": product_id,
-        "category": category,
-        "window": window,
-        "metric": metric,
-        "asOf": format_asof(asof),
-        "rank": rank,
-        "items": items,
-    }
+        items = _items(board.rows, start + 1, metric)
+    return Neighbors(product_id, category, window, metric, instant(asof), rank, items)
 
 
-# --- for the pages ------------------------------------------------------------------
+# --- sales over time (PostgreSQL) ---------------------------------------------------------
 
 
-@_reading
-def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict[str, dict]:
-    """The first limits[c] products of each category c's board, each shaped like board_top's answer.
-
-    One Redis round trip for every board (their top-100 blobs, in one
-    pipeline) and one catalogue query for all the names, so a hundred
-    categories' leaders cost what one does. Answers are remembered under
-    board_top's keys, fresh or stale alike.
-    """
-    for category in limits:
-        category_name(category)
-    keys = {category: ("top", category, window, metric, limit, 0) for category, limit in limits.items()}
-    with _cache_lock:
-        wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
-    heads: dict[str, store.BoardSlice | None] = {}
-    unread: set[str] = set()
-    try:
-        if wanted:
-            version = store.active_version()
-            read = store.board_heads(
-                version=version,
-                boards=[(_shard(c, version), window, metric, c, limits[c]) for c in wanted],
-            )
-            heads = dict(zip(wanted, read, strict=True))
-    except store.StoreError:
-        unread = set(wanted)
-    names = _names({pid for board in heads.values() if board for pid, _, _ in board.rows})
-
-    def answer(category: str) -> dict:
-        if category in unread:
-            raise store.Unreachable("not read")
-        board = heads.get(category)
-        if board is None:  # fresh a moment ago and no longer, or a blob to rebuild: read it alone
-            return _board_top(
-                category=category, window=window, metric=metric, limit=limits[category], offset=0
-            )
-        return {
-            "category": category,
-            "window": window,
-            "metric": metric,
-            "asOf": format_asof(board.asof),
-            "total": board.total,
-            "items": [
-                Item(
-                    rank=i + 1,
-                    product_id=pid,
-                    name=names.get(pid, pid),
-                    **_score_fields(metric, score, other),
-                ).as_dict()
-                for i, (pid, score, other) in enumerate(board.rows)
-            ],
-        }
-
-    return {category: _served(key, lambda c=category: answer(c)) for category, key in keys.items()}
+def chart_bucket_seconds() -> int:
+    """The size of the buckets the charts add up: those of the longest window, kept the longest."""
+    longest = max(rankings_settings.windows.values(), key=lambda w: w.bucket_seconds * w.buckets)
+    return longest.bucket_seconds
 
 
-@_reading
-def product_detail(*, product_id: str) -> dict:
-    """A product's name and price, as its page shows them (its id and no price while PostgreSQL is away)."""
-    product = _product(product_id)
-    if product is None:
-        return {"productId": product_id, "name": product_id, "price": None, "stale": True}
-    return {
-        "productId": product.product_id,
-        "name": product.name,
-        "price": cents(product.price_cents),
-        "stale": False,
-    }
+def units_per_period(
+    *, period: int, first: dt.datetime, count: int, product_id: str | None = None
+) -> UnitsPerPeriod:
+    """Net units sold in each of `count` periods of `period` seconds from `first` (by sale time),
+    of one product or of every product.
 
-
-# The daily chart adds up the hourly buckets of the `all` board, where every
-# sale of a product counts once whatever its categories.
-DAY = 86400  # seconds
-HOUR = 3600  # seconds
-EPOCH_DAY = dt.date(1970, 1, 1)
-
-
-def product_daily_units(*, product_id: str, days: int = 30, now: dt.datetime) -> dict:
-    """Net units of a product per UTC day, for the `days` days up to the one holding `now`.
-
-    The one read that goes to Postgres rather than Redis: the boards keep
-    window totals, the hourly buckets keep the days. One query; days without
-    sales are 0. No days at all while PostgreSQL does not answer.
+    Read from the buckets of the `all` board, where every sale counts once whatever its
+    categories; `period` is a multiple of their size. The one read that goes to PostgreSQL
+    rather than Redis: the boards keep window totals, the buckets the history. One query;
+    periods without sales are 0.
     """
     from django.db.models import F, Sum
 
     from rankings.models import Bucket
 
-    last_day = int(now.timestamp()) // DAY
-    first_day = last_day - days + 1
+    size = chart_bucket_seconds()
+    if period % size:
+        raise ValueError(f"a period of {period} s is not a whole number of {size}-second buckets")
+    start = int(first.timestamp()) // period
+    rows = Bucket.objects.filter(
+        size=size, category=ALL, start__gte=start * period, start__lt=(start + count) * period
+    )
+    if product_id is not None:
+        rows = rows.filter(product_id=product_id)
     query = (
-        Bucket.objects.filter(
-            size=HOUR,
-            category=ALL,
-            product_id=product_id,
-            start__gte=first_day * DAY,
-            start__lt=(last_day + 1) * DAY,
-        )
-        .annotate(day=F("start") / DAY)
-        .values("day")
+        rows.annotate(n=F("start") / period)
+        .values("n")
         .annotate(units=Sum("units"))
-        .values_list("day", "units")
+        .values_list("n", "units")
     )
     try:
-        per_day = dict(query)
+        per_period = dict(query.order_by())
     except DatabaseError:
-        return {"productId": product_id, "days": [], "stale": True}
-    return {
-        "productId": product_id,
-        "days": [
-            {"date": EPOCH_DAY + dt.timedelta(days=day), "units": per_day.get(day, 0)}
-            for day in range(first_day, last_day + 1)
-        ],
-        "stale": False,
-    }
+        return UnitsPerPeriod(periods=[], stale=True)
+    return UnitsPerPeriod(
+        periods=[
+            (dt.datetime.fromtimestamp(n * period, tz=dt.UTC), int(per_period.get(n, 0)))
+            for n in range(start, start + count)
+        ]
+    )
