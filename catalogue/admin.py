@@ -7,6 +7,7 @@ from django.db.models import Count, ProtectedError
 from django.utils.html import format_html
 
 from .models import CATEGORY_IN_USE, RESERVED_SLUG, Category, Product
+from .money import cents_text
 
 PLACEHOLDER_HELP = "Created from a sale event for an unknown id: complete it, then untick."
 
@@ -121,7 +122,7 @@ class ProductAdmin(admin.ModelAdmin):
 
     @admin.display(description="price", ordering="price_cents")
     def price(self, obj):
-        return f"{obj.price_cents // 100}.{obj.price_cents % 100:02d}"
+        return cents_text(obj.price_cents)
 
     @admin.display(description="categories")
     def category_list(self, obj):

@@ -77,9 +77,3 @@ class Product(models.Model):
 
     def __str__(self):
         return self.name or self.product_id
-
-    @property
-    def price(self):
-        from decimal import Decimal
-
-        return Decimal(self.price_cents) / 100

@@ -12,6 +12,7 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
+from catalogue.money import cents_text
 from rankings import tasks
 from rankings.models import IngestLog, RankingVersion, Sale
 from rankings.operations import backfill
@@ -44,11 +45,6 @@ class KindFilter(admin.SimpleListFilter):
         if self.value() == "return":
             return queryset.filter(return_of__isnull=False)
         return queryset
-
-
-def _money(cents: int) -> str:
-    sign = "-" if cents < 0 else ""
-    return f"{sign}{abs(cents) // 100}.{abs(cents) % 100:02d}"
 
 
 @admin.register(Sale)
@@ -99,7 +95,7 @@ class SaleAdmin(ReadOnlyAdmin):
 
     @admin.display(description="amount", ordering="amount_cents")
     def amount(self, obj):
-        return _money(-obj.amount_cents if obj.qty < 0 else obj.amount_cents)
+        return cents_text(-obj.amount_cents if obj.qty < 0 else obj.amount_cents)
 
 
 @admin.register(IngestLog)

@@ -228,8 +228,6 @@ class RankingVersion(models.Model):
     built_at = models.DateTimeField(null=True, blank=True)
     activated_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
-    # Where the snapshot stood: {shard: [batch seq, instant]}; replay starts after it.
-    watermark = models.JSONField(default=dict, blank=True)
     progress = models.FloatField(default=0.0, help_text="0…1")
     sales = models.BigIntegerField(default=0, help_text="raw sales replayed")
     rate = models.FloatField(default=0.0, help_text="sales per second")

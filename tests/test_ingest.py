@@ -527,6 +527,19 @@ def test_the_number_of_categories_of_an_event_is_a_setting(settings):
     ]
 
 
+def test_how_far_ahead_an_event_may_be_is_a_setting_and_its_rejection_says_so(settings):
+    """RANKINGS["MAX_FUTURE_SECONDS"] both sets the limit and words the rejection."""
+    # given a limit of one minute
+    settings.RANKINGS = {**settings.RANKINGS, "MAX_FUTURE_SECONDS": 60}
+
+    # when one event is 60 s ahead of the clock and another 61 s
+    result = ingest(event(id="a", ts="2026-10-11T10:01:00Z"), event(id="b", ts="2026-10-11T10:01:01Z"))
+
+    # then only the second is refused, with the limit the setting gives
+    assert result.accepted == 1
+    assert result.rejected == [{"index": 1, "id": "b", "error": "ts is more than 1 minute in the future"}]
+
+
 def test_each_call_is_logged_with_its_counts():
     ingest(event(), event(), event(id="bad", qty=0))
 

@@ -170,55 +170,95 @@ def _write_version() -> int:
 def _tick_shard(
     *, shard: int, shards: int, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
+    """Bring one shard's boards to `now`, a batch of at most BATCH_SIZE claimed sales at a time."""
     ShardState.objects.get_or_create(shard=shard)
+    _redis_recover(shard=shard, version=version, gen=gen, report=report)
+    limit = rankings_settings.BATCH_SIZE
+    while True:
+        step = _claim_and_record(shard=shard, shards=shards, now=now, limit=limit)
+        if step is None:
+            return
+        _apply_step(step, shard=shard, shards=shards, version=version, gen=gen, now=now, report=report)
+        if step.claimed < limit:
+            return
+
+
+@dataclass
+class _Step:
+    """One committed transaction of a tick: the sales it claimed and the batches it recorded."""
+
+    claimed: int
+    too_old: int
+    seq: int  # the shard's batch sequence number after it
+    batches: list[Batch]
+
+
+def _redis_recover(*, shard: int, version: int, gen: str, report: TickReport) -> None:
+    """Apply the batches recorded but not applied (a tick stopped between its commit and Redis), and
+    rebuild the shard's boards should Redis have lost them."""
     for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):
         _apply(batch=batch, version=version, gen=gen, report=report)
     if store.shard_generation(version, shard) != gen:
         shard_rebuild(shard=shard, version=version, gen=gen)
         report.rebuilt_shards += 1
-    limit = rankings_settings.BATCH_SIZE
-    while True:
-        with transaction.atomic():
-            state = ShardState.objects.select_for_update().get(shard=shard)
-            if state.now is not None and now < state.now:
-                return  # a concurrent tick with a later clock has already passed this shard
-            claimed = _claim(shard=shard, limit=limit)
-            if claimed == 0 and state.now == now:
-                return
-            changes, too_old = _changes(shard=shard, shards=shards, old_now=state.now, new_now=now)
-            _fold(shard=shard)
-            batches = []
-            if claimed or changes:
-                steps = _steps(changes)
-                for i, step in enumerate(steps):
-                    last = i == len(steps) - 1
-                    state.seq += 1
-                    batches.append(
-                        Batch(
-                            shard=shard,
-                            seq=state.seq,
-                            # Readers are told the new instant only when every step is in.
-                            now=now if last or state.now is None else state.now,
-                            changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in step],
-                            sales=claimed if last else 0,
-                        )
-                    )
-                Batch.objects.bulk_create(batches)
-            state.now = now
-            state.too_old += too_old
-            state.save()
-        report.sales += claimed if shard == shard_of(ALL, shards) else 0
-        report.too_old += too_old
-        for batch in batches:
-            report.batches += 1
-            _apply(batch=batch, version=version, gen=gen, report=report)
-        if not batches and not store.shard_touch(
-            version=version, shard=shard, seq=state.seq, asof=_epoch(now), gen=gen
-        ):
-            shard_rebuild(shard=shard, version=version, gen=gen)
-            report.rebuilt_shards += 1
-        if claimed < limit:
-            return
+
+
+def _claim_and_record(*, shard: int, shards: int, now: dt.datetime, limit: int) -> _Step | None:
+    """In one transaction: claim pending sales, compute the boards' net change, fold the sales into
+    their buckets and record the change as batches. None when the shard has nothing to do."""
+    with transaction.atomic():
+        state = ShardState.objects.select_for_update().get(shard=shard)
+        if state.now is not None and now < state.now:
+            return None  # a concurrent tick with a later clock has already passed this shard
+        claimed = _claim(shard=shard, limit=limit)
+        if claimed == 0 and state.now == now:
+            return None
+        changes, too_old = _changes(shard=shard, shards=shards, old_now=state.now, new_now=now)
+        _fold(shard=shard)
+        batches = (
+            _record(state=state, changes=changes, claimed=claimed, now=now) if claimed or changes else []
+        )
+        state.now = now
+        state.too_old += too_old
+        state.save()
+    return _Step(claimed=claimed, too_old=too_old, seq=state.seq, batches=batches)
+
+
+def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now: dt.datetime) -> list[Batch]:
+    """Log the change as batches with the shard's next sequence numbers (`state` not yet moved to `now`)."""
+    steps = _steps(changes)
+    batches = []
+    for i, step in enumerate(steps):
+        last = i == len(steps) - 1
+        state.seq += 1
+        batches.append(
+            Batch(
+                shard=state.shard,
+                seq=state.seq,
+                # Readers are told the new instant only when every step is in.
+                now=now if last or state.now is None else state.now,
+                changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in step],
+                sales=claimed if last else 0,
+            )
+        )
+    Batch.objects.bulk_create(batches)
+    return batches
+
+
+def _apply_step(
+    step: _Step, *, shard: int, shards: int, version: int, gen: str, now: dt.datetime, report: TickReport
+) -> None:
+    """Apply a committed step's batches to Redis; with none, move the shard's instant on all the same."""
+    report.sales += step.claimed if shard == shard_of(ALL, shards) else 0
+    report.too_old += step.too_old
+    for batch in step.batches:
+        report.batches += 1
+        _apply(batch=batch, version=version, gen=gen, report=report)
+    if not step.batches and not store.shard_touch(
+        version=version, shard=shard, seq=step.seq, asof=_epoch(now), gen=gen
+    ):
+        shard_rebuild(shard=shard, version=version, gen=gen)
+        report.rebuilt_shards += 1
 
 
 def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
@@ -414,8 +454,8 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
                     for category, product_id, units, cents in cursor.fetchall():
                         boards[(w.name, "units", category)][product_id] = units
                         boards[(w.name, "revenue", category)][product_id] = cents
-        asof = _epoch(state.now) if state.now else 0.0
-        store.shard_replace(version=version, shard=shard, seq=state.seq, asof=asof, gen=gen, boards=boards)
+        as_of = _epoch(state.now) if state.now else 0.0
+        store.shard_replace(version=version, shard=shard, seq=state.seq, asof=as_of, gen=gen, boards=boards)
         Batch.objects.filter(shard=shard, seq__lte=state.seq, applied=False).update(applied=True)
     # A shard that never ticked has nothing to lose; any other was lost by Redis.
     (log.warning if state.now is not None else log.info)(

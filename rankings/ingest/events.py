@@ -22,15 +22,16 @@ from rankings.engine.shards import ALL
 
 MAX_ID_LENGTH = 128
 MAX_QTY = 1_000_000
-# Cents of the largest amount allowed: 12 digits before the point.
-MAX_AMOUNT_CENTS = 10**14 - 1
+# The largest amount allowed has this many digits before the point (and two after).
+MAX_AMOUNT_DIGITS = 12
+MAX_AMOUNT_CENTS = 10 ** (MAX_AMOUNT_DIGITS + 2) - 1
 
 # fullmatch, not re.match with "$": "$" also matches before a trailing newline.
 _PRODUCT_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 _EPOCH = re.compile(r"-?[0-9]+(\.[0-9]+)?", re.ASCII)
 _CENT = Decimal("0.01")
-_AMOUNT = re.compile(r"[0-9]{1,12}(\.[0-9]{0,2})?|\.[0-9]{1,2}", re.ASCII)
+_AMOUNT = re.compile(rf"[0-9]{{1,{MAX_AMOUNT_DIGITS}}}(\.[0-9]{{0,2}})?|\.[0-9]{{1,2}}", re.ASCII)
 # Any plain decimal, to tell "too many digits" from a form Decimal() would also
 # read: an exponent ("1E-1000000000" is 0 to Decimal), "_" separators, or
 # digits of other scripts, none of which a shop's system means to send.
@@ -46,6 +47,14 @@ _INVISIBLE = re.compile(
 )
 # Path segments that a URL cannot carry as a product id: they are resolved away.
 _DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def duration_text(seconds: int) -> str:
+    """A length of time as a sender reads it in a rejection: 300 -> "5 minutes", 90 -> "90 seconds"."""
+    if seconds % 60:
+        return f"{seconds} second{'' if seconds == 1 else 's'}"
+    minutes = seconds // 60
+    return f"{minutes} minute{'' if minutes == 1 else 's'}"
 
 
 def _check_text(field: serializers.Field, data, max_length: int) -> str:
@@ -95,7 +104,8 @@ class EventIdField(_EventField):
 @extend_schema_field(
     {
         "oneOf": [{"type": "number"}, {"type": "string", "format": "date-time"}],
-        "description": "epoch seconds, or ISO-8601 with a UTC offset; at most 5 minutes ahead of the server",
+        "description": "epoch seconds, or ISO-8601 with a UTC offset; "
+        f"at most {duration_text(rankings_settings.MAX_FUTURE_SECONDS)} ahead of the server",
         "example": "2025-10-09T08:53:20Z",
     }
 )
@@ -233,13 +243,13 @@ class QtyField(_EventField):
     {
         "oneOf": [{"type": "string"}, {"type": "number", "minimum": 0}],
         "nullable": True,
-        "description": "decimal ≥ 0, at most 2 places and 12 digits before the point; "
+        "description": f"decimal ≥ 0, at most 2 places and {MAX_AMOUNT_DIGITS} digits before the point; "
         "left out or null: catalogue price × qty (a return: the pro-rata refund)",
         "example": "25.00",
     }
 )
 class AmountField(_EventField):
-    """What the line cost the buyer: a decimal ≥ 0, at most 2 places and 12 digits before the point."""
+    """What the line cost the buyer: a decimal ≥ 0, at most 2 places and MAX_AMOUNT_DIGITS before the point."""
 
     default_error_messages = {
         "invalid": "amount must be a decimal number (a JSON string or number)",
@@ -247,7 +257,7 @@ class AmountField(_EventField):
         "(no exponent, no separators)",
         "negative": "amount may not be negative",
         "places": "amount may have at most 2 decimal places",
-        "digits": "amount may have at most 12 digits before the decimal point",
+        "digits": f"amount may have at most {MAX_AMOUNT_DIGITS} digits before the decimal point",
     }
 
     def validate_empty_values(self, data):
@@ -273,7 +283,7 @@ class AmountField(_EventField):
             self.fail("invalid")
         if value < 0:
             self.fail("negative")
-        if value >= 10**12:
+        if value >= 10**MAX_AMOUNT_DIGITS:
             self.fail("digits")
         if value % _CENT:
             self.fail("places")

@@ -8,19 +8,24 @@ reason, to a file beside the input, so it can be fixed and imported again.
 
 import csv
 import io
+import itertools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from tqdm import tqdm
 
+from rankings.conf import rankings_settings
 from rankings.ingest.sales import sales_ingest
 
 # The API's batch limit: one transaction per chunk, and a chunk is the unit the
 # ingest path is measured and tuned for.
-CHUNK_EVENTS = 5000
+CHUNK_EVENTS = rankings_settings.MAX_BATCH_EVENTS
+
+T = TypeVar("T")
 
 CSV_COLUMNS = ("id", "ts", "productId", "categories", "qty", "amount", "returnOf")
 CSV_REQUIRED = ("id", "ts", "productId", "qty")
@@ -85,7 +90,7 @@ def sales_import(*, path: str | Path, file_format: str | None = None, progress: 
     ):
         lines = _csv_lines(raw) if file_format == "csv" else _json_lines(raw)
         try:
-            for chunk in _chunks(lines, CHUNK_EVENTS):
+            for chunk in chunked(lines, CHUNK_EVENTS):
                 rejections = _import_chunk(chunk, report)
                 if rejections:
                     if rejected_out is None:
@@ -116,14 +121,10 @@ def _format_of(path: Path) -> str:
     return "jsonl" if start.startswith(b"{") else "csv"
 
 
-def _chunks(lines: Iterator[_Line], size: int) -> Iterator[list[_Line]]:
-    chunk = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of `size` items in order, the last one shorter (itertools.batched, before Python 3.12)."""
+    items = iter(items)
+    while chunk := list(itertools.islice(items, size)):
         yield chunk
 
 

@@ -19,16 +19,22 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from catalogue.models import Category, Product
+from catalogue.money import cents_text, to_cents
 from rankings.conf import rankings_settings
 from rankings.engine.shards import ALL, shard_count_checked, shard_of
-from rankings.ingest.events import MAX_AMOUNT_CENTS, EventIdField, EventValidator
+from rankings.ingest.events import (
+    MAX_AMOUNT_CENTS,
+    MAX_AMOUNT_DIGITS,
+    EventIdField,
+    EventValidator,
+    duration_text,
+)
 from rankings.ingest.partitions import sale_partitions_ensure
 from rankings.models import IngestLog, PendingSale, ProductTotal, Sale, SaleId
 
@@ -62,7 +68,7 @@ class IngestResult:
         self.rejected.extend({**r, "index": r["index"] + offset} for r in other.rejected)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class _Row:
     """A validated event, ready to store."""
 
@@ -77,8 +83,33 @@ class _Row:
     counted_at: dt.datetime
     digest: str
 
+    @classmethod
+    def of_event(
+        cls,
+        data: dict,
+        *,
+        index: int,
+        digest: str,
+        categories: list[str],
+        amount_cents: int,
+        counted_at: dt.datetime,
+    ) -> "_Row":
+        """The row of a validated event, given what was worked out for it beyond the event itself."""
+        return cls(
+            index=index,
+            event_id=data["id"],
+            ts=data["ts"],
+            product_id=data["productId"],
+            categories=categories,
+            qty=data["qty"],
+            amount_cents=amount_cents,
+            return_of=data.get("returnOf"),
+            counted_at=counted_at,
+            digest=digest,
+        )
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, kw_only=True)
 class _Original:
     """A sale that returns may refer to, with what has been returned of it so far."""
 
@@ -106,12 +137,8 @@ class _Raced(Exception):
     """
 
 
-def _to_cents(amount: Decimal) -> int:
-    return int(amount * 100)
-
-
-def _money(cents: int) -> str:
-    return f"{cents // 100}.{cents % 100:02d}"
+def _too_far_ahead() -> str:
+    return f"ts is more than {duration_text(rankings_settings.MAX_FUTURE_SECONDS)} in the future"
 
 
 def _pro_rata_cents(amount_cents: int, part: int, whole: int) -> int:
@@ -132,7 +159,7 @@ def event_digest(data: dict) -> str:
         data["productId"],
         sorted(data["categories"]) if data.get("categories") else None,
         data["qty"],
-        _to_cents(amount) if amount is not None else None,
+        to_cents(amount) if amount is not None else None,
         data.get("returnOf"),
     ]
     return hashlib.md5(_canonical_json(canonical).encode(), usedforsecurity=False).hexdigest()
@@ -151,9 +178,7 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
         if error is not None:
             invalid.append({"index": index, "id": _id_of(event), "error": error})
         elif data["ts"] > limit:
-            invalid.append(
-                {"index": index, "id": data["id"], "error": "ts is more than 5 minutes in the future"}
-            )
+            invalid.append({"index": index, "id": data["id"], "error": _too_far_ahead()})
         else:
             valid.append((index, data))
 
@@ -180,15 +205,15 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
 
 def _ingest_valid(valid: list[tuple[int, dict]], result: IngestResult, source: str, now: dt.datetime) -> None:
     """One attempt at storing the valid events, inside the caller's transaction."""
-    rows, duplicates, dependent = _resolve(valid, result)
-    inserted, late_duplicates = _store(rows, result)
+    resolved = _resolve(valid, result)
+    inserted, late_duplicates = _store(resolved.rows, result)
     # A return checked against an original of this batch holds only if that
     # original is the one stored; else try again against the stored one.
-    if any(original_id not in inserted for original_id in dependent):
+    if any(original_id not in inserted for original_id in resolved.dependent):
         raise _Raced
-    _ledger_add(rows, inserted)
+    _ledger_add(resolved.rows, inserted)
     result.accepted = len(inserted)
-    result.duplicates = duplicates + late_duplicates
+    result.duplicates = resolved.duplicates + late_duplicates
     IngestLog.objects.create(
         at=now,
         source=source,
@@ -244,21 +269,65 @@ def _catalogue_of(product_ids: set[str]) -> dict[str, tuple[int, list[str]]]:
         return {pid: (price, slugs) for pid, price, slugs in cursor.fetchall()}
 
 
-def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[_Row], int, set[str]]:
-    """Check each event against stored sales and earlier events of the batch, in order.
+@dataclass(slots=True)
+class _Known:
+    """What is stored already about a batch's events, read under the batch's locks."""
 
-    Returns the rows to store, the number of duplicates, and the ids of the
-    originals of this batch that its returns were checked against.
-    """
+    digests: dict[str, str]  # event id -> digest of its content, for the ids already stored
+    originals: dict[str, _Original]  # the stored sales the batch's returns refer to
+    catalogue: dict[str, tuple[int, list[str]]]  # product id -> (price in cents, category slugs)
+    totals: dict[str, list[int]]  # product id -> [units, revenue cents] so far, for the products sold
+
+
+@dataclass(slots=True)
+class _Resolved:
+    """The outcome of checking a batch: what to store, and what it depends on."""
+
+    rows: list[_Row] = field(default_factory=list)
+    duplicates: int = 0
+    # The originals of this batch that its returns were checked against.
+    dependent: set[str] = field(default_factory=set)
+
+
+def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> _Resolved:
+    """Check each event against stored sales and earlier events of the batch, in order."""
+    resolved = _Resolved()
     if not valid:
-        return [], 0, set()
+        return resolved
+    known = _known_of(valid)
+    seen: dict[str, str] = {}  # id -> digest of events accepted earlier in this batch
+    for index, data in valid:
+        digest = event_digest(data)
+        event_id = data["id"]
+        earlier = known.digests.get(event_id) or seen.get(event_id)
+        if earlier is not None:
+            if earlier == digest:
+                resolved.duplicates += 1
+            else:
+                result.rejected.append({"index": index, "id": event_id, "error": DUPLICATE_ID})
+            continue
+        try:
+            row = _row(index, data, digest, known.originals, known.catalogue)
+            if row.return_of is None:
+                _ledger_check(row, known.totals)
+        except _Rejection as rejection:
+            result.rejected.append({"index": index, "id": event_id, "error": str(rejection)})
+            continue
+        seen[event_id] = digest
+        resolved.rows.append(row)
+        _remember(row, known.originals, resolved.dependent)
+    return resolved
+
+
+def _known_of(valid: list[tuple[int, dict]]) -> _Known:
+    """Lock what the batch's events depend on, then read it."""
     returned_ids = {data["returnOf"] for _, data in valid if data.get("returnOf")}
     _lock_originals(returned_ids)
     totals = _ledger_lock({data["productId"] for _, data in valid if data["qty"] > 0})
     # Read after the locks, so a concurrent batch that held them has committed;
     # the originals after the ids, so an original stored in between is seen as
     # this batch's own, whose returns are then checked again (see _Raced).
-    stored_digest = _stored_digests([data["id"] for _, data in valid])
+    digests = _stored_digests([data["id"] for _, data in valid])
     originals = _stored_originals(returned_ids)
     # The catalogue is read only for what an event leaves out: its categories or its amount.
     catalogue = _catalogue_of(
@@ -268,44 +337,27 @@ def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> tuple[list[
             if not data.get("returnOf") and (not data.get("categories") or data.get("amount") is None)
         }
     )
+    return _Known(digests=digests, originals=originals, catalogue=catalogue, totals=totals)
 
-    rows: list[_Row] = []
-    seen: dict[str, str] = {}  # id -> digest of events accepted earlier in this batch
-    duplicates = 0
-    dependent: set[str] = set()
-    for index, data in valid:
-        digest = event_digest(data)
-        event_id = data["id"]
-        earlier = stored_digest.get(event_id) or seen.get(event_id)
-        if earlier is not None:
-            if earlier == digest:
-                duplicates += 1
-            else:
-                result.rejected.append({"index": index, "id": event_id, "error": DUPLICATE_ID})
-            continue
-        try:
-            row = _row(index, data, digest, originals, catalogue)
-            if row.return_of is None:
-                _ledger_check(row, totals)
-        except _Rejection as rejection:
-            result.rejected.append({"index": index, "id": event_id, "error": str(rejection)})
-            continue
-        seen[event_id] = digest
-        rows.append(row)
-        if row.return_of is None:
-            originals[event_id] = _Original(
-                row.product_id, row.qty, row.amount_cents, row.categories, row.counted_at, in_batch=True
-            )
-        else:
-            original = originals[row.return_of]
-            original.returned_units += -row.qty
-            original.refunded_cents += row.amount_cents
-            if original.in_batch:
-                dependent.add(row.return_of)
-            originals[event_id] = _Original(
-                row.product_id, row.qty, row.amount_cents, row.categories, row.counted_at, is_return=True
-            )
-    return rows, duplicates, dependent
+
+def _remember(row: _Row, originals: dict[str, _Original], dependent: set[str]) -> None:
+    """Note an accepted row where the batch's later returns look: a sale may be returned, and a
+    return counts against what is left of its original."""
+    if row.return_of is not None:
+        original = originals[row.return_of]
+        original.returned_units += -row.qty
+        original.refunded_cents += row.amount_cents
+        if original.in_batch:
+            dependent.add(row.return_of)
+    originals[row.event_id] = _Original(
+        product_id=row.product_id,
+        qty=row.qty,
+        amount_cents=row.amount_cents,
+        categories=row.categories,
+        counted_at=row.counted_at,
+        is_return=row.return_of is not None,
+        in_batch=row.return_of is None,
+    )
 
 
 def _advisory_key(event_id: str) -> int:
@@ -403,7 +455,7 @@ def _ledger_check(row: _Row, totals: dict[str, list[int]]) -> None:
         )
     if total[1] + row.amount_cents > MAX_PRODUCT_TOTAL:
         raise _Rejection(
-            f"the lifetime revenue of product {row.product_id} would pass {_money(MAX_PRODUCT_TOTAL)}, "
+            f"the lifetime revenue of product {row.product_id} would pass {cents_text(MAX_PRODUCT_TOTAL)}, "
             "the most a ranking can count exactly"
         )
     total[0] += row.qty
@@ -427,61 +479,73 @@ def _ledger_add(rows: list[_Row], inserted: set[str]) -> None:
         )
 
 
-def _row(index, data, digest, originals, catalogue) -> _Row:
-    product_id = data["productId"]
-    qty = data["qty"]
-    return_of = data.get("returnOf")
+def _row(index: int, data: dict, digest: str, originals: dict[str, _Original], catalogue: dict) -> _Row:
+    """The row to store for a validated event; raises _Rejection if the stored data refuses it."""
+    if data.get("returnOf") is None:
+        return _sale_row(index, data, digest, catalogue)
+    return _return_row(index, data, digest, originals)
+
+
+def _sale_row(index: int, data: dict, digest: str, catalogue: dict[str, tuple[int, list[str]]]) -> _Row:
+    """A sale: what the event leaves out (categories, amount) comes from the catalogue."""
+    price_cents, catalogue_categories = catalogue.get(data["productId"], (0, []))
     amount = data.get("amount")
+    if amount is None:
+        amount_cents = price_cents * data["qty"]
+        if amount_cents > MAX_AMOUNT_CENTS:
+            raise _Rejection(
+                f"amount (catalogue price × qty) has more than {MAX_AMOUNT_DIGITS} digits before the point"
+            )
+    else:
+        amount_cents = to_cents(amount)
+    return _Row.of_event(
+        data,
+        index=index,
+        digest=digest,
+        categories=data.get("categories") or catalogue_categories,
+        amount_cents=amount_cents,
+        counted_at=data["ts"],
+    )
 
-    if return_of is None:
-        price_cents, catalogue_categories = catalogue.get(product_id, (0, []))
-        categories = data.get("categories") or catalogue_categories
-        if amount is None:
-            amount_cents = price_cents * qty
-            if amount_cents > MAX_AMOUNT_CENTS:
-                raise _Rejection("amount (catalogue price × qty) has more than 12 digits before the point")
-        else:
-            amount_cents = _to_cents(amount)
-        return _Row(
-            index, data["id"], data["ts"], product_id, categories, qty, amount_cents, None, data["ts"], digest
-        )
 
-    original = originals.get(return_of)
+def _return_row(index: int, data: dict, digest: str, originals: dict[str, _Original]) -> _Row:
+    """A return: it counts in its original's categories and month, within what is left of it."""
+    original = originals.get(data["returnOf"])
     if original is None:
         raise _Rejection("returnOf refers to an unknown sale")
     if original.is_return:
         raise _Rejection("returnOf refers to a return, not a sale")
-    if original.product_id != product_id:
+    if original.product_id != data["productId"]:
         raise _Rejection("returnOf refers to a sale of another product")
+    units = -data["qty"]
     units_left = original.qty - original.returned_units
-    if -qty > units_left:
-        raise _Rejection(f"return of {-qty} units exceeds the {units_left} not yet returned")
+    if units > units_left:
+        raise _Rejection(f"return of {units} units exceeds the {units_left} not yet returned")
+    return _Row.of_event(
+        data,
+        index=index,
+        digest=digest,
+        categories=list(original.categories),
+        amount_cents=_refund_cents(data.get("amount"), units, original),
+        counted_at=original.counted_at,
+    )
+
+
+def _refund_cents(amount, units: int, original: _Original) -> int:
+    """The refund of returning `units` of `original`: the amount given, or else the pro-rata share."""
     cents_left = original.amount_cents - original.refunded_cents
-    if amount is None:
-        # The return that completes the sale refunds what is left, so rounding
-        # of earlier partial refunds never makes the total exceed the sale.
-        if -qty == units_left:
-            amount_cents = cents_left
-        else:
-            amount_cents = min(_pro_rata_cents(original.amount_cents, -qty, original.qty), cents_left)
-    else:
-        amount_cents = _to_cents(amount)
+    if amount is not None:
+        amount_cents = to_cents(amount)
         if amount_cents > cents_left:
             raise _Rejection(
-                f"refund of {_money(amount_cents)} exceeds the {_money(cents_left)} not yet refunded"
+                f"refund of {cents_text(amount_cents)} exceeds the {cents_text(cents_left)} not yet refunded"
             )
-    return _Row(
-        index,
-        data["id"],
-        data["ts"],
-        product_id,
-        list(original.categories),
-        qty,
-        amount_cents,
-        return_of,
-        original.counted_at,
-        digest,
-    )
+        return amount_cents
+    # The return that completes the sale refunds what is left, so rounding
+    # of earlier partial refunds never makes the total exceed the sale.
+    if units == original.qty - original.returned_units:
+        return cents_left
+    return min(_pro_rata_cents(original.amount_cents, units, original.qty), cents_left)
 
 
 # Rows are locked in slug order, so that two batches marking the same categories never wait on each other.
@@ -603,39 +667,49 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
     if not rows:
         return set(), 0
     _ensure_categories(rows)
-    queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
     with connection.cursor() as cursor:
         cursor.execute(_STAGE)
-        with cursor.copy("COPY ingest_stage FROM STDIN (FORMAT BINARY)") as copy:
-            # Binary rows cost the server no text parsing: half the time of a text COPY.
-            copy.set_types(_STAGE_TYPES)
-            for row in rows:
-                key = tuple(row.categories)
-                queue = queue_of.get(key)
-                if queue is None:
-                    queue = queue_of[key] = _queue_entries(key, shards)
-                copy.write_row(
-                    (
-                        row.index,
-                        row.event_id,
-                        row.ts,
-                        row.product_id,
-                        ",".join(row.categories),
-                        row.qty,
-                        row.amount_cents,
-                        row.return_of,
-                        row.counted_at,
-                        row.digest,
-                        queue,
-                    )
-                )
+        _stage(cursor, rows, shards)
         cursor.execute(_PLACEHOLDER_PRODUCTS)
         cursor.execute(_INSERT)
         inserted = {event_id for (event_id,) in cursor.fetchall()}
         # Dropped now rather than at commit, so that a caller's outer transaction
         # can ingest again.
         cursor.execute("DROP TABLE ingest_stage")
-    # An id that a concurrent batch stored between our check and our insert.
+    return inserted, _late_duplicates(rows, inserted, result)
+
+
+def _stage(cursor, rows: list[_Row], shards: int) -> None:
+    """COPY the rows, each with its queue entries, into the staging table."""
+    queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
+    with cursor.copy("COPY ingest_stage FROM STDIN (FORMAT BINARY)") as copy:
+        # Binary rows cost the server no text parsing: half the time of a text COPY.
+        copy.set_types(_STAGE_TYPES)
+        for row in rows:
+            key = tuple(row.categories)
+            queue = queue_of.get(key)
+            if queue is None:
+                queue = queue_of[key] = _queue_entries(key, shards)
+            copy.write_row(
+                (
+                    row.index,
+                    row.event_id,
+                    row.ts,
+                    row.product_id,
+                    ",".join(row.categories),
+                    row.qty,
+                    row.amount_cents,
+                    row.return_of,
+                    row.counted_at,
+                    row.digest,
+                    queue,
+                )
+            )
+
+
+def _late_duplicates(rows: list[_Row], inserted: set[str], result: IngestResult) -> int:
+    """Of the rows not inserted (a concurrent batch stored their id between our check and our insert),
+    count the resends and reject the reused ids."""
     late_duplicates = 0
     raced = [row for row in rows if row.event_id not in inserted]
     if raced:
@@ -645,4 +719,4 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
                 late_duplicates += 1
             else:
                 result.rejected.append({"index": row.index, "id": row.event_id, "error": DUPLICATE_ID})
-    return inserted, late_duplicates
+    return late_duplicates

@@ -15,10 +15,10 @@ old version or the new one, each whole.
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -32,6 +32,7 @@ from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.aggregate import batch_replay
 from rankings.engine.shards import ALL, shard_count, shard_of, version_shards
+from rankings.engine.windows import Window
 from rankings.models import Batch, RankingVersion, ShardState
 
 log = logging.getLogger(__name__)
@@ -62,64 +63,102 @@ class BoardComparison:
         return self.live_total == self.new_total and self.live_top == self.new_top
 
 
-def active_number() -> int:
-    return RankingVersion.active_number()
-
-
 def _nothing(progress: float, message: str) -> None:
     pass
 
 
+# Where each phase of a build starts on its progress bar (0…1): aggregating the
+# raw sales takes most of a rebuild's time, writing the boards most of the rest.
+PROGRESS_SNAPSHOT = 0.02  # taking the snapshot and aggregating it
+PROGRESS_WRITE = 0.6  # writing the boards, shard by shard …
+PROGRESS_WRITE_SPAN = 0.3  # … over this much of the bar
+PROGRESS_CATCH_UP = 0.92  # replaying the batches ticked since the snapshot
+PROGRESS_DONE = 1.0
+
+
+@dataclass
+class _Snapshot:
+    """What a build read in one consistent snapshot of the raw sales."""
+
+    # shard -> (its batch sequence number, the instant its boards are exact at), as of the snapshot
+    positions: dict[int, tuple[int, float]]
+    # shard -> board (window, metric, category) -> product id -> score
+    boards: dict[int, dict]
+    sales: int
+
+
+class _BuildProgress:
+    """Records a build's progress on its version's row (where the admin reads it) and tells the caller."""
+
+    def __init__(self, number: int, progress: Progress):
+        self.number = number
+        self.progress = progress
+        self.started = time.monotonic()
+        self.sales: int | None = None  # known once the snapshot is aggregated
+
+    def __call__(self, fraction: float, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        fields = {"progress": fraction, "message": message}
+        if self.sales is not None:
+            fields.update(sales=self.sales, rate=self.sales / elapsed if elapsed else 0.0)
+        RankingVersion.objects.filter(number=self.number).update(**fields)
+        self.progress(fraction, message)
+
+
 def version_build(*, activate: bool = False, progress: Progress | None = None) -> RankingVersion:
     """Rebuild every board from raw sales into a new version; optionally switch to it."""
-    progress = progress or _nothing
     versions_fail_abandoned()
     number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
     # Built with the active version's count (changing it is a reshard, not a rebuild).
     shards = shard_count()
     version = RankingVersion.objects.create(number=number, state=RankingVersion.State.BUILDING, shards=shards)
-    started = time.monotonic()
-
-    def report(fraction: float, message: str, sales: int | None = None) -> None:
-        elapsed = time.monotonic() - started
-        fields = {"progress": fraction, "message": message}
-        if sales is not None:
-            fields.update(sales=sales, rate=sales / elapsed if elapsed else 0.0)
-        RankingVersion.objects.filter(number=number).update(**fields)
-        progress(fraction, message)
-
     with locks.build_lock(number):
         try:
-            report(0.02, "taking a snapshot of the raw sales")
-            watermark, boards, sales = _snapshot_aggregate(shards)
-            report(0.6, f"aggregated {sales:,} raw sales; writing boards", sales)
-            gen = store.generation(number)
-            store.shard_count_set(number, shards)
-            for shard in range(shards):
-                seq, asof = watermark[shard]
-                store.shard_replace(
-                    version=number, shard=shard, seq=seq, asof=asof, gen=gen, boards=boards.pop(shard, {})
-                )
-                report(0.6 + 0.3 * (shard + 1) / shards, f"wrote shard {shard + 1} of {shards}", sales)
-            report(0.92, "catching up with the batches ticked since the snapshot", sales)
-            for shard in range(shards):
-                _catch_up(number, shard)
-            RankingVersion.objects.filter(number=number).update(
-                state=RankingVersion.State.READY,
-                built_at=timezone.now(),
-                watermark={str(k): [seq, asof] for k, (seq, asof) in watermark.items()},
-            )
-            report(1.0, "ready", sales)
+            _build(number, shards, _BuildProgress(number, progress or _nothing))
         except BaseException as error:
-            RankingVersion.objects.filter(number=number).update(
-                state=RankingVersion.State.FAILED, message=f"failed: {error!r}"[:2000]
-            )
-            store.version_delete(number)
+            _build_failed(number, error)
             raise
     if activate:
         version_switch(number=number)
     version.refresh_from_db()
     return version
+
+
+def _build(number: int, shards: int, report: _BuildProgress) -> None:
+    """Snapshot and aggregate the raw sales, write the boards, catch up; the version is then ready."""
+    report(PROGRESS_SNAPSHOT, "taking a snapshot of the raw sales")
+    snapshot = _snapshot_aggregate(shards)
+    report.sales = snapshot.sales
+    report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; writing boards")
+    _write_boards(number, shards, snapshot, report)
+    report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
+    for shard in range(shards):
+        _catch_up(number, shard)
+    RankingVersion.objects.filter(number=number).update(
+        state=RankingVersion.State.READY, built_at=timezone.now()
+    )
+    report(PROGRESS_DONE, "ready")
+
+
+def _write_boards(number: int, shards: int, snapshot: _Snapshot, report: _BuildProgress) -> None:
+    """Replace each shard's boards of the version with the snapshot's, one shard at a time."""
+    gen = store.generation(number)
+    store.shard_count_set(number, shards)
+    for shard in range(shards):
+        seq, as_of = snapshot.positions[shard]
+        store.shard_replace(
+            version=number, shard=shard, seq=seq, asof=as_of, gen=gen, boards=snapshot.boards.pop(shard, {})
+        )
+        written = PROGRESS_WRITE + PROGRESS_WRITE_SPAN * (shard + 1) / shards
+        report(written, f"wrote shard {shard + 1} of {shards}")
+
+
+def _build_failed(number: int, error: BaseException) -> None:
+    """Mark the version failed, with the reason, and delete what Redis holds of it."""
+    RankingVersion.objects.filter(number=number).update(
+        state=RankingVersion.State.FAILED, message=f"failed: {error!r}"[:2000]
+    )
+    store.version_delete(number)
 
 
 # Every sale counts in its categories and in `all`: two plain GROUP BYs, with no
@@ -151,9 +190,9 @@ GROUP BY 1, 2, 3
 """
 
 
-def _snapshot_aggregate(shards_count: int):
+def _snapshot_aggregate(shards_count: int) -> _Snapshot:
     """Per shard (of `shards_count`): (seq, instant) of the snapshot, and every board as of that instant."""
-    with locks.all_shards_lock(shard_count()) as ticks, transaction.atomic():
+    with locks.all_shards_lock(shards_count) as ticks, transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # The first read fixes the snapshot, while no tick is between claim and apply;
@@ -165,23 +204,28 @@ def _snapshot_aggregate(shards_count: int):
             # and skip JIT compilation, which costs more than it saves here.
             cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
             cursor.execute("SET LOCAL jit = off")
-        watermark = {}
+        positions = {}
         for shard in range(shards_count):
-            seq, now = states.get(shard, (0, None))
-            watermark[shard] = (seq, now.timestamp() if now else 0.0)
+            seq, as_of = states.get(shard, (0, None))
+            positions[shard] = (seq, as_of.timestamp() if as_of else 0.0)
         boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
-        by_instant: dict[dt.datetime, list[int]] = defaultdict(list)
-        for shard, (_, now) in states.items():
-            if now is not None:
-                by_instant[now].append(shard)
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_export_snapshot()")
             (snapshot,) = cursor.fetchone()
             with _snapshot_connection(snapshot) as helper:
                 sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
-                for now, shards in by_instant.items():
-                    _aggregate_into(cursor, helper, boards, now, shards, shards_count)
-    return watermark, boards, sales
+                for as_of, shards in _shards_by_instant(states).items():
+                    _aggregate_into(cursor, helper, boards, as_of, shards, shards_count)
+    return _Snapshot(positions=positions, boards=boards, sales=sales)
+
+
+def _shards_by_instant(states: dict[int, tuple[int, dt.datetime | None]]) -> dict[dt.datetime, list[int]]:
+    """The shards that have ticked, grouped by the instant their boards are exact at (one aggregate each)."""
+    by_instant: dict[dt.datetime, list[int]] = defaultdict(list)
+    for shard, (_, as_of) in states.items():
+        if as_of is not None:
+            by_instant[as_of].append(shard)
+    return by_instant
 
 
 @contextmanager
@@ -199,68 +243,82 @@ def _snapshot_connection(snapshot: str):
         helper.rollback()
 
 
-def _aggregate_into(cursor, helper, boards, now: dt.datetime, shards: list[int], shards_count: int) -> None:
-    t = int(now.timestamp())
+def _aggregate_into(
+    cursor, helper, boards: dict[int, dict], as_of: dt.datetime, shards: list[int], shards_count: int
+) -> None:
+    """Fill in `boards` of `shards` as of `as_of`: each window's sales in the snapshot, less those pending."""
     windows = list(rankings_settings.windows.values())
-    sums, params = [], {}
+    sums, params = _window_sums(windows, as_of)
+    totals = _sale_totals(cursor, helper, sums, params)
+    _subtract_pending(cursor, totals, sums, params, shards_count)
+    _fill_boards(boards, totals, windows, set(shards), shards_count)
+
+
+def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
+    """The select list of every window's units and revenue as of `as_of` (in the order of `windows`,
+    units first), and its query parameters, with `oldest` and `stop` bounding all windows together."""
+    t = int(as_of.timestamp())
+    sums, starts, stops = [], [], []
+    params: dict = {"all": ALL}
     for i, w in enumerate(windows):
         first, last = w.bounds(t)
         params[f"f{i}"] = dt.datetime.fromtimestamp(first, tz=dt.UTC)
         params[f"t{i}"] = dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC)
+        starts.append(params[f"f{i}"])
+        stops.append(params[f"t{i}"])
         inside = f"s.counted_at >= %(f{i})s AND s.counted_at < %(t{i})s"
         sums.append(f"coalesce(sum(s.qty) FILTER (WHERE {inside}), 0)")
         sums.append(
             "coalesce(sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)"
             f" FILTER (WHERE {inside}), 0)::bigint"
         )
-    params.update(
-        all=ALL,
-        oldest=min(params[f"f{i}"] for i in range(len(windows))),
-        stop=max(params[f"t{i}"] for i in range(len(windows))),
-    )
+    params.update(oldest=min(starts), stop=max(stops))
+    return ", ".join(sums), params
+
+
+def _sale_totals(cursor, helper, sums: str, params: dict) -> dict[tuple[str, str], list[int]]:
+    """(category, product id) -> its window sums: the categories' GROUP BY on `cursor`, while the
+    board of every sale's runs on `helper`, a second connection on the same snapshot."""
     totals: dict[tuple[str, str], list[int]] = {}
-    every_sale: list = []
-    failures: list[BaseException] = []
-
-    def aggregate_all() -> None:
-        try:
-            every_sale.extend(helper.execute(_AGGREGATE_ALL.format(sums=", ".join(sums)), params))
-        except BaseException as error:  # re-raised below, in the caller's thread
-            failures.append(error)
-
-    board_of_all = threading.Thread(target=aggregate_all)
-    board_of_all.start()
-    try:
-        cursor.execute(_AGGREGATE_CATEGORIES.format(sums=", ".join(sums)), params)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        board_of_all = pool.submit(
+            lambda: helper.execute(_AGGREGATE_ALL.format(sums=sums), params).fetchall()
+        )
+        cursor.execute(_AGGREGATE_CATEGORIES.format(sums=sums), params)
         while rows := cursor.fetchmany(20_000):
             for category, product_id, *values in rows:
                 totals[(category, product_id)] = values
-    finally:
-        board_of_all.join()
-    if failures:
-        raise failures[0]
+        every_sale = board_of_all.result()  # re-raises, here, what failed in the other thread
     for category, product_id, *values in every_sale:
         totals[(category, product_id)] = values
-    cursor.execute(_PENDING.format(sums=", ".join(sums)), params)
+    return totals
+
+
+def _subtract_pending(cursor, totals: dict, sums: str, params: dict, shards_count: int) -> None:
+    """Take out of `totals` the sales a shard has not claimed yet: none of its boards holds them."""
+    cursor.execute(_PENDING.format(sums=sums), params)
     for shard, category, product_id, *values in cursor.fetchall():
         counted = totals.get((category, product_id))
         if counted is not None and shard_of(category, shards_count) == shard:
             totals[(category, product_id)] = [a - b for a, b in zip(counted, values, strict=True)]
+
+
+def _fill_boards(
+    boards: dict[int, dict], totals: dict, windows: list[Window], wanted: set[int], shards_count: int
+) -> None:
+    """Put each positive total on its board, for the categories of the `wanted` shards only."""
     names = [(w.name, metric) for w in windows for metric in METRICS]
-    wanted = set(shards)
-    targets: dict[str, list[dict] | None] = {}  # category -> its boards, in the order of `names`
+    # category -> its boards, in the order of `names`; a category of a shard not wanted has none
+    boards_of: dict[str, list[dict]] = {}
+    for category in dict.fromkeys(category for category, _ in totals):
+        shard = shard_of(category, shards_count)
+        if shard in wanted:
+            boards_of[category] = [boards[shard][(window, metric, category)] for window, metric in names]
     for (category, product_id), values in totals.items():
-        boards_of_category = targets.get(category, False)
-        if boards_of_category is False:
-            shard = shard_of(category, shards_count)
-            boards_of_category = targets[category] = (
-                [boards[shard][(window, metric, category)] for window, metric in names]
-                if shard in wanted
-                else None
-            )
-        if boards_of_category is None:
+        category_boards = boards_of.get(category)
+        if category_boards is None:
             continue
-        for board, value in zip(boards_of_category, values, strict=True):
+        for board, value in zip(category_boards, values, strict=True):
             if value > 0:
                 board[product_id] = value
     for shard_boards in boards.values():  # boards of categories without a positive score stay out
@@ -315,7 +373,7 @@ def version_switch(*, number: int) -> RankingVersion:
         with locks.all_shards_lock(shard_count()):
             for shard in range(target.shards):
                 _catch_up(number, shard)
-            previous = active_number()
+            previous = RankingVersion.active_number()
             with transaction.atomic():
                 now = timezone.now()
                 RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE).update(
@@ -345,7 +403,7 @@ def version_switch(*, number: int) -> RankingVersion:
 
 def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
     """Each board's top-N and size in the active version against version `number`, at the same batch."""
-    live = active_number()
+    live = RankingVersion.active_number()
     comparisons = []
     for shard in range(version_shards(number)):
         with locks.shard_lock(shard):

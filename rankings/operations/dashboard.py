@@ -32,7 +32,6 @@ def operations_read() -> dict:
         "windows": windows,
         "ticks": list(TickLog.objects.all()[:20]),
         "versions": list(RankingVersion.objects.exclude(state=RankingVersion.State.DELETED)[:20]),
-        "memory": memory,
         "hourly": units_per_hour(),
         "redis_safety": redis_safety(),
     }

@@ -21,7 +21,8 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from catalogue.models import Category, Product
-from rankings.ingest.imports import CHUNK_EVENTS
+from catalogue.money import cents_text
+from rankings.ingest.imports import CHUNK_EVENTS, chunked
 from rankings.ingest.sales import IngestResult, sales_ingest
 
 CATEGORY_NAMES = [
@@ -132,7 +133,7 @@ def demo_events(
             "productId": product_id,
             "categories": categories,
             "qty": qty,
-            "amount": f"{cents // 100}.{cents % 100:02d}",
+            "amount": cents_text(cents),
         }
         if rng.random() < shape.return_share:
             yield {
@@ -176,7 +177,7 @@ def demo_seed(
     count = 0
     expected = round(shape.sales * (1 + shape.return_share))
     with tqdm(total=expected, unit="ev", unit_scale=True, desc="demo sales", disable=not progress) as bar:
-        while chunk := list(itertools.islice(events, CHUNK_EVENTS)):
+        for chunk in chunked(events, CHUNK_EVENTS):
             result.merge(sales_ingest(events=chunk, source="demo"), offset=count)
             count += len(chunk)
             bar.update(len(chunk))
