@@ -53,7 +53,7 @@ def _generate(total: int) -> None:
             print(f"  generated {min(total, first + step - 1):,} sales", flush=True)
         cursor.execute("ANALYZE rankings_sale")
     now = timezone.now()
-    ShardState.objects.bulk_create([ShardState(shard=s, seq=0, now=now) for s in range(shard_count())])
+    ShardState.objects.bulk_create([ShardState(shard=s, seq=0, as_of=now) for s in range(shard_count())])
 
 
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:

@@ -130,7 +130,7 @@ class ShardState(models.Model):
 
     shard = models.PositiveSmallIntegerField(primary_key=True)
     seq = models.BigIntegerField(default=0)
-    now = models.DateTimeField(null=True)
+    as_of = models.DateTimeField(null=True)
     too_old = models.BigIntegerField(default=0, help_text="sales too old for every window")
     # A shard whose tick raised is retried with a growing wait; a success clears these.
     failures = models.PositiveIntegerField(default=0, help_text="consecutive failed ticks")
@@ -139,7 +139,7 @@ class ShardState(models.Model):
 
 
 class Batch(models.Model):
-    """One committed batch of a shard: the net board changes as its clock moved to `now`.
+    """One committed batch of a shard: the net board changes as its clock moved to `as_of`.
 
     Committed before it is applied to Redis and marked applied after; a tick
     that finds an unapplied batch replays it, and Redis refuses a sequence
@@ -151,7 +151,7 @@ class Batch(models.Model):
     pk = models.CompositePrimaryKey("shard", "seq")
     shard = models.PositiveSmallIntegerField()
     seq = models.BigIntegerField()
-    now = models.DateTimeField()
+    as_of = models.DateTimeField()
     changes = models.JSONField(help_text="[[window, metric, category, productId, delta], …]")
     sales = models.IntegerField(default=0)
     applied = models.BooleanField(default=False)
@@ -170,7 +170,7 @@ class TickLog(models.Model):
 
     started_at = models.DateTimeField(db_index=True)
     # The engine's instant, by which the log is pruned.
-    now = models.DateTimeField(db_index=True)
+    as_of = models.DateTimeField(db_index=True)
     duration_ms = models.FloatField()
     sales = models.IntegerField(default=0)
     batches = models.IntegerField(default=0)

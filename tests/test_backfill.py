@@ -240,7 +240,9 @@ def test_expiry_deletes_the_keys_left_by_failed_versions_and_dead_rebuilds(redis
     shop.tick()
     RankingVersion.objects.create(number=7, state=RankingVersion.State.FAILED, shards=shard_count())
     store.generation(7)
-    store.shard_replace(version=7, shard=0, seq=1, asof=1.0, gen="g", boards={("7d", "units", "x"): {"p": 1}})
+    store.shard_replace(
+        version=7, shard=0, seq=1, as_of=1.0, gen="g", boards={("7d", "units", "x"): {"p": 1}}
+    )
     prefix = settings_prefix()
     leaked = f"{prefix}:v1:{{s0}}:b:7d:units:x:rebuild:dead"
     running = f"{prefix}:v1:{{s0}}:b:7d:units:y:rebuild:live"

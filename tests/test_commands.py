@@ -91,7 +91,7 @@ def test_rankings_tick_refuses_a_now_far_ahead_of_the_clock():
     with pytest.raises(CommandError, match="ahead of the clock.*--allow-future"):
         call_command("rankings_tick", "--now", ahead.isoformat())
 
-    assert not ShardState.objects.filter(now__isnull=False).exists()
+    assert not ShardState.objects.filter(as_of__isnull=False).exists()
 
 
 def test_rankings_tick_accepts_a_near_future_and_a_far_one_with_allow_future(capsys):
@@ -100,7 +100,7 @@ def test_rankings_tick_accepts_a_near_future_and_a_far_one_with_allow_future(cap
     near = timezone.now() + dt.timedelta(seconds=rankings_settings.MAX_FUTURE_SECONDS - 60)
     call_command("rankings_tick", "--now", near.isoformat())
     call_command("rankings_tick", "--now", "2099-01-01T00:00:00Z", "--allow-future")
-    assert set(ShardState.objects.values_list("now", flat=True)) == {dt.datetime(2099, 1, 1, tzinfo=dt.UTC)}
+    assert set(ShardState.objects.values_list("as_of", flat=True)) == {dt.datetime(2099, 1, 1, tzinfo=dt.UTC)}
     assert shop.top() == []
 
 
@@ -140,7 +140,7 @@ def test_rankings_clock_reset_to_a_given_instant():
     # the last second of the hour before p2's: p2 is in no window yet, p1 only in the hour-bucket ones
     to = shop.now.replace(minute=0, second=0) - dt.timedelta(seconds=1)
     call_command("rankings_clock_reset", "--to", to.isoformat())
-    assert set(ShardState.objects.values_list("now", flat=True)) == {to}
+    assert set(ShardState.objects.values_list("as_of", flat=True)) == {to}
     assert shop.top(window="1h") == []
     assert shop.top(window="1d") == [("p1", 3)]
     shop.assert_exact()

@@ -34,7 +34,7 @@ def test_buckets_are_deleted_once_every_window_and_chart_has_left_them():
     """Minute buckets go two hours behind their shard's clock, hour buckets 32 days behind; no sooner."""
     # given a shard whose clock stands at `now`, and buckets of every age
     now = dt.datetime(2026, 6, 15, 12, 0, tzinfo=dt.UTC)
-    ShardState.objects.create(shard=0, now=now)
+    ShardState.objects.create(shard=0, as_of=now)
     Bucket.objects.bulk_create(
         [
             _bucket(0, 60, now - dt.timedelta(minutes=59)),  # in the 1h window
@@ -59,8 +59,8 @@ def test_each_shard_is_measured_by_its_own_clock(settings):
     # given shard 1 two days behind shard 0; a minute bucket 3 hours behind shard 0's clock, and one
     # 30 minutes behind shard 1's (two days behind shard 0's)
     now = dt.datetime(2026, 6, 15, 12, 0, tzinfo=dt.UTC)
-    ShardState.objects.create(shard=0, now=now)
-    ShardState.objects.create(shard=1, now=now - 2 * DAY)
+    ShardState.objects.create(shard=0, as_of=now)
+    ShardState.objects.create(shard=1, as_of=now - 2 * DAY)
     Bucket.objects.bulk_create([_bucket(0, 60, now - 3 * HOUR), _bucket(1, 60, now - 2 * DAY - 30 * MINUTE)])
     # when
     tasks.prune()
@@ -74,7 +74,7 @@ def test_a_keep_shorter_than_a_window_is_raised_to_the_window(settings):
     # given a keep of one minute for minute buckets, and a bucket 30 minutes old
     settings.RANKINGS = {**settings.RANKINGS, "MINUTE_BUCKETS_KEEP_SECONDS": 60}
     now = dt.datetime(2026, 6, 15, 12, 0, tzinfo=dt.UTC)
-    ShardState.objects.create(shard=0, now=now)
+    ShardState.objects.create(shard=0, as_of=now)
     Bucket.objects.bulk_create([_bucket(0, 60, now - 30 * MINUTE)])
     # when
     tasks.prune()
@@ -87,17 +87,17 @@ def test_logs_are_pruned_by_the_engine_clock_not_the_wall_clock(settings):
     """A history replayed in the past is pruned as it was live: by the instant the ticks reached."""
     # given an engine clock in 2020, logs of 2020 from 1 and 5 days before it, batches of 1 and 3 hours
     now = dt.datetime(2020, 3, 10, 12, 0, tzinfo=dt.UTC)
-    ShardState.objects.create(shard=0, now=now, seq=4)
+    ShardState.objects.create(shard=0, as_of=now, seq=4)
     for age in (1, 5):
         IngestLog.objects.create(at=now - age * DAY, source="api", accepted=1, duplicates=0, rejected=0)
-        TickLog.objects.create(started_at=dt.datetime.now(dt.UTC), now=now - age * DAY, duration_ms=1)
+        TickLog.objects.create(started_at=dt.datetime.now(dt.UTC), as_of=now - age * DAY, duration_ms=1)
     for seq, age, applied in ((1, 3, True), (2, 3, False), (3, 1, True)):
-        Batch.objects.create(shard=0, seq=seq, now=now - age * HOUR, changes=[], applied=applied)
+        Batch.objects.create(shard=0, seq=seq, as_of=now - age * HOUR, changes=[], applied=applied)
     # when
     tasks.prune()
     # then the wall clock (years later) deleted nothing the engine still keeps
     assert [now - at for at in IngestLog.objects.values_list("at", flat=True)] == [DAY]
-    assert [now - t for t in TickLog.objects.values_list("now", flat=True)] == [DAY]
+    assert [now - t for t in TickLog.objects.values_list("as_of", flat=True)] == [DAY]
     # and an unapplied batch stays until a tick applies it
     assert sorted(Batch.objects.values_list("seq", flat=True)) == [2, 3]
 
@@ -107,9 +107,9 @@ def test_the_tick_leaves_pruning_to_the_prune_task():
     """Ticks only add to their logs: one place deletes, by one clock."""
     # given an old tick log row and an old applied batch
     now = dt.datetime(2026, 6, 15, 12, 0, tzinfo=dt.UTC)
-    TickLog.objects.create(started_at=now - 10 * DAY, now=now - 10 * DAY, duration_ms=1)
-    Batch.objects.create(shard=0, seq=1, now=now - 10 * DAY, changes=[], applied=True)
-    ShardState.objects.create(shard=0, seq=1, now=now - 10 * DAY)
+    TickLog.objects.create(started_at=now - 10 * DAY, as_of=now - 10 * DAY, duration_ms=1)
+    Batch.objects.create(shard=0, seq=1, as_of=now - 10 * DAY, changes=[], applied=True)
+    ShardState.objects.create(shard=0, seq=1, as_of=now - 10 * DAY)
     # when a tick runs
     tick(now=now)
     # then it kept them, and the prune task deletes them

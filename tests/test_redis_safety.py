@@ -165,7 +165,7 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
     """After every Redis call of a rebuild, each blob agrees with its board (what a reader sees)."""
     version, shard = 1, _shard("toys")
     boards = {("7d", "units", "toys"): {"p1": 5, "p2": 3}, ("7d", "revenue", "toys"): {"p1": 500, "p2": 300}}
-    store.shard_replace(version=version, shard=shard, seq=1, asof=1.0, gen="g", boards=boards)
+    store.shard_replace(version=version, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
     real_client = store.patient
     mismatches = []
     scripts = []
@@ -195,7 +195,7 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
     monkeypatch.setattr(store, "patient", lambda: Watched(real_client()))
     # when the shard is rebuilt with other scores
     boards = {("7d", "units", "toys"): {"p2": 9, "p3": 1}, ("7d", "revenue", "toys"): {"p2": 900, "p3": 100}}
-    store.shard_replace(version=version, shard=shard, seq=2, asof=2.0, gen="g", boards=boards)
+    store.shard_replace(version=version, shard=shard, seq=2, as_of=2.0, gen="g", boards=boards)
     # then no reader could have seen a board with a blob of another content
     assert scripts and mismatches == []
     assert store.board_read_all(store.board_key(version, shard, "7d", "units", "toys")) == [
@@ -224,7 +224,7 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
 
     monkeypatch.setattr(store, "shard_board_keys", die)
     with pytest.raises(SystemExit):
-        store.shard_replace(version=1, shard=shard, seq=1, asof=1.0, gen="g", boards=boards)
+        store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
     left = _temporary_keys(redis_client)
     assert len(left) == 2 and all(0 < redis_client.ttl(k) <= 1 for k in left)
     # then they are gone once their time is up
@@ -232,7 +232,7 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
     assert _temporary_keys(redis_client) == []
     # and a rebuild that completes leaves boards without any TTL
     monkeypatch.setattr(store, "shard_board_keys", real)
-    store.shard_replace(version=1, shard=shard, seq=1, asof=1.0, gen="g", boards=boards)
+    store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
     board = store.board_key(1, shard, "7d", "units", "toys")
     assert redis_client.ttl(board) == -1
     assert redis_client.ttl(store.blob_key(1, shard, "7d", "units", "toys")) == -1
@@ -241,7 +241,7 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
 def test_a_swap_whose_temporary_board_expired_changes_nothing(monkeypatch, redis_client):
     shard = _shard("toys")
     old = {("7d", "units", "toys"): {"p1": 5}}
-    store.shard_replace(version=1, shard=shard, seq=1, asof=1.0, gen="g", boards=old)
+    store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=old)
     real = store.shard_board_keys
 
     def expire_one_then_list(*args):
@@ -251,6 +251,6 @@ def test_a_swap_whose_temporary_board_expired_changes_nothing(monkeypatch, redis
     monkeypatch.setattr(store, "shard_board_keys", expire_one_then_list)
     new = {("7d", "units", "toys"): {"p2": 9}, ("1d", "units", "toys"): {"p2": 9}}
     with pytest.raises(store.Refused, match="temporary board"):
-        store.shard_replace(version=1, shard=shard, seq=2, asof=2.0, gen="g", boards=new)
+        store.shard_replace(version=1, shard=shard, seq=2, as_of=2.0, gen="g", boards=new)
     assert store.board_read_all(store.board_key(1, shard, "7d", "units", "toys")) == [("p1", 5)]
     assert store.shard_state(1, shard)["seq"] == "1"

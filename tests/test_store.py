@@ -40,11 +40,11 @@ CALLS = {
     "generation_get": lambda: store.generation_get(1),
     "shard_generation": lambda: store.shard_generation(1, 0),
     "batch_apply": lambda: store.batch_apply(
-        version=1, shard=0, seq=1, asof=1.0, gen="g", changes=[store.Change("7d", "units", "toys", "p1", 1)]
+        version=1, shard=0, seq=1, as_of=1.0, gen="g", changes=[store.Change("7d", "units", "toys", "p1", 1)]
     ),
-    "shard_touch": lambda: store.shard_touch(version=1, shard=0, seq=1, asof=1.0, gen="g"),
+    "shard_touch": lambda: store.shard_touch(version=1, shard=0, seq=1, as_of=1.0, gen="g"),
     "shard_replace": lambda: store.shard_replace(
-        version=1, shard=0, seq=1, asof=1.0, gen="g", boards={("7d", "units", "toys"): {"p1": 1}}
+        version=1, shard=0, seq=1, as_of=1.0, gen="g", boards={("7d", "units", "toys"): {"p1": 1}}
     ),
     "shard_board_keys": lambda: store.shard_board_keys(1, 0),
     "board_read_all": lambda: store.board_read_all(KEY),
@@ -57,7 +57,7 @@ CALLS = {
     "members_ranks": lambda: store.members_ranks(
         version=1, window="7d", metric="units", product_id="p1", boards=[(0, "toys")]
     ),
-    "shard_asof": lambda: store.shard_asof(version=1, shard=0),
+    "shard_as_of": lambda: store.shard_as_of(version=1, shard=0),
     "board_heads": lambda: store.board_heads(version=1, boards=[(0, "7d", "units", "toys", 10)]),
     "boards_summary": lambda: store.boards_summary(1),
     "blob_read": lambda: store.blob_read(store.blob_key(1, 0, "7d", "units", "toys")),
@@ -120,14 +120,14 @@ def test_scripts_are_loaded_once_and_called_by_their_sha(own_redis):
     r.config_resetstat()
     for seq in (1, 2):
         change = store.Change("7d", "units", "toys", "p1", seq)
-        store.batch_apply(version=1, shard=0, seq=seq, asof=float(seq), gen="g", changes=[change])
+        store.batch_apply(version=1, shard=0, seq=seq, as_of=float(seq), gen="g", changes=[change])
     stats = r.info("commandstats")
     assert "cmdstat_eval" not in stats
     assert stats["cmdstat_evalsha"]["calls"] >= 2
     # and a Redis that forgot its scripts (a restart) is sent the script again
     r.script_flush()
     change = store.Change("7d", "units", "toys", "p1", 3)
-    assert store.batch_apply(version=1, shard=0, seq=3, asof=3.0, gen="g", changes=[change]) == 1
+    assert store.batch_apply(version=1, shard=0, seq=3, as_of=3.0, gen="g", changes=[change]) == 1
     assert store.board_read_all(KEY) == [("p1", 6)]
 
 

@@ -77,7 +77,7 @@ def test_a_shard_whose_fold_fails_is_isolated_retried_with_backoff_and_recovers_
         # then the other shards advanced and are exact
         assert report.failed_shards == [poison_shard]
         for state in ShardState.objects.exclude(shard=poison_shard):
-            assert state.now == shop.now
+            assert state.as_of == shop.now
             assert state.failures == 0
         assert not PendingSale.objects.exclude(shard=poison_shard).exists()
         assert shop.top(healthy) == [("c", 4), ("a", 2), ("b", 1), ("d", 1)]
@@ -85,7 +85,7 @@ def test_a_shard_whose_fold_fails_is_isolated_retried_with_backoff_and_recovers_
         shop.assert_exact()
         # and the failing one was rolled back and is reported with a backoff
         failing = ShardState.objects.get(shard=poison_shard)
-        assert failing.now == shop.now - dt.timedelta(minutes=5)
+        assert failing.as_of == shop.now - dt.timedelta(minutes=5)
         assert PendingSale.objects.filter(shard=poison_shard).count() == 1
         assert shop.top(poison) == [("a", 2)]
         assert failing.failures == 1 and "poison_check" in failing.last_error
@@ -122,7 +122,7 @@ def test_a_shard_whose_fold_fails_is_isolated_retried_with_backoff_and_recovers_
     assert report.failed_shards == []
     recovered = ShardState.objects.get(shard=poison_shard)
     assert (recovered.failures, recovered.last_error, recovered.retry_at) == (0, "", None)
-    assert recovered.now == shop.now
+    assert recovered.as_of == shop.now
     assert not PendingSale.objects.exists()
     assert shop.top(poison) == [("c", 4), ("a", 2)]
     assert status_read()["failingShards"] == []
@@ -292,7 +292,7 @@ def test_a_large_transition_is_applied_in_bounded_steps_exactly(small_steps):
     assert all(len(b.changes) <= small_steps for b in batches)
     # 20 products x 2 metrics x 4 windows, each leaving its board once
     assert sum(len(b.changes) for b in batches) == 20 * 2 * 4
-    assert [b.now for b in batches] == [old_now] * (len(batches) - 1) + [shop.now]
+    assert [b.as_of for b in batches] == [old_now] * (len(batches) - 1) + [shop.now]
     assert all(b.applied for b in batches)
     assert float(store.shard_state(1, shard)["asof"]) == shop.now.timestamp()
     assert shop.top() == []

@@ -56,7 +56,7 @@ class ClockWentBackwards(ValueError):
 
 @dataclass
 class TickReport:
-    now: dt.datetime
+    as_of: dt.datetime
     sales: int = 0
     batches: int = 0
     redis_writes: int = 0
@@ -81,14 +81,17 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     latest = (
-        ShardState.objects.filter(now__isnull=False).order_by("-now").values_list("now", flat=True).first()
+        ShardState.objects.filter(as_of__isnull=False)
+        .order_by("-as_of")
+        .values_list("as_of", flat=True)
+        .first()
     )
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
     # Refused before anything is claimed: under another count the queue's shards would match nothing.
     shards = shard_count_checked()
-    report = TickReport(now=now)
+    report = TickReport(as_of=now)
     for shard in range(shards):
         with locks.shard_try_lock(shard) as acquired:
             if not acquired:
@@ -99,7 +102,7 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     if log_tick:
         TickLog.objects.create(
             started_at=started,
-            now=now,
+            as_of=now,
             duration_ms=report.duration_ms,
             sales=report.sales,
             batches=report.batches,
@@ -208,17 +211,17 @@ def _claim_and_record(*, shard: int, shards: int, now: dt.datetime, limit: int) 
     their buckets and record the change as batches. None when the shard has nothing to do."""
     with transaction.atomic():
         state = ShardState.objects.select_for_update().get(shard=shard)
-        if state.now is not None and now < state.now:
+        if state.as_of is not None and now < state.as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
         claimed = _claim(shard=shard, limit=limit)
-        if claimed == 0 and state.now == now:
+        if claimed == 0 and state.as_of == now:
             return None
-        changes, too_old = _changes(shard=shard, shards=shards, old_now=state.now, new_now=now)
+        changes, too_old = _changes(shard=shard, shards=shards, old_now=state.as_of, new_now=now)
         _fold(shard=shard)
         batches = (
             _record(state=state, changes=changes, claimed=claimed, now=now) if claimed or changes else []
         )
-        state.now = now
+        state.as_of = now
         state.too_old += too_old
         state.save()
     return _Step(claimed=claimed, too_old=too_old, seq=state.seq, batches=batches)
@@ -236,7 +239,7 @@ def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now
                 shard=state.shard,
                 seq=state.seq,
                 # Readers are told the new instant only when every step is in.
-                now=now if last or state.now is None else state.now,
+                as_of=now if last or state.as_of is None else state.as_of,
                 changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in step],
                 sales=claimed if last else 0,
             )
@@ -255,7 +258,7 @@ def _apply_step(
         report.batches += 1
         _apply(batch=batch, version=version, gen=gen, report=report)
     if not step.batches and not store.shard_touch(
-        version=version, shard=shard, seq=step.seq, asof=_epoch(now), gen=gen
+        version=version, shard=shard, seq=step.seq, as_of=_epoch(now), gen=gen
     ):
         shard_rebuild(shard=shard, version=version, gen=gen)
         report.rebuilt_shards += 1
@@ -286,7 +289,7 @@ def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
         version=version,
         shard=batch.shard,
         seq=batch.seq,
-        asof=_epoch(batch.now),
+        as_of=_epoch(batch.as_of),
         gen=gen,
         changes=[store.Change(*row) for row in batch.changes],
     )
@@ -427,9 +430,9 @@ def clock_reset(*, to: dt.datetime) -> list[int]:
             ShardState.objects.get_or_create(shard=shard)
             with transaction.atomic():
                 state = ShardState.objects.select_for_update().get(shard=shard)
-                state.now = to
+                state.as_of = to
                 state.seq += 1
-                state.save(update_fields=["now", "seq"])
+                state.save(update_fields=["as_of", "seq"])
             # After the commit: should the rebuild fail, Redis lacks the skipped number and
             # the next tick rebuilds the shard.
             shard_rebuild(shard=shard, version=version, gen=gen)
@@ -445,19 +448,19 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
     with transaction.atomic():
         state = ShardState.objects.select_for_update().get(shard=shard)
         boards: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
-        if state.now is not None:
-            now_t = int(_epoch(state.now))
+        if state.as_of is not None:
+            as_of_t = int(_epoch(state.as_of))
             with connection.cursor() as cursor:
                 for w in rankings_settings.windows.values():
-                    first, last = w.bounds(now_t)
+                    first, last = w.bounds(as_of_t)
                     cursor.execute(_BUCKET_SUMS, [shard, w.bucket_seconds, first, last])
                     for category, product_id, units, cents in cursor.fetchall():
                         boards[(w.name, "units", category)][product_id] = units
                         boards[(w.name, "revenue", category)][product_id] = cents
-        as_of = _epoch(state.now) if state.now else 0.0
-        store.shard_replace(version=version, shard=shard, seq=state.seq, asof=as_of, gen=gen, boards=boards)
+        as_of = _epoch(state.as_of) if state.as_of else 0.0
+        store.shard_replace(version=version, shard=shard, seq=state.seq, as_of=as_of, gen=gen, boards=boards)
         Batch.objects.filter(shard=shard, seq__lte=state.seq, applied=False).update(applied=True)
     # A shard that never ticked has nothing to lose; any other was lost by Redis.
-    (log.warning if state.now is not None else log.info)(
+    (log.warning if state.as_of is not None else log.info)(
         "rebuilt shard %s of version %s from buckets", shard, version
     )

@@ -33,7 +33,10 @@ class PruneReport:
 def engine_now() -> dt.datetime | None:
     """The latest instant any shard has ticked to; None before the first tick."""
     latest = (
-        ShardState.objects.filter(now__isnull=False).order_by("-now").values_list("now", flat=True).first()
+        ShardState.objects.filter(as_of__isnull=False)
+        .order_by("-as_of")
+        .values_list("as_of", flat=True)
+        .first()
     )
     return _believable(latest) if latest is not None else None
 
@@ -95,13 +98,13 @@ def buckets_prune() -> int:
     """
     sizes = sorted({w.bucket_seconds for w in rankings_settings.windows.values()})
     deleted = 0
-    for shard, now in ShardState.objects.filter(now__isnull=False).values_list("shard", "now"):
+    for shard, as_of in ShardState.objects.filter(as_of__isnull=False).values_list("shard", "as_of"):
         for size in sizes:
             keep = bucket_keep_seconds(size)
             if keep is None:
                 continue
             # Buckets are aligned to their size: everything that starts before this one has left.
-            cutoff = int(_believable(now).timestamp()) - keep
+            cutoff = int(_believable(as_of).timestamp()) - keep
             cutoff -= cutoff % size
             deleted += _delete_chunks(
                 Bucket._meta.db_table, "shard = %s AND size = %s AND start < %s", [shard, size, cutoff]
@@ -116,7 +119,7 @@ def ingest_log_prune(now: dt.datetime) -> int:
 
 def tick_log_prune(now: dt.datetime) -> int:
     cutoff = now - dt.timedelta(seconds=rankings_settings.TICK_LOG_KEEP_SECONDS)
-    return _delete_chunks(TickLog._meta.db_table, "now < %s", [cutoff])
+    return _delete_chunks(TickLog._meta.db_table, "as_of < %s", [cutoff])
 
 
 def verify_log_prune(now: dt.datetime) -> int:
@@ -127,7 +130,7 @@ def verify_log_prune(now: dt.datetime) -> int:
 def batches_prune(now: dt.datetime) -> int:
     """Applied batches past the log's keep; an unapplied one is kept until a tick applies it."""
     cutoff = now - dt.timedelta(seconds=rankings_settings.BATCH_LOG_SECONDS)
-    return _delete_chunks(Batch._meta.db_table, "applied AND now < %s", [cutoff])
+    return _delete_chunks(Batch._meta.db_table, "applied AND as_of < %s", [cutoff])
 
 
 def partitions_prepare(now: dt.datetime) -> list[str]:

@@ -8,6 +8,9 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
     P:vV:gen                         generation marker; missing = Redis lost data
     P:vV:shards                      the version's shard count, for readers
     P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen
+                                     (asof is the shard's as_of, epoch seconds; the
+                                     field keeps its stored name so a running
+                                     deployment's state stays readable)
     P:vV:{sS}:b:<window>:<metric>:<category>
                                      the board: a sorted set, product -> -score
     P:vV:{sS}:t:<window>:<metric>:<category>
@@ -407,7 +410,7 @@ end
 # Apply one batch of a shard, exactly once: the batch's sequence number must be
 # the next one and the shard's generation must match, or nothing is written.
 # KEYS: state, then triples (board, other metric's board, blob).
-# ARGV: seq, asof, gen, blob size, then triples (board index, member, increment).
+# ARGV: seq, as_of, gen, blob size, then triples (board index, member, increment).
 # Returns 1 = applied, 0 = already applied (a replay), -1 = the shard must be
 # rebuilt (Redis lost it, or a batch is missing).
 _APPLY = (
@@ -431,7 +434,7 @@ return 1
 """
 )
 
-# Move a shard's asof forward when the clock moved but no board changed;
+# Move a shard's as_of forward when the clock moved but no board changed;
 # only if Redis holds exactly the batch the caller believes it holds.
 _TOUCH = """
 local state = KEYS[1]
@@ -449,7 +452,7 @@ return 1
 # must not inherit it, as RENAME would make it. If a temporary board is gone,
 # nothing at all is changed.
 # KEYS: state, then pairs (temporary, live), then triples (board, other
-# metric's board, blob); ARGV: seq, asof, gen, number of pairs, blob size, then
+# metric's board, blob); ARGV: seq, as_of, gen, number of pairs, blob size, then
 # stale live keys.
 _SWAP = (
     _BLOBS
@@ -518,12 +521,12 @@ def _board_keys(version: int, shard: int, window: str, metric: str, category: st
 
 @_translated
 def batch_apply(
-    *, version: int, shard: int, seq: int, asof: float, gen: str, changes: Iterable[Change]
+    *, version: int, shard: int, seq: int, as_of: float, gen: str, changes: Iterable[Change]
 ) -> int:
     """Apply a batch's changes atomically with its sequence number and blobs; see _APPLY."""
     keys = [state_key(version, shard)]
     index: dict[tuple, int] = {}
-    argv: list = [seq, repr(asof), gen, BLOB_SIZE]
+    argv: list = [seq, repr(as_of), gen, BLOB_SIZE]
     for c in changes:
         if (c.window, c.category) not in index:
             # Both metrics' blobs show both scores: a change to one rewrites both.
@@ -536,9 +539,9 @@ def batch_apply(
 
 
 @_translated
-def shard_touch(*, version: int, shard: int, seq: int, asof: float, gen: str) -> bool:
-    """Advance a shard's asof; False when Redis does not hold the shard at `seq` (rebuild it)."""
-    args = [str(seq), repr(asof), gen]
+def shard_touch(*, version: int, shard: int, seq: int, as_of: float, gen: str) -> bool:
+    """Advance a shard's as_of; False when Redis does not hold the shard at `seq` (rebuild it)."""
+    args = [str(seq), repr(as_of), gen]
     return bool(_script(_TOUCH)(keys=[state_key(version, shard)], args=args, client=patient()))
 
 
@@ -548,7 +551,7 @@ def shard_replace(
     version: int,
     shard: int,
     seq: int,
-    asof: float,
+    as_of: float,
     gen: str,
     boards: dict[tuple[str, str, str], dict[str, int]],
 ) -> None:
@@ -579,7 +582,7 @@ def shard_replace(
         for k in _board_keys(version, shard, window, metric, category)
     ]
     keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys
-    args = [seq, repr(asof), gen, len(pairs), BLOB_SIZE, *stale]
+    args = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, *stale]
     _script(_SWAP)(keys=keys, args=args, client=r)
 
 
@@ -651,7 +654,7 @@ def keys_delete(keys: list[str]) -> int:
 
 @dataclass
 class BoardSlice:
-    asof: float | None
+    as_of: float | None
     total: int
     rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score)
 
@@ -670,11 +673,11 @@ def board_slice(
         pipe = r.pipeline(transaction=False)
         pipe.get(blob_key(version, shard, window, metric, category))
         pipe.hget(state_key(version, shard), "asof")
-        blob, asof = pipe.execute()
+        blob, as_of = pipe.execute()
         if blob is not None:
             data = json.loads(blob)
             return BoardSlice(
-                asof=float(asof) if asof else None,
+                as_of=float(as_of) if as_of else None,
                 total=data["total"],
                 rows=[(m, int(s), int(o)) for m, s, o in data["rows"][start : stop + 1]],
             )
@@ -683,7 +686,7 @@ def board_slice(
     pipe.zrange(key, start, stop, withscores=True)
     pipe.zcard(key)
     pipe.hget(state_key(version, shard), "asof")
-    rows, total, asof = pipe.execute()
+    rows, total, as_of = pipe.execute()
     members = [m for m, _ in rows]
     others = (
         r.zmscore(board_key(version, shard, window, other_metric(metric), category), members)
@@ -691,7 +694,7 @@ def board_slice(
         else []
     )
     return BoardSlice(
-        asof=float(asof) if asof else None,
+        as_of=float(as_of) if as_of else None,
         total=total,
         rows=[
             (m.decode(), int(-s), int(-o) if o is not None else 0)
@@ -702,7 +705,7 @@ def board_slice(
 
 @dataclass
 class MemberRank:
-    asof: float | None
+    as_of: float | None
     total: int
     rank: int | None  # 0-based
     score: int
@@ -721,9 +724,9 @@ def member_rank(
     pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
     pipe.zcard(key)
     pipe.hget(state_key(version, shard), "asof")
-    rank, score, other, total, asof = pipe.execute()
+    rank, score, other, total, as_of = pipe.execute()
     return MemberRank(
-        asof=float(asof) if asof else None,
+        as_of=float(as_of) if as_of else None,
         total=total,
         rank=rank,
         score=int(-score) if score is not None else 0,
@@ -747,10 +750,10 @@ def members_ranks(
     values = pipe.execute()
     out = []
     for i in range(0, len(values), 5):
-        rank, score, other, total, asof = values[i : i + 5]
+        rank, score, other, total, as_of = values[i : i + 5]
         out.append(
             MemberRank(
-                asof=float(asof) if asof else None,
+                as_of=float(as_of) if as_of else None,
                 total=total,
                 rank=rank,
                 score=int(-score) if score is not None else 0,
@@ -761,17 +764,17 @@ def members_ranks(
 
 
 @_translated
-def shard_asof(*, version: int, shard: int) -> float | None:
+def shard_as_of(*, version: int, shard: int) -> float | None:
     """The instant a shard's boards were last brought up to date (None: Redis holds no state for it)."""
-    asof = fast().hget(state_key(version, shard), "asof")
-    return float(asof) if asof else None
+    as_of = fast().hget(state_key(version, shard), "asof")
+    return float(as_of) if as_of else None
 
 
 @_translated
 def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -> list[BoardSlice | None]:
     """The first n ranks of several boards ((shard, window, metric, category, n) each).
 
-    One round trip for them all: each board's blob and size, each shard's asof.
+    One round trip for them all: each board's blob and size, each shard's as_of.
     None for a board the blob cannot answer (missing while the board is not
     empty, or n deeper than the blob): a caller reads that one with board_slice.
     """
@@ -783,12 +786,12 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
         pipe.get(blob_key(version, shard, window, metric, category))
         pipe.zcard(board_key(version, shard, window, metric, category))
     values = pipe.execute()
-    asofs = {shard: float(a) if a else None for shard, a in zip(shards, values, strict=False)}
+    as_of_by_shard = {shard: float(a) if a else None for shard, a in zip(shards, values, strict=False)}
     out: list[BoardSlice | None] = []
     for i, (shard, _, _, _, n) in enumerate(boards):
         blob, total = values[len(shards) + 2 * i : len(shards) + 2 * i + 2]
         if blob is None:
-            out.append(BoardSlice(asof=asofs[shard], total=0, rows=[]) if total == 0 else None)
+            out.append(BoardSlice(as_of=as_of_by_shard[shard], total=0, rows=[]) if total == 0 else None)
             continue
         data = json.loads(blob)
         if n > BLOB_SIZE and data["total"] > BLOB_SIZE:
@@ -796,7 +799,7 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
             continue
         out.append(
             BoardSlice(
-                asof=asofs[shard],
+                as_of=as_of_by_shard[shard],
                 total=data["total"],
                 rows=[(m, int(s), int(o)) for m, s, o in data["rows"][:n]],
             )

@@ -147,7 +147,7 @@ def _write_boards(number: int, shards: int, snapshot: _Snapshot, report: _BuildP
     for shard in range(shards):
         seq, as_of = snapshot.positions[shard]
         store.shard_replace(
-            version=number, shard=shard, seq=seq, asof=as_of, gen=gen, boards=snapshot.boards.pop(shard, {})
+            version=number, shard=shard, seq=seq, as_of=as_of, gen=gen, boards=snapshot.boards.pop(shard, {})
         )
         written = PROGRESS_WRITE + PROGRESS_WRITE_SPAN * (shard + 1) / shards
         report(written, f"wrote shard {shard + 1} of {shards}")
@@ -197,7 +197,7 @@ def _snapshot_aggregate(shards_count: int) -> _Snapshot:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # The first read fixes the snapshot, while no tick is between claim and apply;
         # then the ticks may go on, and this transaction keeps seeing the snapshot.
-        states = {s.shard: (s.seq, s.now) for s in ShardState.objects.all()}
+        states = {s.shard: (s.seq, s.as_of) for s in ShardState.objects.all()}
         ticks.release()
         with connection.cursor() as cursor:
             # One big GROUP BY: let it hash in memory rather than sort on disk,
@@ -337,7 +337,7 @@ def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
     current = int(state.get("seq", 0))
     # The shard's row first: a batch commits together with it, so every batch up
     # to the seq read here is visible below (unless the log has dropped it).
-    latest_seq, latest_now = ShardState.objects.filter(shard=shard).values_list("seq", "now").first() or (
+    latest_seq, latest_as_of = ShardState.objects.filter(shard=shard).values_list("seq", "as_of").first() or (
         0,
         None,
     )
@@ -354,8 +354,8 @@ def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
         raise VersionError(
             f"shard {shard}: batch {current + 1} is no longer logged; rebuild instead of catching up"
         )
-    if latest_now is not None:
-        store.shard_touch(version=number, shard=shard, seq=current, asof=latest_now.timestamp(), gen=gen)
+    if latest_as_of is not None:
+        store.shard_touch(version=number, shard=shard, seq=current, as_of=latest_as_of.timestamp(), gen=gen)
     return replayed
 
 

@@ -41,13 +41,13 @@ def liveness_read() -> dict:
         version = store.active_version()
         # The tick writes the count beside the boards; without it there is nothing to serve.
         shards = store.shard_count_get(version)
-        asof = store.shard_asof(version=version, shard=shard_of(ALL, shards)) if shards else None
+        as_of = store.shard_as_of(version=version, shard=shard_of(ALL, shards)) if shards else None
     except store.StoreError:
         return {"status": "down", "as_of": None}
-    if not asof:
+    if not as_of:
         return {"status": "down", "as_of": None}
-    state = "stale" if time.time() - asof > STALE_AFTER else "ok"
-    return {"status": state, "as_of": instant(asof)}
+    state = "stale" if time.time() - as_of > STALE_AFTER else "ok"
+    return {"status": state, "as_of": instant(as_of)}
 
 
 # One computation at a time: callers that arrive meanwhile wait for it rather than repeat it.
@@ -95,7 +95,7 @@ def status_read() -> dict:
         "lastTick": (
             {
                 "at": last.started_at,
-                "asOf": last.now,
+                "asOf": last.as_of,
                 "durationMs": round(last.duration_ms, 1),
                 "sales": last.sales,
                 "batches": last.batches,

@@ -56,7 +56,7 @@ class VerifyReport:
     boards: int = 0
     members: int = 0
     differences: list[Difference] = field(default_factory=list)
-    asof: dict[int, float | None] = field(default_factory=dict)
+    as_of: dict[int, float | None] = field(default_factory=dict)
     repaired: list[int] = field(default_factory=list)
 
     @property
@@ -87,7 +87,7 @@ def rankings_verify(*, version: int | None = None, repair: bool = False) -> Veri
         report.boards += found.boards
         report.members += found.members
         report.differences += found.differences
-        report.asof.update(found.asof)
+        report.as_of.update(found.as_of)
     if repair:
         _log_run("verify --repair", report.boards, report.repaired)
     return report
@@ -108,12 +108,12 @@ def _log_run(source: str, boards: int, repaired: list[int]) -> None:
 def _verify_shard(report: VerifyReport, version: int, shard: int, shards: int) -> None:
     state = store.shard_state(version, shard)
     if state.get("asof"):
-        asof = float(state["asof"])
+        as_of = float(state["asof"])
     else:  # Redis lost the shard: compare with what the last tick made
-        last = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
-        asof = last.timestamp() if last else None
-    report.asof[shard] = asof
-    expected = boards_recompute(shard=shard, shards=shards, now=asof) if asof is not None else {}
+        last = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
+        as_of = last.timestamp() if last else None
+    report.as_of[shard] = as_of
+    expected = boards_recompute(shard=shard, shards=shards, now=as_of) if as_of is not None else {}
     actual = {}
     for key in store.shard_board_keys(version, shard):
         window, metric, category = key.split(":b:", 1)[1].split(":", 2)
@@ -198,12 +198,12 @@ def verify_sampled(*, sample: int | None = None, categories: list[str] | None = 
 
 def _sample_check(report: SampleReport, version: int, shard: int, category: str) -> list[Difference]:
     """Every window's and metric's board of one category, and its blob, against the buckets."""
-    now = ShardState.objects.filter(shard=shard).values_list("now", flat=True).first()
+    as_of = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
     differences = []
     for w in rankings_settings.windows.values():
         expected: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-        if now is not None:
-            first, last = w.bounds(int(now.timestamp()))
+        if as_of is not None:
+            first, last = w.bounds(int(as_of.timestamp()))
             with connection.cursor() as cursor:
                 cursor.execute(_CATEGORY_BUCKET_SUMS, [shard, w.bucket_seconds, category, first, last])
                 rows = cursor.fetchall()

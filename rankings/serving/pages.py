@@ -166,11 +166,11 @@ def _switches(make_url, window: str, metric: str) -> dict:
 # --- freshness ----------------------------------------------------------------------
 
 
-def age_text(asof: dt.datetime | None, now: dt.datetime) -> str | None:
+def age_text(as_of: dt.datetime | None, now: dt.datetime) -> str | None:
     """ "3 s ago", "4 min ago", "2 h ago", "3 d ago"; "just now" for under a second (or a clock ahead)."""
-    if asof is None:
+    if as_of is None:
         return None
-    seconds = int((now - asof).total_seconds())
+    seconds = int((now - as_of).total_seconds())
     if seconds < 1:
         return "just now"
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
@@ -182,10 +182,10 @@ def age_text(asof: dt.datetime | None, now: dt.datetime) -> str | None:
 def _freshness(*answers) -> dict:
     """When the answer was exact, and whether it is a last known answer served while Redis is away."""
     instants = [a.as_of for a in answers if getattr(a, "as_of", None)]
-    asof = min(instants) if instants else None
+    as_of = min(instants) if instants else None
     return {
-        "as_of": asof,
-        "age": age_text(asof, timezone.now()),
+        "as_of": as_of,
+        "age": age_text(as_of, timezone.now()),
         "stale": any(a.stale for a in answers),
     }
 

@@ -408,11 +408,11 @@ def _shard(category: str, version: int) -> int:
     return shard_of(category, shards)
 
 
-def instant(asof: float | None) -> dt.datetime | None:
-    """A board's asof (epoch seconds) as a UTC datetime, to the second; None when unknown."""
-    if not asof:
+def instant(as_of: float | None) -> dt.datetime | None:
+    """A board's as_of (epoch seconds) as a UTC datetime, to the second; None when unknown."""
+    if not as_of:
         return None
-    return dt.datetime.fromtimestamp(int(asof), tz=dt.UTC)
+    return dt.datetime.fromtimestamp(int(as_of), tz=dt.UTC)
 
 
 def money(cents: int) -> Decimal:
@@ -449,7 +449,7 @@ def _board(
         category=category,
         window=window,
         metric=metric,
-        as_of=instant(found.asof),
+        as_of=instant(found.as_of),
         total=found.total,
         items=_items(found.rows, offset + 1, metric, names),
     )
@@ -559,7 +559,7 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         category,
         window,
         metric,
-        instant(found.asof),
+        instant(found.as_of),
         rank,
         *_units_revenue(metric, found.score, found.other),
         found.total,
@@ -593,7 +593,7 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
         product_id=product_id,
         boards=[(_shard(c, version), c) for c in categories],
     )
-    asofs = [f.asof for f in found if f.asof]
+    known = [f.as_of for f in found if f.as_of]
     ranks = []
     for category, f in zip(categories, found, strict=True):
         rank = f.rank + 1 if f.rank is not None else None
@@ -603,7 +603,7 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
         product_id=product_id,
         window=window,
         metric=metric,
-        as_of=instant(min(asofs)) if asofs else None,
+        as_of=instant(min(known)) if known else None,
         ranks=tuple(ranks),
     )
 
@@ -629,7 +629,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
     )
     items: tuple[RankedProduct, ...] = ()
     rank = None
-    asof = found.asof
+    as_of = found.as_of
     if found.rank is not None:
         rank = found.rank + 1
         start = max(0, found.rank - n)
@@ -642,9 +642,9 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
             start=start,
             stop=found.rank + n,
         )
-        asof = board.asof
+        as_of = board.as_of
         items = _items(board.rows, start + 1, metric)
-    return Neighbors(product_id, category, window, metric, instant(asof), rank, items)
+    return Neighbors(product_id, category, window, metric, instant(as_of), rank, items)
 
 
 # --- sales over time (PostgreSQL) ---------------------------------------------------------

@@ -278,7 +278,7 @@ class Reader(_Threads):
         self.stale_unknown: list[str] = []  # stale answers never seen fresh: a false asOf
         self.fresh: dict[str, set[str]] = {p: set() for p in paths}
         self.slowest = 0.0
-        self.no_asof: list[float] = []  # when an answer had no asOf (nothing in Redis for it)
+        self.no_as_of: list[float] = []  # when an answer had no asOf (nothing in Redis for it)
         self.marks: list[tuple[float, int, bool, str, float]] = []  # (time, status, stale, path, seconds)
         self._spawn(threads)
 
@@ -302,7 +302,7 @@ class Reader(_Threads):
                 if body is None or "asOf" not in body:
                     continue
                 if body["asOf"] is None:
-                    self.no_asof.append(time.monotonic())
+                    self.no_as_of.append(time.monotonic())
                 answer = json.dumps({k: v for k, v in body.items() if k != "stale"}, sort_keys=True)
                 if stale:
                     self.stale += 1

@@ -71,7 +71,7 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
                     lost_at <= m[0] <= lost_at + converged for m in reader.marks
                 ),
                 "of which empty, without asOf": sum(
-                    lost_at <= t <= lost_at + converged for t in reader.no_asof
+                    lost_at <= t <= lost_at + converged for t in reader.no_as_of
                 ),
                 "read errors": reader.server_errors,
                 "catch-up s": round(caught_up, 2),
@@ -85,7 +85,7 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
         stack.close()
 
 
-def test_redis_paused_reads_answer_stale_with_their_true_asof(tmp_path, fault_redis, transactional_db):
+def test_redis_paused_reads_answer_stale_with_their_true_as_of(tmp_path, fault_redis, transactional_db):
     """CLIENT PAUSE: reads time out on Redis and serve their last known answers; the throttle stays out of the way."""
     stack = Stack(tmp_path, fault_redis.url, THROTTLE_INGEST="", THROTTLE_READS="1000/s")
     try:

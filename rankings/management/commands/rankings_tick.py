@@ -48,7 +48,7 @@ class Command(BaseCommand):
         except ShardCountMismatch as error:
             raise CommandError(str(error)) from error
         self.stdout.write(
-            f"tick as of {report.now.isoformat()}: {report.sales} sales in {report.batches} batches, "
+            f"tick as of {report.as_of.isoformat()}: {report.sales} sales in {report.batches} batches, "
             f"{report.redis_writes} board writes, {report.too_old} too old, "
             f"{report.rebuilt_shards} shards rebuilt, {report.duration_ms:.0f} ms"
             + (f", shards busy elsewhere: {report.busy_shards}" if report.busy_shards else "")
