@@ -2,17 +2,31 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-STAMP := $(VENV)/.installed
+# Each stamp is newer than the pinned files it installed: editing one reinstalls.
+BASE := $(VENV)/.installed-base
+DEV := $(VENV)/.installed-dev
+# pytest's workers: one per core, at least two (the suite waits on real processes much of the time).
+JOBS ?= $(shell python3 -c "import os; print(max(2, os.cpu_count() or 1))")
 
-.PHONY: run test bench install db lint format clean
+.PHONY: run test bench install install-dev db lint format clean
 
-$(STAMP): requirements.txt
-	test -x $(PY) || python3 -m venv $(VENV)
+$(PY):
+	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -r requirements.txt
-	touch $(STAMP)
 
-install: $(STAMP)
+# What production needs (`make run`).
+$(BASE): requirements/base.txt | $(PY)
+	$(PIP) install --quiet -r requirements/base.txt
+	touch $@
+
+# Production's packages plus the tests', the linter's and the benchmarks'.
+$(DEV): requirements/base.txt requirements/dev.txt | $(PY)
+	$(PIP) install --quiet -r requirements/dev.txt
+	touch $@ $(BASE)
+
+install: $(BASE)
+
+install-dev: $(DEV)
 
 # A private SECRET_KEY for this checkout, made once and never committed.
 .env:
@@ -26,21 +40,23 @@ db: install .env
 run: db
 	$(VENV)/bin/honcho start
 
-test: install
+# The whole suite, fault and browser tests included, spread over $(JOBS) workers; a test
+# file runs on one worker (they share fixtures and started processes), the heaviest first.
+test: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # Benchmarks use a database and key prefix of their own; wrk drives the read benchmarks.
-bench: install
+bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
 	$(PY) -m bench $(BENCH_ARGS)
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: install
+format: install-dev
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 

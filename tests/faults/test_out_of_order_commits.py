@@ -115,13 +115,28 @@ def _events(rng: random.Random, prefix: str, now: dt.datetime) -> list[dict]:
     return events
 
 
-def _bucket_units() -> int:
-    """Units in the `all` category's hour buckets: each claimed sale's qty, once."""
-    return Bucket.objects.filter(category=ALL, size=3600).aggregate(units=Sum("units"))["units"] or 0
+def _miscounts() -> tuple[int, int]:
+    """(units counted more than once, units not counted) over every product.
 
-
-def _sale_units() -> int:
-    return Sale.objects.aggregate(units=Sum("qty"))["units"] or 0
+    Each product's units in the `all` category's hour buckets are compared with
+    its committed sales: a bucket total above the sales is a double count, below
+    them a loss. Two products' errors never cancel each other out.
+    """
+    buckets = dict(
+        Bucket.objects.filter(category=ALL, size=3600)
+        .values("product_id")
+        .annotate(units=Sum("units"))
+        .values_list("product_id", "units")
+    )
+    sales = dict(
+        Sale.objects.values("product_id").annotate(units=Sum("qty")).values_list("product_id", "units")
+    )
+    doubled = lost = 0
+    for product in buckets.keys() | sales.keys():
+        difference = (buckets.get(product) or 0) - (sales.get(product) or 0)
+        doubled += max(0, difference)
+        lost += max(0, -difference)
+    return doubled, lost
 
 
 def _schedule(rng: random.Random) -> list[str]:
@@ -158,6 +173,12 @@ def test_a_thousand_interleavings_of_commits_and_ticks_count_every_sale_once(set
     now = START
     out_of_order = 0  # a committed sale's id below the highest id already aggregated
     ticks = verified = 0
+    # Units counted twice and units never counted, from the data after each
+    # interleaving (each adds only what is new since the one before), and the
+    # seeds where a recompute of every board disagreed.
+    doubled = lost = 0
+    miscounted: list[int] = []
+    inexact: list[str] = []
     started = time.monotonic()
     try:
         for seed in range(INTERLEAVINGS):
@@ -181,12 +202,16 @@ def test_a_thousand_interleavings_of_commits_and_ticks_count_every_sale_once(set
                     out_of_order += min(ids[name]) < aggregated
                     sessions[name].commit()
             # then, after each interleaving: nothing pending, and every sale in
-            # the buckets once (an exact total); every 20th, the full recompute
+            # the buckets once; every 20th, the full recompute
             assert not PendingSale.objects.exists(), f"seed {seed}"
-            assert _bucket_units() == _sale_units(), f"seed {seed}"
+            now_doubled, now_lost = _miscounts()
+            if (now_doubled, now_lost) != (doubled, lost):
+                miscounted.append(seed)
+            doubled, lost = now_doubled, now_lost
             if seed % VERIFY_EVERY == 0 or seed == INTERLEAVINGS - 1:
                 report = rankings_verify()
-                assert report.exact, f"seed {seed}: " + "\n".join(d.describe() for d in report.differences)
+                if not report.exact:
+                    inexact.append(f"seed {seed}: " + "\n".join(d.describe() for d in report.differences[:3]))
                 verified += 1
     finally:
         for session in sessions.values():
@@ -198,7 +223,13 @@ def test_a_thousand_interleavings_of_commits_and_ticks_count_every_sale_once(set
         f"\n[faults] out-of-order commits: interleavings: {INTERLEAVINGS}, ticks: {ticks}, "
         f"full recomputes: {verified}, sales: {stored}, "
         f"units: {units}, lower id committed after a higher one was aggregated: {out_of_order}, "
-        f"double counts: 0, lost: 0, {elapsed:.1f} s"
+        f"units counted twice: {doubled}, units lost: {lost}, inexact recomputes: {len(inexact)}, "
+        f"{elapsed:.1f} s"
     )
-    assert stored == sum(1 for _ in Sale.objects.values_list("event_id").distinct())
+    # the premise: the race happened, often
     assert out_of_order > INTERLEAVINGS // 10, "the interleavings rarely produced an out-of-order commit"
+    assert stored == sum(1 for _ in Sale.objects.values_list("event_id").distinct())
+    assert (doubled, lost) == (0, 0), (
+        f"units counted twice, lost: {doubled, lost}; first seeds: {miscounted[:5]}"
+    )
+    assert not inexact, "\n".join(inexact[:3])
