@@ -31,7 +31,7 @@ from rankings.operations.verify import rankings_verify
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.faults]
 
-INTERLEAVINGS = 80
+INTERLEAVINGS = 1000
 # The interleavings run in parts, each a test of its own, so that parallel test
 # workers share them; each part starts from an empty database.
 PARTS = 4
