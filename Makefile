@@ -40,12 +40,13 @@ db: install .env
 run: db
 	$(VENV)/bin/honcho start
 
-# The whole suite, fault and browser tests included, spread over $(JOBS) workers; a test
-# file runs on one worker (they share fixtures and started processes), the heaviest first.
+# The whole suite, fault and browser tests included, spread over $(JOBS) workers test by test;
+# a worker that runs out takes waiting tests from the others, so a few long tests (the fault
+# suite, the property and year-of-history tests) do not leave a worker idle.
 test: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 
 # Benchmarks use a database and key prefix of their own; wrk drives the read benchmarks.
 bench: install-dev
