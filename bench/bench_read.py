@@ -9,12 +9,12 @@ import os
 import re
 import subprocess
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from bench import harness
+from tests import processes
 
 FLOOR_PORT = 8012
 WRK = ["wrk", "-t2", "-c16", "-d10s", "--latency"]
@@ -71,35 +71,12 @@ def _median_run(url: str, runs: int, script: str | None = None) -> tuple[float, 
     return tuple(harness.median([r[i] for r in results]) for i in range(3))
 
 
-def _floor_server(body_path: str):
+def _floor_server(body_path: str, logs: str) -> processes.Process:
+    """The constant-body view under gunicorn, ready (its URL answers 200)."""
     env = {**os.environ, **harness.environment(), "BENCH_FLOOR_BODY": body_path}
-    venv_bin = Path(os.sys.executable).parent
-    return subprocess.Popen(
-        [
-            str(venv_bin / "gunicorn"),
-            "bench.floor:application",
-            "--bind",
-            f"127.0.0.1:{FLOOR_PORT}",
-            "--workers",
-            "2",
-            "--log-level",
-            "warning",
-        ],
-        cwd=harness.ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    return processes.web(
+        logs, env, name="floor", app="bench.floor:application", port=FLOOR_PORT, ready_path="/floor"
     )
-
-
-def _wait(url: str) -> None:
-    for _ in range(150):
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
 
 
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
@@ -128,13 +105,11 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
         for name, body in (("top", top_body), ("rank", rank_body)):
             path = Path(tmp) / f"{name}.json"
             path.write_bytes(body)
-            server = _floor_server(str(path))
+            server = _floor_server(str(path), tmp)
             try:
-                _wait(f"http://127.0.0.1:{FLOOR_PORT}/floor")
                 floors[name] = _median_run(f"http://127.0.0.1:{FLOOR_PORT}/floor", runs)
             finally:
-                server.terminate()
-                server.wait()
+                server.stop()
         script = Path(tmp) / "random_rank.lua"
         script.write_text(_RANDOM_RANK)
         measured = {

@@ -7,15 +7,12 @@ Benchmarks run against a database and a Redis key prefix of their own
 
 import contextlib
 import os
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests import processes
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DATABASE = "salesrank_bench"
@@ -73,12 +70,11 @@ def median(values):
     return statistics.median(values)
 
 
-def percentile(values, p: float):
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
+def percentile(values, p: int) -> float:
+    """The p-th percentile (1 to 99) of the values, interpolated between the two nearest."""
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
 @dataclass
@@ -116,71 +112,20 @@ class Table:
 
 @contextlib.contextmanager
 def services(*, web_workers: int = 2, tick_seconds: float | None = None, worker: bool = True):
-    """gunicorn (and a Celery worker and beat) on the benchmark's database, stopped afterwards."""
+    """gunicorn (and a Celery worker and beat) on the benchmark's database, ready, and stopped afterwards."""
     env = {**os.environ, **environment()}
     if tick_seconds is not None:
         env["RANKINGS_TICK_SECONDS"] = str(tick_seconds)
-    venv_bin = Path(sys.executable).parent
-    schedule = tempfile.mkdtemp(prefix="salesrank-bench-beat-")
-    commands = [
-        [
-            str(venv_bin / "gunicorn"),
-            "salesrank_site.wsgi",
-            "--bind",
-            f"127.0.0.1:{PORT}",
-            "--workers",
-            str(web_workers),
-            "--log-level",
-            "warning",
-        ]
-    ]
-    if worker:
-        commands += [
-            [
-                str(venv_bin / "celery"),
-                "-A",
-                "salesrank_site",
-                "worker",
-                "--pool",
-                "solo",
-                "--loglevel",
-                "WARNING",
-            ],
-            [
-                str(venv_bin / "celery"),
-                "-A",
-                "salesrank_site",
-                "beat",
-                "--loglevel",
-                "WARNING",
-                "--schedule",
-                f"{schedule}/beat",
-            ],
-        ]
-    procs = [
-        subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for c in commands
-    ]
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{PORT}/v1/categories", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("gunicorn did not start") from None
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{PORT}"
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        shutil.rmtree(schedule, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="salesrank-bench-") as logs:
+        started = [processes.web(logs, env, workers=web_workers, port=PORT, wait=False)]
+        if worker:
+            started.append(processes.celery_worker(logs, env, wait=False))
+            started.append(processes.celery_beat(logs, env, wait=False))
+        try:
+            processes.wait_all_ready(started)
+            yield f"http://127.0.0.1:{PORT}"
+        finally:
+            processes.stop_all(started)
 
 
 def ingest_token() -> str:

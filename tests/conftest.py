@@ -1,10 +1,6 @@
 """Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
 
 import datetime as dt
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 import redis as redis_lib
@@ -61,59 +57,29 @@ def utc(*args) -> dt.datetime:
 
 @pytest.fixture
 def worker_and_beat(tmp_path):
-    from .processes import ROOT, django_env
+    """A Celery worker and beat ticking every half second, both ready (the beat has sent a tick)."""
+    from . import processes
 
-    env = django_env(RANKINGS_TICK_SECONDS=0.5)
-    celery = [sys.executable, "-m", "celery", "-A", "salesrank_site"]
-    procs = [
-        subprocess.Popen(
-            [*celery, "worker", "--pool", "solo", "--loglevel", "WARNING"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [*celery, "beat", "--loglevel", "WARNING", "--schedule", str(tmp_path / "beat-schedule")],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        ),
+    env = processes.django_env(RANKINGS_TICK_SECONDS=0.5)
+    started = [
+        processes.celery_worker(tmp_path, env, args=["--without-mingle", "--without-gossip"], wait=False),
+        processes.celery_beat(tmp_path, env, wait=False),
     ]
-    yield
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    processes.wait_all_ready(started)
+    yield started
+    processes.stop_all(started)
 
 
 @pytest.fixture
-def own_redis(settings):
+def own_redis(settings, tmp_path):
     """A Redis server of this test's own, so that stopping it disturbs nobody else."""
-    port = _free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
     from rankings.engine import store
 
+    from . import processes
+
+    server = processes.redis_server(tmp_path)
+    settings.REDIS_URL = server.url
     store.reset_clients()
-    for _ in range(100):
-        try:
-            store.fast().ping()
-            break
-        except Exception:
-            time.sleep(0.05)
     yield server
     server.kill()
-    server.wait()
     store.reset_clients()

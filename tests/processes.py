@@ -1,18 +1,289 @@
-"""Start real processes (commands, Celery) against this test run's database and Redis prefix."""
+"""Start real processes for tests and benchmarks: gunicorn, Celery worker and beat, redis-server, commands.
 
+Every service writes its output to a log file of its own and is waited on until
+it answers (an HTTP 200, a Redis PONG, Celery's own "ready" line), so a test's
+deadlines measure the behaviour under test rather than process start-up. A wait
+that runs out, or a process that exits while it is waited on, raises
+`ProcessWaitFailed` with the last output of the processes involved: a test never
+goes on against a service that did not come up.
+"""
+
+import http.client
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
-from django.db import connection
-
 ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+# Long enough for gunicorn or a Celery worker to import Django on a loaded 2-core machine.
+READY_SECONDS = 60  # seconds
+# Long enough for a warm shutdown to let a running tick finish.
+STOP_SECONDS = 20  # seconds
+# How often a wait asks its condition again.
+POLL_SECONDS = 0.02  # seconds
+
+
+class ProcessWaitFailed(AssertionError):
+    """A wait on a process ran out or the process exited meanwhile; the message holds its output."""
+
+
+@dataclass
+class Process:
+    """One started process: its name, what it is (web, worker, beat, redis, ...), its log file."""
+
+    name: str
+    kind: str
+    popen: subprocess.Popen
+    log: Path
+    ready: Callable[["Process"], bool] | None = None
+    address: str = ""  # host:port for a server, "" otherwise
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def url(self) -> str:
+        scheme = "redis" if self.kind == "redis" else "http"
+        return f"{scheme}://{self.address}" + ("/0" if self.kind == "redis" else "")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self, chars: int = 4000) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return text[-chars:]
+
+    def said(self, text: str) -> bool:
+        """Whether the process has written `text` to its output."""
+        return self.log.exists() and text in self.log.read_text(errors="replace")
+
+    def lines(self, text: str) -> list[str]:
+        """The lines of its output that contain `text`."""
+        if not self.log.exists():
+            return []
+        return [line for line in self.log.read_text(errors="replace").splitlines() if text in line]
+
+    def wait_ready(self, timeout: float = READY_SECONDS) -> "Process":
+        if self.ready is not None:
+            wait_until(
+                lambda: self.ready(self), timeout=timeout, what=f"{self.name} to be ready", watch=[self]
+            )
+        return self
+
+    def stop(self, timeout: float = STOP_SECONDS) -> int:
+        """SIGTERM (a warm shutdown), then SIGKILL if it has not exited after `timeout`; the exit code."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code, once it has exited."""
+        return self.popen.wait(timeout)
+
+    def kill(self) -> int:
+        """SIGKILL: no chance to clean up."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        return self.popen.wait()
+
+    def describe(self) -> str:
+        code = self.popen.poll()
+        state = "running" if code is None else f"exited with {code}"
+        return f"--- {self.name} ({state}), {self.log}:\n{self.output()}"
+
+
+def wait_until(
+    condition: Callable[[], object],
+    *,
+    timeout: float,
+    what: str,
+    watch: Iterable[Process] = (),
+    interval: float = POLL_SECONDS,
+):
+    """The first true value of `condition()`; fails with the watched processes' output if the
+    deadline passes or one of them exits first."""
+    watch = list(watch)
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        dead = [p for p in watch if not p.alive()]
+        if dead:
+            raise ProcessWaitFailed(
+                f"{dead[0].name} exited while waiting for {what}\n" + "\n".join(p.describe() for p in watch)
+            )
+        if time.monotonic() > deadline:
+            raise ProcessWaitFailed(
+                f"timed out after {timeout:g} s waiting for {what}\n" + "\n".join(p.describe() for p in watch)
+            )
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(
+    name: str,
+    args: list[str],
+    *,
+    log_dir: Path,
+    env: dict,
+    kind: str = "",
+    ready: Callable[[Process], bool] | None = None,
+    address: str = "",
+) -> Process:
+    """Start `args` in the project's directory with its output in `log_dir/name.log`; does not wait."""
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{name}.log"
+    with log.open("ab") as out:
+        popen = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return Process(name, kind or name, popen, log, ready, address)
+
+
+# --- readiness ----------------------------------------------------------------------
+
+
+def answers_200(path: str) -> Callable[[Process], bool]:
+    """Ready when GET `path` on the process's address answers 200."""
+
+    def ready(process: Process) -> bool:
+        conn = http.client.HTTPConnection(process.address, timeout=2)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False  # not listening yet
+        finally:
+            conn.close()
+
+    return ready
+
+
+def says(text: str) -> Callable[[Process], bool]:
+    """Ready when the process has written `text` to its output."""
+    return lambda process: process.said(text)
+
+
+def pongs(process: Process) -> bool:
+    import redis
+
+    try:
+        return redis.Redis.from_url(process.url, socket_timeout=1).ping()
+    except redis.RedisError:
+        return False
+
+
+# --- the services ---------------------------------------------------------------------
+
+
+def web(
+    log_dir: Path,
+    env: dict,
+    *,
+    name: str = "web",
+    workers: int = 2,
+    port: int | None = None,
+    app: str = "salesrank_site.wsgi",
+    ready_path: str = "/v1/categories",
+    wait: bool = True,
+) -> Process:
+    """gunicorn serving `app`; ready when `ready_path` answers 200."""
+    address = f"127.0.0.1:{port or free_port()}"
+    args = [str(VENV_BIN / "gunicorn"), app, "--bind", address, "--workers", str(workers)]
+    process = start(
+        name,
+        [*args, "--log-level", "warning"],
+        log_dir=log_dir,
+        env=env,
+        kind="web",
+        ready=answers_200(ready_path),
+        address=address,
+    )
+    return process.wait_ready() if wait else process
+
+
+def celery_worker(log_dir: Path, env: dict, *, name: str = "worker", args=(), wait: bool = True) -> Process:
+    """A Celery worker of one process (pool solo); ready when Celery says it is, after connecting to its broker."""
+    command = [sys.executable, "-m", "celery", "-A", "salesrank_site", "worker", "--pool", "solo"]
+    # INFO, because that is the level of Celery's "<name>@<host> ready." line.
+    command += ["-n", f"{name}@%h", "--loglevel", "INFO", *args]
+    process = start(name, command, log_dir=log_dir, env=env, kind="worker", ready=says(" ready."))
+    return process.wait_ready() if wait else process
+
+
+# Celery's line for each task the beat sends: its count is how many ticks a beat scheduled.
+BEAT_SENT = "Scheduler: Sending due task"
+
+
+def celery_beat(log_dir: Path, env: dict, *, name: str = "beat", wait: bool = True) -> Process:
+    """A Celery beat; ready when it has sent its first task (a tick is due at once)."""
+    command = [sys.executable, "-m", "celery", "-A", "salesrank_site", "beat", "--loglevel", "INFO"]
+    command += ["--schedule", str(Path(log_dir) / f"{name}-schedule")]
+    process = start(name, command, log_dir=log_dir, env=env, kind="beat", ready=says(BEAT_SENT))
+    return process.wait_ready() if wait else process
+
+
+def redis_server(log_dir: Path, *, name: str = "redis", wait: bool = True) -> Process:
+    """A redis-server of its own on a free port, without persistence; ready when it answers PING."""
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = start(
+        name,
+        command,
+        log_dir=log_dir,
+        env=dict(os.environ),
+        kind="redis",
+        ready=pongs,
+        address=f"127.0.0.1:{port}",
+    )
+    return process.wait_ready() if wait else process
+
+
+def wait_all_ready(processes: Iterable[Process], timeout: float = READY_SECONDS) -> None:
+    """Wait for processes started with wait=False (they start side by side); stop them all if one fails."""
+    processes = list(processes)
+    try:
+        for process in processes:
+            process.wait_ready(timeout)
+    except BaseException:
+        stop_all(processes)
+        raise
+
+
+def stop_all(processes: Iterable[Process], timeout: float = STOP_SECONDS) -> None:
+    """SIGTERM to all at once, then wait for each (and SIGKILL what does not exit in time)."""
+    processes = list(processes)
+    for process in processes:
+        if process.alive():
+            process.popen.send_signal(signal.SIGTERM)
+    for process in processes:
+        process.stop(timeout)
+
+
+# --- Django processes of a test ---------------------------------------------------------
 
 
 def django_env(**extra) -> dict:
     """Environment for a child process that sees exactly what this test sees."""
+    from django.conf import settings
+    from django.db import connection
+
     db = connection.settings_dict
     url = f"postgres://{db.get('USER') or ''}@{db.get('HOST') or ''}:{db.get('PORT') or 5432}/{db['NAME']}"
     if not db.get("HOST"):

@@ -106,13 +106,12 @@ def test_the_versions_list_offers_a_rebuild(admin_client, shop):
 def test_a_rebuild_started_from_the_admin_runs_on_the_worker_and_switches(
     admin_client, shop, worker_and_beat
 ):
-    import time
+    from .processes import wait_until
 
     reply = admin_client.post("/admin/rankings/rankingversion/rebuild/", {"activate": "on"})
     assert reply.status_code == 302
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and store.active_version(fresh=True) == 1:
-        time.sleep(0.2)
-    assert store.active_version(fresh=True) == 2
+    wait_until(
+        lambda: store.active_version(fresh=True) == 2, timeout=60, what="the switch", watch=worker_and_beat
+    )
     assert RankingVersion.objects.get(number=2).state == RankingVersion.State.ACTIVE
     shop.assert_exact()

@@ -36,7 +36,7 @@ def chromium_path() -> str:
     try:
         import playwright  # noqa: F401
     except ImportError:
-        pytest.fail("Playwright is not installed: pip install -r requirements.txt", pytrace=False)
+        pytest.fail("Playwright is not installed: pip install -r requirements/dev.txt", pytrace=False)
     return path
 
 

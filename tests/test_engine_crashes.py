@@ -5,14 +5,13 @@ After each fault, one normal tick must leave every board equal to the recompute.
 
 import signal
 import subprocess
-import time
 
 import pytest
 
 from rankings.engine import store
 from rankings.models import Batch, PendingSale, ShardState
 
-from .processes import django_env, manage, python
+from .processes import django_env, manage, python, wait_until
 from .rankings_helpers import Shop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
@@ -121,10 +120,12 @@ def test_kill_9_of_a_running_rankings_tick():
         env=django_env(RANKINGS_BATCH_SIZE=20),
         stdout=subprocess.DEVNULL,
     )
-    # wait until it has committed some batches, then kill it mid-stream
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not ShardState.objects.filter(seq__gt=3).exists():
-        time.sleep(0.02)
+    # wait until it has committed some batches (or ended), then kill it mid-stream
+    wait_until(
+        lambda: ShardState.objects.filter(seq__gt=3).exists() or child.poll() is not None,
+        timeout=30,
+        what="the tick to commit a few batches",
+    )
     child.send_signal(signal.SIGKILL)
     assert child.wait(timeout=10) == -signal.SIGKILL
     assert PendingSale.objects.exists(), "the tick finished before it was killed; make the backlog larger"

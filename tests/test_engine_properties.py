@@ -129,12 +129,19 @@ class SalesHistory(RuleBasedStateMachine):
         self.shop.assert_exact()
 
 
+# 200 random histories in all, in parts that parallel test workers share; each part
+# draws its own (Hypothesis seeds every run afresh).
+HISTORIES = 200
+PARTS = 4
+
+
+@pytest.mark.parametrize("part", range(PARTS))
 @pytest.mark.django_db(transaction=True)
-def test_random_histories_match_the_batch_recompute():
+def test_random_histories_match_the_batch_recompute(part):
     run_state_machine_as_test(
         SalesHistory,
         settings=hypothesis_settings(
-            max_examples=200,
+            max_examples=HISTORIES // PARTS,
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -1,43 +1,27 @@
 """The fault suite's Redis: a server of its own, so that pausing it or deleting every
 key disturbs no other test run on the machine."""
 
-import subprocess
-import time
-
 import pytest
 import redis as redis_lib
 
 from rankings.engine import store
 from rankings.serving import selectors
 
-from .stack import free_port
+from .. import processes
 
 
 class PrivateRedis:
-    def __init__(self, url: str, client: redis_lib.Redis, server: subprocess.Popen):
-        self.url = url
-        self.client = client
+    def __init__(self, server: processes.Process):
         self.server = server
+        self.url = server.url
+        self.client = redis_lib.Redis.from_url(self.url)
 
 
 @pytest.fixture(scope="session")
-def private_redis():
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis_lib.Redis.from_url(url)
-    for _ in range(200):
-        try:
-            client.ping()
-            break
-        except redis_lib.ConnectionError:
-            time.sleep(0.02)
-    yield PrivateRedis(url, client, server)
+def private_redis(tmp_path_factory):
+    server = processes.redis_server(tmp_path_factory.mktemp("fault-redis"))
+    yield PrivateRedis(server)
     server.kill()
-    server.wait()
 
 
 @pytest.fixture

@@ -10,12 +10,7 @@ write path has caught up, and figures() compares everything with what was sent.
 import datetime as dt
 import http.client
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,7 +24,7 @@ from rankings.engine.shards import ALL, shard_count, shard_of
 from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.verify import rankings_verify
 
-from ..processes import ROOT, django_env
+from .. import processes
 
 # Ticks every half second: four times the production rate, so faults meet many ticks.
 TICK_SECONDS = 0.5  # seconds
@@ -37,111 +32,58 @@ TICK_SECONDS = 0.5  # seconds
 WORKER_APPLICATION = "salesrank-fault-worker"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Stack:
-    """gunicorn, Celery workers and beats of one test; everything is stopped at the end."""
+    """gunicorn, Celery workers and beats of one test, each waited on until ready; all stopped at the end."""
 
     def __init__(self, tmp_path: Path, redis_url: str, **env):
         self.tmp_path = tmp_path
-        self.env = django_env(
+        self.env = processes.django_env(
             REDIS_URL=redis_url, RANKINGS_TICK_SECONDS=TICK_SECONDS, LOG_LEVEL="WARNING", **env
         )
-        self.procs: list[subprocess.Popen] = []
-        self.logs: list[Path] = []
+        self.procs: list[processes.Process] = []
         self.url: str | None = None
 
-    def _start(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
-        log = self.tmp_path / f"{name}.log"
-        self.logs.append(log)
-        with log.open("ab") as out:
-            proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-        return proc
-
     def web(self, workers: int = 2) -> str:
-        port = free_port()
-        gunicorn = str(Path(sys.executable).parent / "gunicorn")
-        args = [gunicorn, "salesrank_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
-        self._start("web", [*args, "--log-level", "warning"], self.env)
-        self.url = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                status, _ = get(self.url, "/v1/categories")
-            except OSError:
-                status = None  # not listening yet
-            if status == 200:
-                return self.url
-            if time.monotonic() > deadline:
-                raise RuntimeError("gunicorn did not start: " + self.log_tail())
-            time.sleep(0.1)
+        web = processes.web(self.tmp_path, self.env, workers=workers, wait=False)
+        self.procs.append(web)
+        web.wait_ready()
+        self.url = web.address
+        return self.url
 
-    def worker(self, name: str) -> subprocess.Popen:
+    def worker(self, name: str) -> processes.Process:
         env = {
             **self.env,
             "DATABASE_URL": self.env["DATABASE_URL"] + f"?application_name={WORKER_APPLICATION}",
         }
-        args = [sys.executable, "-m", "celery", "-A", "salesrank_site", "worker", "--pool", "solo"]
-        args += ["-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        return self._start(name, [*args, "--loglevel", "WARNING"], env)
+        quiet = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        worker = processes.celery_worker(self.tmp_path, env, name=name, args=quiet, wait=False)
+        self.procs.append(worker)
+        return worker.wait_ready()
 
-    def beat(self, name: str) -> subprocess.Popen:
-        args = [sys.executable, "-m", "celery", "-A", "salesrank_site", "beat", "--loglevel", "WARNING"]
-        return self._start(name, [*args, "--schedule", str(self.tmp_path / f"{name}-schedule")], self.env)
-
-    @staticmethod
-    def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    @staticmethod
-    def kill9(proc: subprocess.Popen) -> None:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+    def beat(self, name: str) -> processes.Process:
+        beat = processes.celery_beat(self.tmp_path, self.env, name=name, wait=False)
+        self.procs.append(beat)
+        return beat.wait_ready()
 
     def wind_down(self, stream: "SaleStream", reader: "Reader") -> tuple[dict, float]:
         """Stop the sales, let the workers catch up, stop reading and Celery; the figures and the catch-up time."""
         stream.stop()
-        caught_up = settle()
+        caught_up = settle(watch=self.running())
         reader.stop()
         self.stop_celery()
         return figures(stream.sent, accepted=stream.replies["accepted"]), caught_up
 
     def stop_celery(self) -> None:
         """Stop beats first, then workers (a warm shutdown lets a running tick finish)."""
-        for proc in self.procs:
-            if "beat" in proc.args:
-                self.stop(proc)
-        for proc in self.procs:
-            if "worker" in proc.args:
-                self.stop(proc)
+        processes.stop_all(p for p in self.procs if p.kind == "beat")
+        processes.stop_all(p for p in self.procs if p.kind == "worker")
 
     def close(self) -> None:
         """Stop everything still running; gunicorn on SIGTERM takes its workers (and their sessions) along."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        processes.stop_all(self.procs)
 
-    def log_tail(self, chars: int = 3000) -> str:
-        return "\n".join(
-            f"--- {log.name}\n{log.read_text(errors='replace')[-chars:]}" for log in self.logs if log.exists()
-        )
+    def running(self) -> list[processes.Process]:
+        return [p for p in self.procs if p.alive()]
 
 
 # --- HTTP ----------------------------------------------------------------------------
@@ -217,7 +159,13 @@ class SaleStream(_Threads):
         self.replies = Counter()
         self.statuses = Counter()
         self.retries = 0
+        self.accepted_at: list[float] = []  # when each batch was accepted (time.monotonic())
         self._spawn(clients)
+
+    def accepted_between(self, start: float, end: float) -> int:
+        """Batches accepted between two instants of time.monotonic()."""
+        with self._lock:
+            return sum(start <= t <= end for t in self.accepted_at)
 
     def _run(self, client: int) -> None:
         conn = http.client.HTTPConnection(self.host, timeout=30)
@@ -248,6 +196,7 @@ class SaleStream(_Threads):
                     self.replies["rejected"] += len(reply["rejected"])
                     for event in events:
                         self.sent[event["id"]] = event
+                    self.accepted_at.append(time.monotonic())
                     return
             self.retries += 1
             time.sleep(0.2 * (attempt + 1))  # a 429 or 503: back off, send the same batch again
@@ -311,6 +260,13 @@ class Reader(_Threads):
                 else:
                     self.fresh[path].add(answer)
 
+    def answered_since(self, start: float, *, fresh: bool = False) -> int:
+        """Answers of 200 since an instant of time.monotonic() (with fresh, only those not stale)."""
+        with self._lock:
+            return sum(
+                t >= start and status == 200 and not (fresh and stale) for t, status, stale, *_ in self.marks
+            )
+
     @property
     def server_errors(self) -> int:
         """Answers of 500 and above other than 503 (nothing known while Redis is away), and dropped connections."""
@@ -320,12 +276,18 @@ class Reader(_Threads):
 # --- the write path at rest, and the figures -------------------------------------------
 
 
-def worker_backends() -> list[tuple[int, str | None, bool]]:
-    """(pid, backend_xid, holds a shard's tick lock) of every worker session of this database."""
+def worker_backends() -> list[tuple[int, int | None, bool]]:
+    """(pid, open transaction id, holds a shard's tick lock) of every worker session of this database.
+
+    The transaction id is the full 64-bit one (the epoch of the current
+    snapshot added), which pg_xact_status can be asked about after the session is gone.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT a.pid, a.backend_xid::text,
+            SELECT a.pid,
+                   ((pg_snapshot_xmax(pg_current_snapshot())::text::bigint >> 32) << 32)
+                     + a.backend_xid::text::bigint,
                    EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'
                            AND l.classid = %s AND l.granted)
             FROM pg_stat_activity a
@@ -336,14 +298,30 @@ def worker_backends() -> list[tuple[int, str | None, bool]]:
         return cursor.fetchall()
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.002, what: str = "a condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+def mid_batch() -> tuple[int, int]:
+    """(pid, transaction id) of a worker session inside a batch: it has claimed sales it has not committed."""
+    return wait_for(
+        lambda: next(((pid, xid) for pid, xid, _ in worker_backends() if xid), None),
+        timeout=30,
+        what="a tick inside a batch",
+    )
+
+
+def transaction_outcome(xid: int, timeout: float = 30) -> str:
+    """'committed' or 'aborted', once the transaction is over (a killed client's session ends soon after)."""
+
+    def outcome() -> str | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_xact_status(%s::text::xid8)", [str(xid)])
+            status = cursor.fetchone()[0]
+        return None if status == "in progress" else status
+
+    return wait_for(outcome, timeout, interval=0.02, what=f"transaction {xid} to end")
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.002, what: str = "a condition", watch=()):
+    """The first true value of predicate(); fails loudly, with the output of `watch`, if it never comes."""
+    return processes.wait_until(predicate, timeout=timeout, interval=interval, what=what, watch=watch)
 
 
 def redis_caught_up() -> bool:
@@ -362,7 +340,7 @@ def redis_caught_up() -> bool:
     return True
 
 
-def settle(timeout: float = 90) -> float:
+def settle(timeout: float = 90, watch=()) -> float:
     """Wait until no sale is pending, every batch is applied and Redis holds it; return the seconds waited."""
     started = time.monotonic()
 
@@ -373,7 +351,7 @@ def settle(timeout: float = 90) -> float:
             and redis_caught_up()
         )
 
-    wait_for(done, timeout, interval=0.05, what="the ticks to catch up")
+    wait_for(done, timeout, interval=0.05, what="the ticks to catch up", watch=watch)
     return time.monotonic() - started
 
 

@@ -1,12 +1,15 @@
 """Faults of Redis, the serving store: every key lost mid-stream, and Redis paused while reads go on.
 
 Real gunicorn, Celery worker and beat; a Redis of the suite's own (see
-conftest.py), so pausing it or emptying it disturbs no one else.
+conftest.py), so pausing it or emptying it disturbs no one else. Each test
+first proves its fault met live traffic (sales and reads while the keys were
+being rebuilt, reads answered while Redis was paused), then that all is exact.
 """
 
 import time
 
 import pytest
+from django.db.models import Sum
 
 from rankings.models import TickLog
 
@@ -38,7 +41,9 @@ def _start(stack: Stack, web_workers: int = 2) -> str:
     host = stack.web(workers=web_workers)
     stack.worker("w1")
     stack.beat("beat")
-    wait_for(lambda: TickLog.objects.exists(), 30, interval=0.05, what="the first tick")
+    wait_for(
+        lambda: TickLog.objects.exists(), 30, interval=0.05, what="the first tick", watch=stack.running()
+    )
     return host
 
 
@@ -49,35 +54,45 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
         host = _start(stack)
         stream = SaleStream(host, token_for_ingest(), clients=2, batch=40).start()
         reader = Reader(host).start()
-        time.sleep(2)
+        # given sales flowing and Redis holding every shard
+        wait_for(lambda: stream.accepted_between(0, time.monotonic()) >= 20, 30, what="sales to flow")
         wait_for(redis_caught_up, 30, interval=0.02, what="Redis to hold every shard")
         # when every key of the prefix is deleted
         prefix = f"{fault_redis_prefix()}:*"
         keys = list(fault_redis.client.scan_iter(prefix, count=1000))
+        rebuilt_before = _rebuilt_shards()
         lost_at = time.monotonic()
         fault_redis.client.delete(*keys)
         # then the ticks rebuild every shard (time to converge), while the stream goes on
-        wait_for(redis_caught_up, 60, interval=0.02, what="the rebuild")
-        converged = time.monotonic() - lost_at
-        time.sleep(2)
+        wait_for(redis_caught_up, 60, interval=0.02, what="the rebuild", watch=stack.running())
+        converged = time.monotonic()
+        wait_for(
+            lambda: stream.accepted_between(converged, time.monotonic()) >= 5,
+            30,
+            what="sales after the rebuild",
+        )
         result, caught_up = stack.wind_down(stream, reader)
+        rebuilt = _rebuilt_shards() - rebuilt_before  # every tick has logged itself by now
+        reads_during = sum(lost_at <= m[0] <= converged for m in reader.marks)
         result.update(
             **{
                 "keys deleted": len(keys),
-                "converge s": round(converged, 3),
-                "rebuilt shards": sum(TickLog.objects.values_list("rebuilt_shards", flat=True)),
+                "converge s": round(converged - lost_at, 3),
+                "rebuilt shards": rebuilt,
+                "batches accepted during the rebuild": stream.accepted_between(lost_at, converged),
                 "reads": sum(reader.statuses.values()),
-                "reads between loss and rebuild": sum(
-                    lost_at <= m[0] <= lost_at + converged for m in reader.marks
-                ),
-                "of which empty, without asOf": sum(
-                    lost_at <= t <= lost_at + converged for t in reader.no_as_of
-                ),
+                "reads between loss and rebuild": reads_during,
+                "of which empty, without asOf": sum(lost_at <= t <= converged for t in reader.no_as_of),
                 "read errors": reader.server_errors,
                 "catch-up s": round(caught_up, 2),
             }
         )
         show("every Redis key of the prefix deleted mid-stream", result)
+        # the premise: keys were there to lose, the ticks rebuilt shards, and sales and reads went on meanwhile
+        assert keys, "there was nothing in Redis to lose"
+        assert rebuilt > 0, "no tick rebuilt a shard: the loss was not noticed"
+        assert result["batches accepted during the rebuild"] > 0, "no sale arrived during the rebuild"
+        assert reads_during > 0, "no read happened during the rebuild"
         assert_exact(result)
         assert reader.server_errors == 0, reader.statuses
         assert not reader.stale_unknown, reader.stale_unknown[:3]
@@ -95,16 +110,27 @@ def test_redis_paused_reads_answer_stale_with_their_true_as_of(tmp_path, fault_r
         host = _start(stack, web_workers=6)
         stream = SaleStream(host, token_for_ingest(), clients=1, batch=40, pause=0.1).start()
         reader = Reader(host, threads=12, paths=BOARD_READS).start()
-        time.sleep(3)  # every gunicorn worker answers every path at least once
+        # enough fresh answers that every gunicorn worker has very likely answered every path
+        wait_for(
+            lambda: reader.answered_since(0, fresh=True) >= 50 * len(BOARD_READS), 30, what="fresh answers"
+        )
         # when Redis is paused
         paused_at = time.monotonic()
         fault_redis.client.execute_command("CLIENT", "PAUSE", PAUSE_MS, "ALL")
-        time.sleep(PAUSE_MS / 1000 + 2)
+        resumed_at = paused_at + PAUSE_MS / 1000
+        # then, once it is over, reads answer fresh again
+        wait_for(
+            lambda: time.monotonic() > resumed_at and reader.answered_since(resumed_at, fresh=True) >= 20,
+            30,
+            interval=0.05,
+            what="fresh answers after the pause",
+            watch=stack.running(),
+        )
         stream.stop()
-        caught_up = settle()
+        caught_up = settle(watch=stack.running())
         reader.stop()
         stack.stop_celery()
-        during = [m for m in reader.marks if paused_at <= m[0] <= paused_at + PAUSE_MS / 1000]
+        during = [m for m in reader.marks if paused_at <= m[0] <= resumed_at]
         result = figures(stream.sent, accepted=stream.replies["accepted"])
         result.update(
             **{
@@ -119,12 +145,19 @@ def test_redis_paused_reads_answer_stale_with_their_true_as_of(tmp_path, fault_r
             }
         )
         show(f"Redis paused {PAUSE_MS} ms while reads go on", result)
-        assert reader.server_errors == 0, reader.statuses
+        # the premise: reads were answered while Redis was paused, and some of them noticed
+        assert during, "no read was answered during the pause"
         assert reader.stale > 0, "no read noticed the pause"
+        assert reader.server_errors == 0, reader.statuses
         assert not reader.stale_unknown, reader.stale_unknown[:3]
         assert_exact(result)
     finally:
         stack.close()
+
+
+def _rebuilt_shards() -> int:
+    """Shards the ticks logged so far rebuilt from the buckets."""
+    return TickLog.objects.aggregate(n=Sum("rebuilt_shards"))["n"] or 0
 
 
 def fault_redis_prefix() -> str:

@@ -3,7 +3,8 @@
 Clients post to gunicorn while a Celery worker and beat tick; copies of one
 batch are often in flight at the same moment from different clients. Every
 event is stored once, every copy after the first is counted a duplicate, and
-the boards equal the recompute. The ingest throttle stays at its default rate.
+the boards equal the recompute. The test proves its premise too: some batch had
+two copies in flight at once, and ticks ran while the copies were posted. The ingest throttle stays at its default rate.
 """
 
 import http.client
@@ -57,16 +58,19 @@ def test_twenty_thousand_events_replayed_twice_by_four_clients(tmp_path, fault_r
         totals = {"accepted": 0, "duplicates": 0, "rejected": 0, "not 200": 0}
         lock = threading.Lock()
         work = iter(posts)
+        in_flight: dict[int, list[tuple[int, float, float]]] = {}  # batch -> (client, sent, answered)
 
-        def client():
+        def client(n: int):
             conn = http.client.HTTPConnection(host, timeout=60)
             while True:
                 with lock:
                     batch = next(work, None)
                 if batch is None:
                     break
+                sent = time.monotonic()
                 status, body = post_json(conn, "/v1/sales", {"events": batch}, token)
                 with lock:
+                    in_flight.setdefault(id(batch), []).append((n, sent, time.monotonic()))
                     if status != 200:
                         totals["not 200"] += 1
                         continue
@@ -77,12 +81,14 @@ def test_twenty_thousand_events_replayed_twice_by_four_clients(tmp_path, fault_r
             conn.close()
 
         started = time.monotonic()
-        threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+        ticks_before = TickLog.objects.count()
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         posting = time.monotonic() - started
+        ticks_while_posting = TickLog.objects.count() - ticks_before
         # then every event is stored once, the rest are duplicates, and every board is exact
         caught_up = settle()
         reader.stop()
@@ -97,15 +103,34 @@ def test_twenty_thousand_events_replayed_twice_by_four_clients(tmp_path, fault_r
                 "rejected": totals["rejected"],
                 "posts not 200": totals["not 200"],
                 "posting s": round(posting, 1),
+                "batches with copies in flight at once": _overlapping(in_flight),
+                "ticks while posting": ticks_while_posting,
                 "reads": sum(reader.statuses.values()),
                 "read errors": reader.server_errors,
                 "catch-up s": round(caught_up, 2),
             }
         )
         show("20,000 events replayed twice from 4 clients", result)
+        # the premise: copies of a batch raced each other, and ticks ran while they did
+        assert result["batches with copies in flight at once"] > 0, (
+            "no two copies of a batch were in flight at once"
+        )
+        assert ticks_while_posting > 0, "no tick ran while the copies were posted"
         assert totals["not 200"] == 0 and totals["rejected"] == 0, totals
         assert totals["duplicates"] == EVENTS * (DELIVERIES - 1)
         assert_exact(result)
         assert reader.server_errors == 0, reader.statuses
     finally:
         stack.close()
+
+
+def _overlapping(in_flight: dict[int, list[tuple[int, float, float]]]) -> int:
+    """Batches of which two copies from different clients were being posted at the same moment."""
+    raced = 0
+    for copies in in_flight.values():
+        raced += any(
+            a[0] != b[0] and a[1] < b[2] and b[1] < a[2]
+            for i, a in enumerate(copies)
+            for b in copies[i + 1 :]
+        )
+    return raced

@@ -1,14 +1,17 @@
 """Faults of the write path's processes, with real gunicorn, Celery workers and beats.
 
 A stream of sales is posted the whole time and the read API is read the whole
-time. After each fault the write path catches up by itself, and then every
-board equals the recompute from raw sales, every sale sent is stored once and
-counted once, and no read failed. Run with -s to see the figures.
+time. Each test first proves its fault really happened (the killed batch's
+transaction was rolled back, the two beats sent ticks in the same seconds),
+then that the write path caught up by itself: every board equals the recompute
+from raw sales, every sale sent is stored once and counted once, and no read
+failed. Run with -s to see the figures.
 """
 
-import time
+import re
 
 import pytest
+from django.db import connection
 
 from rankings.models import TickLog
 
@@ -18,16 +21,25 @@ from .stack import (
     Stack,
     assert_exact,
     figures,
+    mid_batch,
     settle,
     show,
     token_for_ingest,
+    transaction_outcome,
     wait_for,
-    worker_backends,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.faults]
 
 KILLS = 3
+# A kill that comes just after the batch committed proves nothing: it is tried
+# again, up to this many times in all.
+ATTEMPTS = 12
+# Ticks each beat sends while both run: at two a second, some seconds of doubled ticks.
+OVERLAP_TICKS = 8
+# Celery beat's line for each tick it sends, and the time at its start.
+TICK_SENT = "Sending due task rankings-tick"
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 
 
 @pytest.fixture
@@ -38,8 +50,15 @@ def stack(tmp_path, fault_redis, transactional_db):
     stack.close()
 
 
-def _ticking(timeout: float = 30) -> None:
-    wait_for(lambda: TickLog.objects.exists(), timeout, interval=0.05, what="the first tick")
+def _ticking(stack: Stack, timeout: float = 30) -> None:
+    wait_for(
+        lambda: TickLog.objects.exists(), timeout, interval=0.05, what="the first tick", watch=stack.running()
+    )
+
+
+def _sent_at(lines: list[str]) -> list[str]:
+    """When each line was logged, as written (the format sorts as the times do)."""
+    return [m[1] for line in lines if (m := LOG_TIME.match(line))]
 
 
 def test_worker_killed_mid_tick_three_times_loses_and_doubles_nothing(stack):
@@ -48,27 +67,26 @@ def test_worker_killed_mid_tick_three_times_loses_and_doubles_nothing(stack):
     host = stack.web()
     worker = stack.worker("w0")
     stack.beat("beat")
-    _ticking()
+    _ticking(stack)
     stream = SaleStream(host, token_for_ingest(), clients=2, batch=40).start()
     reader = Reader(host).start()
-    # when the worker is killed in the middle of a tick, three times
-    for kill in range(1, KILLS + 1):
-        time.sleep(1.0)
-        # a session with a transaction id has claimed sales it has not committed yet: mid-batch
-        wait_for(
-            lambda: any(xid for _, xid, _ in worker_backends()), timeout=30, what="a tick inside a batch"
-        )
-        stack.kill9(worker)
-        worker = stack.worker(f"w{kill}")
-    time.sleep(1.0)
-    # then the last worker catches up and everything is exact
+    # when the worker is killed while a batch's transaction is open, three times
+    outcomes = []
+    while outcomes.count("aborted") < KILLS and len(outcomes) < ATTEMPTS:
+        _, xid = mid_batch()
+        worker.kill()
+        # the premise: the batch the kill interrupted was rolled back, not committed
+        outcomes.append(transaction_outcome(xid))
+        worker = stack.worker(f"w{len(outcomes)}")
+    # then the last worker takes over, catches up, and everything is exact
     result, caught_up = stack.wind_down(stream, reader)
     result.update(
-        **{"kills mid-batch": KILLS},
+        **{"kills mid-batch": outcomes.count("aborted"), "kills after a commit": outcomes.count("committed")},
         reads=sum(reader.statuses.values()),
         **{"read errors": reader.server_errors, "catch-up s": round(caught_up, 2)},
     )
     show("kill -9 of the worker mid-tick", result)
+    assert outcomes.count("aborted") == KILLS, f"the kills landed mid-batch too rarely: {outcomes}"
     assert_exact(result)
     assert reader.server_errors == 0, reader.statuses
 
@@ -78,68 +96,84 @@ def test_two_beats_at_once_never_double_apply(stack):
     host = stack.web()
     stack.worker("w1")
     stack.worker("w2")
-    stack.beat("beat-1")
+    first = stack.beat("beat-1")
     second = stack.beat("beat-2")
-    _ticking()
+    _ticking(stack)
     stream = SaleStream(host, token_for_ingest(), clients=2, batch=40).start()
     reader = Reader(host).start()
-    # both beats for a while, then one
-    time.sleep(6)
+    # when both beats run for a while, then one
+    wait_for(
+        lambda: len(second.lines(TICK_SENT)) >= OVERLAP_TICKS,
+        30,
+        interval=0.05,
+        what="the second beat to send its ticks",
+        watch=stack.running(),
+    )
     ticks_with_two = TickLog.objects.count()
-    stack.stop(second)
-    time.sleep(2)
+    second.stop()
+    # the premise: the first beat sent about as many ticks in the seconds the second was sending its own
+    seconds = _sent_at(second.lines(TICK_SENT))
+    overlapping = [t for t in _sent_at(first.lines(TICK_SENT)) if seconds[0] <= t <= seconds[-1]]
+    # and the first beat goes on alone for a few ticks
+    sent = len(first.lines(TICK_SENT))
+    wait_for(
+        lambda: len(first.lines(TICK_SENT)) >= sent + 4,
+        30,
+        interval=0.05,
+        what="ticks of the first beat alone",
+    )
     result, caught_up = stack.wind_down(stream, reader)
     result.update(
-        **{"ticks while two beats ran": ticks_with_two},
+        **{
+            "ticks sent by the second beat": len(seconds),
+            "ticks the first sent meanwhile": len(overlapping),
+            "ticks while two beats ran": ticks_with_two,
+        },
         reads=sum(reader.statuses.values()),
         **{"read errors": reader.server_errors, "catch-up s": round(caught_up, 2)},
     )
     show("two beat schedulers at once", result)
+    assert len(overlapping) >= OVERLAP_TICKS - 2, "the two beats did not run at the same time"
     assert_exact(result)
     assert reader.server_errors == 0, reader.statuses
 
 
 def test_tick_connection_terminated_mid_batch(stack):
     """pg_terminate_backend of the worker's session while a batch's transaction is open."""
-    from django.db import connection
-
     host = stack.web()
     worker = stack.worker("w1")
     stack.beat("beat")
-    _ticking()
+    _ticking(stack)
     stream = SaleStream(host, token_for_ingest(), clients=2, batch=40).start()
     reader = Reader(host).start()
-    terminated = 0
-    for _ in range(KILLS):
-        time.sleep(1.0)
-        # a session with a transaction id has claimed sales it has not committed yet: mid-batch
-        pid = wait_for(
-            lambda: next((pid for pid, xid, _ in worker_backends() if xid), None),
-            timeout=30,
-            what="a tick inside a batch",
-        )
+    # when the worker's session is terminated while a batch's transaction is open, three times
+    outcomes = []
+    while outcomes.count("aborted") < KILLS and len(outcomes) < ATTEMPTS:
+        pid, xid = mid_batch()
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-            terminated += cursor.fetchone()[0]
+        # the premise: the batch the termination interrupted was rolled back, not committed
+        outcomes.append(transaction_outcome(xid))
+    # then the same worker goes on ticking with a new session and catches up
     ticks_before = TickLog.objects.count()
-    time.sleep(1.0)
     stream.stop()
-    caught_up = settle()
+    caught_up = settle(watch=stack.running())
     ticks_after = TickLog.objects.count()
     reader.stop()
-    assert worker.poll() is None, "the worker died with its connection"
+    assert worker.alive(), "the worker died with its connection\n" + worker.describe()
     stack.stop_celery()
     result = figures(stream.sent, accepted=stream.replies["accepted"])
     result.update(
         **{
-            "sessions terminated mid-batch": terminated,
+            "sessions terminated mid-batch": outcomes.count("aborted"),
+            "terminated after a commit": outcomes.count("committed"),
             "ticks after the last termination": ticks_after - ticks_before,
         },
         reads=sum(reader.statuses.values()),
         **{"read errors": reader.server_errors, "catch-up s": round(caught_up, 2)},
     )
     show("the tick's PostgreSQL session terminated mid-batch", result)
-    assert terminated == KILLS
+    assert outcomes.count("aborted") == KILLS, f"the terminations landed mid-batch too rarely: {outcomes}"
     assert ticks_after > ticks_before, "no tick finished after the terminations"
     assert_exact(result)
     assert reader.server_errors == 0, reader.statuses
