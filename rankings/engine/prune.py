@@ -112,25 +112,29 @@ def buckets_prune() -> int:
     return deleted
 
 
+def _older_than(table: str, column: str, keep_seconds: int, now: dt.datetime, where: str = "TRUE") -> int:
+    """Delete the rows of `table` whose `column` is more than `keep_seconds` behind `now`."""
+    cutoff = now - dt.timedelta(seconds=keep_seconds)
+    return _delete_chunks(table, f"{where} AND {column} < %s", [cutoff])
+
+
 def ingest_log_prune(now: dt.datetime) -> int:
-    cutoff = now - dt.timedelta(seconds=rankings_settings.INGEST_LOG_KEEP_SECONDS)
-    return _delete_chunks(IngestLog._meta.db_table, "at < %s", [cutoff])
+    return _older_than(IngestLog._meta.db_table, "at", rankings_settings.INGEST_LOG_KEEP_SECONDS, now)
 
 
 def tick_log_prune(now: dt.datetime) -> int:
-    cutoff = now - dt.timedelta(seconds=rankings_settings.TICK_LOG_KEEP_SECONDS)
-    return _delete_chunks(TickLog._meta.db_table, "as_of < %s", [cutoff])
+    return _older_than(TickLog._meta.db_table, "as_of", rankings_settings.TICK_LOG_KEEP_SECONDS, now)
 
 
 def verify_log_prune(now: dt.datetime) -> int:
-    cutoff = now - dt.timedelta(seconds=rankings_settings.VERIFY_LOG_KEEP_SECONDS)
-    return _delete_chunks(VerifyLog._meta.db_table, "at < %s", [cutoff])
+    return _older_than(VerifyLog._meta.db_table, "at", rankings_settings.VERIFY_LOG_KEEP_SECONDS, now)
 
 
 def batches_prune(now: dt.datetime) -> int:
     """Applied batches past the log's keep; an unapplied one is kept until a tick applies it."""
-    cutoff = now - dt.timedelta(seconds=rankings_settings.BATCH_LOG_SECONDS)
-    return _delete_chunks(Batch._meta.db_table, "applied AND as_of < %s", [cutoff])
+    return _older_than(
+        Batch._meta.db_table, "as_of", rankings_settings.BATCH_LOG_SECONDS, now, where="applied"
+    )
 
 
 def partitions_prepare(now: dt.datetime) -> list[str]:

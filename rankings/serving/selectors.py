@@ -408,6 +408,12 @@ def _shard(category: str, version: int) -> int:
     return shard_of(category, shards)
 
 
+def _placed(category: str) -> tuple[int, int]:
+    """(active version, shard) of a category's boards: where every read of one board goes."""
+    version = store.active_version()
+    return version, _shard(category, version)
+
+
 def instant(as_of: float | None) -> dt.datetime | None:
     """A board's as_of (epoch seconds) as a UTC datetime, to the second; None when unknown."""
     if not as_of:
@@ -470,10 +476,10 @@ def _top_key(category: str, window: str, metric: str, limit: int, offset: int) -
 
 
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
-    version = store.active_version()
+    version, shard = _placed(category)
     found = store.board_slice(
         version=version,
-        shard=_shard(category, version),
+        shard=shard,
         window=window,
         metric=metric,
         category=category,
@@ -544,10 +550,10 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
     _product(product_id)
-    version = store.active_version()
+    version, shard = _placed(category)
     found = store.member_rank(
         version=version,
-        shard=_shard(category, version),
+        shard=shard,
         window=window,
         metric=metric,
         category=category,
@@ -622,8 +628,7 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     _product(product_id)
-    version = store.active_version()
-    shard = _shard(category, version)
+    version, shard = _placed(category)
     found = store.member_rank(
         version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
     )
