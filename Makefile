@@ -9,7 +9,7 @@ DEV := $(VENV)/.installed-dev
 # on real processes (on 2 cores: 3 workers 5 min 15 s, 2 workers 5 min 53 s).
 JOBS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
 
-.PHONY: run test bench install install-dev db lint format clean
+.PHONY: run test bench install install-dev db lint format clean browser
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -44,10 +44,14 @@ run: db
 # The whole suite, fault and browser tests included, spread over $(JOBS) workers test by test;
 # a worker that runs out takes waiting tests from the others, so a few long tests (the fault
 # suite, the property and year-of-history tests) do not leave a worker idle.
-test: install-dev
+test: install-dev browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
+
+# The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 
 # Benchmarks use a database and key prefix of their own; wrk drives the read benchmarks.
 bench: install-dev
