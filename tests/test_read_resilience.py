@@ -114,7 +114,7 @@ def database_down(transactional_db):
 @pytest.fixture
 def catalogue_shop():
     toys = Category.objects.create(slug="toys", name="Toys")
-    for product_id, name in (("p1", "Yo-yo"), ("p2", "Kite")):
+    for product_id, name in (("p1", "Yo-yo"), ("p2", "Kite"), ("p3", "Top, never sold")):
         Product.objects.create(product_id=product_id, name=name, price_cents=100).categories.set([toys])
     shop = Shop(now=timezone.now().replace(microsecond=0))
     shop.send(shop.sale("p1", qty=2), shop.sale("p2", qty=1))
@@ -133,11 +133,17 @@ def test_with_postgres_down_reads_serve_what_redis_holds_with_ids_for_names(
     rank = api.get("/v1/products/p2/rank?category=toys")
     neighbours = api.get("/v1/products/p2/neighbors?category=toys&n=1")
     # then the boards are served from Redis, marked stale, with product ids in place of names
-    for reply in (top, rank, neighbours):
+    for reply in (top, neighbours):
         assert reply.status_code == 200, reply.content
         assert reply.json()["stale"] is True and "Stale" in reply["Warning"]
     assert [(i["productId"], i["name"]) for i in top.json()["items"]] == [("p1", "p1"), ("p2", "p2")]
-    assert rank.json()["rank"] == 2
+    # and a ranked product's rank, which names nothing, is what Redis says now
+    assert rank.status_code == 200, rank.content
+    assert (rank.json()["rank"], rank.json()["stale"]) == (2, False)
+    # while an unranked one needs the catalogue to tell "not ranked" from "no such product"
+    unranked = api.get("/v1/products/p3/rank?category=toys")
+    assert unranked.status_code == 200, unranked.content
+    assert (unranked.json()["rank"], unranked.json()["stale"]) == (None, True)
 
 
 def test_with_postgres_down_what_cannot_be_known_is_a_503_json(

@@ -711,27 +711,43 @@ class MemberRank:
     score: int
     other: int
 
+    @classmethod
+    def from_reply(cls, reply: list) -> "MemberRank":
+        rank, score, other, total, as_of = reply
+        return cls(
+            as_of=float(as_of) if as_of else None,
+            total=total,
+            rank=rank,
+            score=int(-float(score)) if score is not None else 0,
+            other=int(-float(other)) if other is not None else 0,
+        )
+
+
+# KEYS: the board, the other metric's board, the shard's state. ARGV: the product.
+# One command instead of five: what a rank costs is mostly the client's work per command.
+_MEMBER_RANK = """
+local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local other = redis.call('ZSCORE', KEYS[2], ARGV[1])
+return {rank, score, other, redis.call('ZCARD', KEYS[1]), redis.call('HGET', KEYS[3], 'asof')}
+"""
+
+
+def _member_keys(version: int, shard: int, window: str, metric: str, category: str) -> list[str]:
+    return [
+        board_key(version, shard, window, metric, category),
+        board_key(version, shard, window, other_metric(metric), category),
+        state_key(version, shard),
+    ]
+
 
 @_translated
 def member_rank(
     *, version: int, shard: int, window: str, metric: str, category: str, product_id: str
 ) -> MemberRank:
     """One product's rank and scores on a board, in one round trip."""
-    key = board_key(version, shard, window, metric, category)
-    pipe = fast().pipeline(transaction=False)
-    pipe.zrank(key, product_id)
-    pipe.zscore(key, product_id)
-    pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
-    pipe.zcard(key)
-    pipe.hget(state_key(version, shard), "asof")
-    rank, score, other, total, as_of = pipe.execute()
-    return MemberRank(
-        as_of=float(as_of) if as_of else None,
-        total=total,
-        rank=rank,
-        score=int(-score) if score is not None else 0,
-        other=int(-other) if other is not None else 0,
-    )
+    keys = _member_keys(version, shard, window, metric, category)
+    return MemberRank.from_reply(_script(_MEMBER_RANK)(keys=keys, args=[product_id], client=fast()))
 
 
 @_translated
@@ -740,27 +756,10 @@ def members_ranks(
 ) -> list[MemberRank]:
     """One product's rank on several boards ((shard, category) pairs), in one round trip."""
     pipe = fast().pipeline(transaction=False)
+    script = _script(_MEMBER_RANK)
     for shard, category in boards:
-        key = board_key(version, shard, window, metric, category)
-        pipe.zrank(key, product_id)
-        pipe.zscore(key, product_id)
-        pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
-        pipe.zcard(key)
-        pipe.hget(state_key(version, shard), "asof")
-    values = pipe.execute()
-    out = []
-    for i in range(0, len(values), 5):
-        rank, score, other, total, as_of = values[i : i + 5]
-        out.append(
-            MemberRank(
-                as_of=float(as_of) if as_of else None,
-                total=total,
-                rank=rank,
-                score=int(-score) if score is not None else 0,
-                other=int(-other) if other is not None else 0,
-            )
-        )
-    return out
+        script(keys=_member_keys(version, shard, window, metric, category), args=[product_id], client=pipe)
+    return [MemberRank.from_reply(reply) for reply in pipe.execute()]
 
 
 @_translated

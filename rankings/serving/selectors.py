@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from cachetools import LRUCache, TLRUCache, TTLCache
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import rankings_settings
@@ -314,6 +314,17 @@ def category_name(slug: str) -> str:
 # --- products -------------------------------------------------------------------------
 
 
+# The one catalogue query of a rank read: written out, because building it through the ORM costs
+# five times the query itself (0.5 ms against 0.1 ms) and a random product misses every cache.
+_PRODUCT_ROW = f"SELECT name, price_cents FROM {Product._meta.db_table} WHERE product_id = %s"
+
+
+def _product_row(product_id: str) -> tuple[str, int] | None:
+    with connection.cursor() as cursor:
+        cursor.execute(_PRODUCT_ROW, [product_id])
+        return cursor.fetchone()
+
+
 def _product(product_id: str) -> tuple[str, int] | None:
     """The catalogue's (name, price in cents); None when PostgreSQL does not answer (the boards may
     still know the product); NotFound for an id no product has."""
@@ -324,7 +335,7 @@ def _product(product_id: str) -> tuple[str, int] | None:
     if known is not None:
         return known
     try:
-        found = Product.objects.filter(product_id=product_id).values_list("name", "price_cents").first()
+        found = _product_row(product_id)
     except DatabaseError:
         _catalogue_unreachable()
         return None
@@ -549,7 +560,8 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 
 
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
-    _product(product_id)
+    if not _PRODUCT_ID.fullmatch(product_id):
+        raise NotFound(f"unknown product '{product_id}'")
     version, shard = _placed(category)
     found = store.member_rank(
         version=version,
@@ -559,6 +571,10 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         category=category,
         product_id=product_id,
     )
+    if found.rank is None:
+        # Only an unranked product needs the catalogue to tell "not ranked" from "no such
+        # product": a ranked one has sales, and a product with sales cannot be deleted.
+        _product(product_id)
     rank = found.rank + 1 if found.rank is not None else None
     return Rank(
         product_id,
