@@ -14,6 +14,7 @@ from django.utils.cache import patch_cache_control
 from django.views import defaults
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -434,6 +435,30 @@ def _selected(reply_class: type[_Reply], call, **kwargs) -> HttpResponse:
     return response
 
 
+class JsonOnly(BaseContentNegotiation):
+    """The read API answers JSON whatever the Accept header says: parsing it costs a tenth of a read."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+    def select_parser(self, request, parsers):
+        return parsers[0]
+
+
+class ReadApi(APIView):
+    """A public read: JSON only, counted under the "reads" throttle scope.
+
+    The caller is identified only when something asks who it is (the throttle, the status
+    figures): a read that needs no identity does not pay for a session and token lookup.
+    """
+
+    throttle_scope = "reads"
+    content_negotiation_class = JsonOnly
+
+    def perform_authentication(self, request):
+        pass
+
+
 class CategoryListParams(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
     offset = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
@@ -468,10 +493,8 @@ class CategoryListReply(serializers.Serializer):
         ref_name = "CategoryList"
 
 
-class CategoryListApi(APIView):
+class CategoryListApi(ReadApi):
     """The categories, `limit` from `offset`, with `all` (the board of every sale) first."""
-
-    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="categories_list",
@@ -493,10 +516,8 @@ class TopParams(_board_params()):
         return attrs
 
 
-class BoardTopApi(APIView):
+class BoardTopApi(ReadApi):
     """The best sellers of a category: ranks offset+1 … offset+limit."""
-
-    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="board_top",
@@ -511,10 +532,8 @@ class RankParams(_board_params(category=serializers.SlugField(max_length=50))):
     pass
 
 
-class ProductRankApi(APIView):
+class ProductRankApi(ReadApi):
     """A product's rank on one board; rank is null when it has no sales there."""
-
-    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="product_rank",
@@ -531,10 +550,8 @@ class RanksParams(_board_params()):
     pass
 
 
-class ProductRanksApi(APIView):
+class ProductRanksApi(ReadApi):
     """A product's rank in each of its categories."""
-
-    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="product_ranks",
@@ -551,10 +568,8 @@ class NeighborParams(_board_params(category=serializers.SlugField(max_length=50)
     n = serializers.IntegerField(min_value=1, max_value=50, default=5)
 
 
-class ProductNeighborsApi(APIView):
+class ProductNeighborsApi(ReadApi):
     """The n products ranked just above and just below a product (and the product itself)."""
-
-    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="product_neighbors",
@@ -570,10 +585,8 @@ class ProductNeighborsApi(APIView):
         )
 
 
-class StatusApi(APIView):
+class StatusApi(ReadApi):
     """Whether the boards are live; the operator's figures for a holder of rankings.view_status."""
-
-    throttle_scope = "reads"
 
     @extend_schema(
         operation_id="status",

@@ -4,6 +4,7 @@ Every client address comes from SimpleRateThrottle.get_ident, which trusts
 X-Forwarded-For only as far as settings.REST_FRAMEWORK["NUM_PROXIES"] says.
 """
 
+from django.conf import settings
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
 
 
@@ -12,6 +13,12 @@ class _OptionalRate:
 
     def get_rate(self):
         return self.THROTTLE_RATES.get(self.scope)
+
+
+def _credentials(request) -> bool:
+    """Whether the request carries a token or a session: without either it is anonymous, and
+    finding that out through authentication would cost more than the read itself."""
+    return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
 
 
 class ScopedThrottle(_OptionalRate, ScopedRateThrottle):
@@ -26,7 +33,7 @@ class ScopedThrottle(_OptionalRate, ScopedRateThrottle):
         self.scope = getattr(view, self.scope_attr, None)
         if not self.scope:
             return True
-        if self.scope == "reads" and request.user is not None and request.user.is_authenticated:
+        if self.scope == "reads" and _credentials(request) and request.user and request.user.is_authenticated:
             self.scope = "reads-authenticated"
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
