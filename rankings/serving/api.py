@@ -267,15 +267,29 @@ class RankedItemReply(_Reply):
         ref_name = "RankedItem"
 
 
-_STALE_HELP = "true when Redis is unreachable and this is the last known answer"
+class _BoardAnswer(_Reply):
+    """What every board reply says besides its figures: which window and metric, as of when, and
+    whether this is the last known answer rather than Redis's of now."""
 
-
-class BoardTopReply(_Reply):
-    category = serializers.CharField()
     window = serializers.CharField()
     metric = serializers.CharField()
-    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
-    stale = serializers.BooleanField(help_text=_STALE_HELP)
+    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815 - the wire's own name
+    stale = serializers.BooleanField(
+        help_text="true when Redis is unreachable and this is the last known answer"
+    )
+
+
+def _answer_wire(answer) -> dict:
+    return {
+        "window": answer.window,
+        "metric": answer.metric,
+        "asOf": iso_text(answer.as_of),
+        "stale": answer.stale,
+    }
+
+
+class BoardTopReply(_BoardAnswer):
+    category = serializers.CharField()
     total = serializers.IntegerField()
     items = RankedItemReply(many=True)
 
@@ -283,49 +297,13 @@ class BoardTopReply(_Reply):
     def wire(board: selectors.Board) -> dict:
         return {
             "category": board.category,
-            "window": board.window,
-            "metric": board.metric,
-            "asOf": iso_text(board.as_of),
+            **_answer_wire(board),
             "total": board.total,
             "items": [_item_wire(item) for item in board.items],
-            "stale": board.stale,
         }
 
     class Meta:
         ref_name = "BoardTop"
-
-
-class ProductRankReply(_Reply):
-    productId = serializers.CharField()  # noqa: N815
-    category = serializers.CharField()
-    window = serializers.CharField()
-    metric = serializers.CharField()
-    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
-    stale = serializers.BooleanField(help_text=_STALE_HELP)
-    rank = serializers.IntegerField(allow_null=True)
-    units = serializers.IntegerField()
-    revenue = serializers.CharField()
-    total = serializers.IntegerField()
-    percentile = serializers.FloatField(allow_null=True)
-
-    @staticmethod
-    def wire(found: selectors.Rank) -> dict:
-        return {
-            "productId": found.product_id,
-            "category": found.category,
-            "window": found.window,
-            "metric": found.metric,
-            "asOf": iso_text(found.as_of),
-            "rank": found.rank,
-            "units": found.units,
-            "revenue": money_text(found.revenue),
-            "total": found.total,
-            "percentile": found.percentile,
-            "stale": found.stale,
-        }
-
-    class Meta:
-        ref_name = "ProductRank"
 
 
 class CategoryRankReply(_Reply):
@@ -337,7 +315,7 @@ class CategoryRankReply(_Reply):
     percentile = serializers.FloatField(allow_null=True)
 
     @staticmethod
-    def wire(found: selectors.CategoryRank) -> dict:
+    def wire(found: selectors.CategoryRank | selectors.Rank) -> dict:
         return {
             "category": found.category,
             "rank": found.rank,
@@ -351,36 +329,36 @@ class CategoryRankReply(_Reply):
         ref_name = "CategoryRank"
 
 
-class ProductRanksReply(_Reply):
+class ProductRankReply(_BoardAnswer, CategoryRankReply):
     productId = serializers.CharField()  # noqa: N815
-    window = serializers.CharField()
-    metric = serializers.CharField()
-    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
-    stale = serializers.BooleanField(help_text=_STALE_HELP)
+
+    @staticmethod
+    def wire(found: selectors.Rank) -> dict:
+        return {"productId": found.product_id, **_answer_wire(found), **CategoryRankReply.wire(found)}
+
+    class Meta:
+        ref_name = "ProductRank"
+
+
+class ProductRanksReply(_BoardAnswer):
+    productId = serializers.CharField()  # noqa: N815
     ranks = CategoryRankReply(many=True)
 
     @staticmethod
     def wire(found: selectors.Ranks) -> dict:
         return {
             "productId": found.product_id,
-            "window": found.window,
-            "metric": found.metric,
-            "asOf": iso_text(found.as_of),
+            **_answer_wire(found),
             "ranks": [CategoryRankReply.wire(r) for r in found.ranks],
-            "stale": found.stale,
         }
 
     class Meta:
         ref_name = "ProductRanks"
 
 
-class ProductNeighborsReply(_Reply):
+class ProductNeighborsReply(_BoardAnswer):
     productId = serializers.CharField()  # noqa: N815
     category = serializers.CharField()
-    window = serializers.CharField()
-    metric = serializers.CharField()
-    asOf = serializers.DateTimeField(allow_null=True)  # noqa: N815
-    stale = serializers.BooleanField(help_text=_STALE_HELP)
     rank = serializers.IntegerField(allow_null=True)
     items = RankedItemReply(many=True)
 
@@ -389,12 +367,9 @@ class ProductNeighborsReply(_Reply):
         return {
             "productId": found.product_id,
             "category": found.category,
-            "window": found.window,
-            "metric": found.metric,
-            "asOf": iso_text(found.as_of),
+            **_answer_wire(found),
             "rank": found.rank,
             "items": [_item_wire(item) for item in found.items],
-            "stale": found.stale,
         }
 
     class Meta:
