@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from catalogue.money import cents_text
 from rankings import tasks
-from rankings.models import IngestLog, RankingVersion, Sale
+from rankings.models import IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
 
@@ -47,6 +47,10 @@ class KindFilter(admin.SimpleListFilter):
         return queryset
 
 
+# Sales an event id prefix finds at most: a page of the list, many times over.
+EVENT_ID_MATCHES = 1000
+
+
 @admin.register(Sale)
 class SaleAdmin(ReadOnlyAdmin):
     """Raw sales are the source of truth, kept forever; corrections come as returns, not edits."""
@@ -62,8 +66,10 @@ class SaleAdmin(ReadOnlyAdmin):
         "received_at",
     ]
     list_select_related = ["product"]
-    # Exact or prefix matches only, so that each search uses an index on a table of millions.
-    search_fields = ["^event_id", "=product__product_id", "=return_of"]
+    # Exact or prefix matches only, so that each search uses an index on a table of millions: the
+    # product and the returned sale on the sales table's own, an event id (or its beginning)
+    # through SaleId, the index of every event id (the partitioned table has none).
+    search_fields = ["=product__product_id", "=return_of"]
     search_help_text = "An event id (or its beginning), a product id, or the id of a returned sale."
     date_hierarchy = "ts"
     list_filter = [KindFilter]
@@ -83,6 +89,14 @@ class SaleAdmin(ReadOnlyAdmin):
         "received_at",
         "digest",
     ]
+
+    def get_search_results(self, request, queryset, search_term):
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term:
+            ids = SaleId.objects.filter(event_id__startswith=term).values_list("sale_id", flat=True)
+            found |= queryset.filter(id__in=list(ids[:EVENT_ID_MATCHES]))
+        return found, may_have_duplicates
 
     @admin.display(description="product", ordering="product_id")
     def product_link(self, obj):
