@@ -16,7 +16,7 @@ from pathlib import Path
 from bench import harness
 from tests import processes
 
-FLOOR_PORT = 8012
+FLOOR_PORT = harness.PORT + 1
 WRK = ["wrk", "-t2", "-c16", "-d10s", "--latency"]
 _RANDOM_RANK = """
 math.randomseed(os.time())
@@ -79,7 +79,8 @@ def _floor_server(body_path: str, logs: str) -> processes.Process:
     )
 
 
-def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
+def _demo_board() -> tuple[str, str, str]:
+    """The demo data ticked once; (board key, blob key, a member ranked 41st) of cat0's 7d units board."""
     from django.utils import timezone
 
     from bench.bench_engine import _seed_demo
@@ -87,63 +88,76 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from rankings.engine.aggregate import tick
     from rankings.engine.shards import shard_count, shard_of
 
-    table = table or harness.Table()
-    print("read: demo data, then wrk against gunicorn (2 sync workers)…", flush=True)
     harness.reset()
     _seed_demo()
     tick(now=timezone.now())
     version = store.active_version(fresh=True)
-    cat0 = shard_of("cat0", shard_count())
-    board = store.board_key(version, cat0, "7d", "units", "cat0")
-    blob = store.blob_key(version, cat0, "7d", "units", "cat0")
-    member = store.fast().zrange(board, 40, 40)[0].decode()
+    shard = shard_of("cat0", shard_count())
+    board = store.board_key(version, shard, "7d", "units", "cat0")
+    blob = store.blob_key(version, shard, "7d", "units", "cat0")
+    return board, blob, store.fast().zrange(board, 40, 40)[0].decode()
 
+
+def _floors(url: str, member: str, tmp: str, runs: int) -> dict:
+    """wrk against the constant view, once with /top's body and once with /rank's."""
+    floors = {}
+    for name, path in (
+        ("top", "/v1/categories/cat0/top"),
+        ("rank", f"/v1/products/{member}/rank?category=cat0"),
+    ):
+        body = Path(tmp) / f"{name}.json"
+        body.write_bytes(urllib.request.urlopen(url + path).read())
+        server = _floor_server(str(body), tmp)
+        try:
+            floors[name] = _median_run(f"http://127.0.0.1:{FLOOR_PORT}/floor", runs)
+        finally:
+            server.stop()
+    return floors
+
+
+def _reads(url: str, member: str, tmp: str, runs: int) -> dict:
+    script = Path(tmp) / "random_rank.lua"
+    script.write_text(_RANDOM_RANK)
+    return {
+        "top": _median_run(f"{url}/v1/categories/cat0/top", runs),
+        "top-deep": _median_run(f"{url}/v1/categories/cat0/top?offset=200&limit=50", runs),
+        "rank": _median_run(f"{url}/v1/products/{member}/rank?category=cat0", runs),
+        "rank-random": _median_run(f"{url}/v1/products/p0/rank?category=all", runs, str(script)),
+    }
+
+
+# (label, measured read, its floor, goal, the Redis command it needs)
+_ROWS = [
+    ("/top first page (blob)", "top", "top", "goal ≥ 0.85x, p99 < 10 ms", "GET blob"),
+    ("/top ranks 201-250 (ZRANGE)", "top-deep", "top", "", "ZRANGE 50"),
+    ("/rank one product", "rank", "rank", "goal ≥ 0.75x, p99 < 10 ms", "ZRANK"),
+    ("/rank random products of 20,000", "rank-random", "rank", "goal ≥ 0.75x, p99 < 10 ms", "ZRANK"),
+]
+
+
+def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
+    table = table or harness.Table()
+    print("read: demo data, then wrk against gunicorn (2 sync workers)…", flush=True)
+    board, blob, member = _demo_board()
     with harness.services(worker=False) as url, tempfile.TemporaryDirectory() as tmp:
-        top_body = urllib.request.urlopen(f"{url}/v1/categories/cat0/top").read()
-        rank_body = urllib.request.urlopen(f"{url}/v1/products/{member}/rank?category=cat0").read()
-        floors = {}
-        for name, body in (("top", top_body), ("rank", rank_body)):
-            path = Path(tmp) / f"{name}.json"
-            path.write_bytes(body)
-            server = _floor_server(str(path), tmp)
-            try:
-                floors[name] = _median_run(f"http://127.0.0.1:{FLOOR_PORT}/floor", runs)
-            finally:
-                server.stop()
-        script = Path(tmp) / "random_rank.lua"
-        script.write_text(_RANDOM_RANK)
-        measured = {
-            "top": _median_run(f"{url}/v1/categories/cat0/top", runs),
-            "top-deep": _median_run(f"{url}/v1/categories/cat0/top?offset=200&limit=50", runs),
-            "rank": _median_run(f"{url}/v1/products/{member}/rank?category=cat0", runs),
-            "rank-random": _median_run(f"{url}/v1/products/p0/rank?category=all", runs, str(script)),
-        }
-    redis_get = _redis_benchmark("GET", blob)
-    redis_zrange = _redis_benchmark("ZRANGE", board, "200", "249", "WITHSCORES")
-    redis_zrank = _redis_benchmark("ZRANK", board, member)
-
-    def add(label, key, floor_key, goal, redis_rate, redis_label):
+        floors = _floors(url, member, tmp, runs)
+        measured = _reads(url, member, tmp, runs)
+    redis_rates = {
+        "GET blob": _redis_benchmark("GET", blob),
+        "ZRANGE 50": _redis_benchmark("ZRANGE", board, "200", "249", "WITHSCORES"),
+        "ZRANK": _redis_benchmark("ZRANK", board, member),
+    }
+    for label, key, floor_key, goal, command in _ROWS:
         rate, p50, p99 = measured[key]
         floor_rate, _, floor_p99 = floors[floor_key]
         table.add(
             label,
             f"{rate:,.0f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms",
-            f"constant view {floor_rate:,.0f} req/s (p99 {floor_p99:.1f} ms); redis-benchmark {redis_label} {redis_rate:,.0f}/s",
+            f"constant view {floor_rate:,.0f} req/s (p99 {floor_p99:.1f} ms); "
+            f"redis-benchmark {command} {redis_rates[command]:,.0f}/s",
             f"{rate / floor_rate:.2f}x",
             goal,
         )
-
-    add("/top first page (blob)", "top", "top", "goal ≥ 0.85x, p99 < 10 ms", redis_get, "GET blob")
-    add("/top ranks 201-250 (ZRANGE)", "top-deep", "top", "", redis_zrange, "ZRANGE 50")
-    add("/rank one product", "rank", "rank", "goal ≥ 0.75x, p99 < 10 ms", redis_zrank, "ZRANK")
-    add(
-        "/rank random products of 20,000",
-        "rank-random",
-        "rank",
-        "no two requests alike",
-        redis_zrank,
-        "ZRANK",
-    )
     return table
 
 

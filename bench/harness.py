@@ -15,16 +15,17 @@ from pathlib import Path
 from tests import processes
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DATABASE = "salesrank_bench"
-BENCH_PREFIX = "salesrank-bench"
-PORT = 8011
+# Both may be set, so that two benchmark runs on one machine do not reset each other's data.
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "salesrank_bench")
+BENCH_PREFIX = os.environ.get("BENCH_KEY_PREFIX", "salesrank-bench")
+PORT = int(os.environ.get("BENCH_PORT", "8011"))
 
 
 def environment() -> dict:
     """The environment of the benchmark's Django processes (set before django.setup())."""
     return {
         "DJANGO_SETTINGS_MODULE": "salesrank_site.settings",
-        "DATABASE_URL": os.environ.get("BENCH_DATABASE_URL", f"postgres:///{BENCH_DATABASE}"),
+        "DATABASE_URL": f"postgres:///{BENCH_DATABASE}",
         "RANKINGS_KEY_PREFIX": BENCH_PREFIX,
         "SECRET_KEY": os.environ.get("SECRET_KEY", "benchmark-only-key"),
         "LOG_LEVEL": "WARNING",
