@@ -13,6 +13,7 @@ WITHOUT_REDIS = {
     "fast",
     "patient",
     "reset_clients",
+    "clustered",
     "pipeline",
     "prefix",
     "active_key",
@@ -38,7 +39,6 @@ CALLS = {
     "shard_count_get": lambda: store.shard_count_get(1),
     "generation": lambda: store.generation(1),
     "generation_get": lambda: store.generation_get(1),
-    "shard_generation": lambda: store.shard_generation(1, 0),
     "batch_apply": lambda: store.batch_apply(
         version=1, shard=0, seq=1, as_of=1.0, gen="g", changes=[store.Change("7d", "units", "toys", "p1", 1)]
     ),
