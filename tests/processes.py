@@ -321,6 +321,21 @@ class RedisCluster:
                     out[node.address] = "master" if "master" in about["flags"] else "slave"
         return out
 
+    def replicas_in_sync(self) -> bool:
+        """Whether every live replica has finished its sync with its primary (its link is up)."""
+        import redis
+
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                info = redis.Redis.from_url(node.url, socket_timeout=1).info("replication")
+            except redis.RedisError:
+                return False
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
+
     def wait_ok(self, timeout: float = CLUSTER_READY_SECONDS) -> None:
         """Until every live node says cluster_state:ok and sees every slot assigned."""
 
@@ -349,6 +364,8 @@ def redis_cluster(log_dir: Path, *, primaries: int = 3, replicas: int = 1) -> Re
         command += ["--cluster-config-file", str(log_dir / f"cluster-node-{port}.conf")]
         command += ["--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS)]
         command += ["--cluster-require-full-coverage", "no", "--dir", str(log_dir)]
+        # A replica's first sync starts at once rather than after the default 5 s wait for others.
+        command += ["--repl-diskless-sync-delay", "0"]
         address = f"127.0.0.1:{port}"
         nodes.append(
             start(
@@ -373,9 +390,10 @@ def redis_cluster(log_dir: Path, *, primaries: int = 3, replicas: int = 1) -> Re
         wait_until(
             lambda: (
                 sorted(cluster.roles().values()) == ["master"] * primaries + ["slave"] * primaries * replicas
+                and cluster.replicas_in_sync()
             ),
             timeout=CLUSTER_READY_SECONDS,
-            what="every replica to know its primary",
+            what="every replica to know its primary and hold its data",
             interval=0.1,
         )
     except BaseException:
