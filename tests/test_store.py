@@ -77,13 +77,13 @@ def _public_functions() -> set[str]:
     }
 
 
-@pytest.fixture
-def redis_down(settings):
-    """REDIS_URL names a port where nothing listens."""
+@pytest.fixture(params=[False, True], ids=["server", "cluster"])
+def redis_down(settings, request):
+    """REDIS_URL names a port where nothing listens, as a server's and as a cluster node's."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    settings.REDIS_URL, settings.REDIS_CLUSTER = f"redis://127.0.0.1:{port}/0", request.param
     store.reset_clients()
     yield
     store.reset_clients()

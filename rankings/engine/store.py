@@ -92,23 +92,22 @@ class UnsafeEvictionPolicy(StoreError):
     """Redis may evict any key under memory pressure, and a board lost that way goes unnoticed."""
 
 
-# A cluster whose node is down (CLUSTERDOWN until a replica takes over its slots), a cluster that
-# cannot be reached at all, and a slot moving are Redis not answering, not Redis refusing.
+# A cluster whose node is down (CLUSTERDOWN until a replica takes over its slots, a slot no node
+# serves) and a slot moving are Redis not answering, not Redis refusing.
 _UNREACHABLE = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
-    redis.exceptions.RedisClusterException,
+    redis.exceptions.SlotNotCoveredError,
 )
-
-
-# What the client raises: RedisCluster raises a few errors of its own, outside RedisError.
+# What the client raises: RedisCluster raises errors of its own outside RedisError, among them
+# "cannot be connected" (caused by a connection error) and a command it cannot route (a bug).
 _ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 
 def _store_error(error: Exception) -> StoreError:
-    if isinstance(error, _UNREACHABLE):
+    if isinstance(error, _UNREACHABLE) or isinstance(error.__cause__, _UNREACHABLE):
         return Unreachable(str(error))
     return Refused(str(error))
 
@@ -716,7 +715,7 @@ def keys_delete(keys: list[str]) -> int:
 # --- the read path -----------------------------------------------------------------
 
 # The fields of a shard's state a read takes with its boards.
-STATE_READ = ("asof", "seq")
+_STATE_READ = ("asof", "seq")
 # The highest batch sequence number this process has read in each shard's state.
 _seq_seen: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES * 64)
 
@@ -758,7 +757,7 @@ def board_slice(
     if stop < BLOB_SIZE:
         pipe = r.pipeline(transaction=False)
         pipe.get(blob_key(version, shard, window, metric, category))
-        pipe.hmget(state_key(version, shard), STATE_READ)
+        pipe.hmget(state_key(version, shard), _STATE_READ)
         blob, state = pipe.execute()
         if blob is not None:
             data = json.loads(blob)
@@ -771,7 +770,7 @@ def board_slice(
     pipe = r.pipeline(transaction=False)
     pipe.zrange(key, start, stop, withscores=True)
     pipe.zcard(key)
-    pipe.hmget(state_key(version, shard), STATE_READ)
+    pipe.hmget(state_key(version, shard), _STATE_READ)
     rows, total, state = pipe.execute()
     members = [m for m, _ in rows]
     others = (
@@ -809,7 +808,7 @@ def member_rank(
     pipe.zscore(key, product_id)
     pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
     pipe.zcard(key)
-    pipe.hmget(state_key(version, shard), STATE_READ)
+    pipe.hmget(state_key(version, shard), _STATE_READ)
     rank, score, other, total, state = pipe.execute()
     return MemberRank(
         as_of=_as_of(version, shard, state),
@@ -832,7 +831,7 @@ def members_ranks(
         pipe.zscore(key, product_id)
         pipe.zscore(board_key(version, shard, window, other_metric(metric), category), product_id)
         pipe.zcard(key)
-        pipe.hmget(state_key(version, shard), STATE_READ)
+        pipe.hmget(state_key(version, shard), _STATE_READ)
     values = pipe.execute()
     out = []
     for (shard, _), i in zip(boards, range(0, len(values), 5), strict=True):
@@ -852,7 +851,7 @@ def members_ranks(
 @_translated
 def shard_as_of(*, version: int, shard: int) -> float | None:
     """The instant a shard's boards were last brought up to date (None: Redis holds no state for it)."""
-    return _as_of(version, shard, fast().hmget(state_key(version, shard), STATE_READ))
+    return _as_of(version, shard, fast().hmget(state_key(version, shard), _STATE_READ))
 
 
 @_translated
@@ -866,7 +865,7 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
     shards = sorted({shard for shard, *_ in boards})
     pipe = fast().pipeline(transaction=False)
     for shard in shards:
-        pipe.hmget(state_key(version, shard), STATE_READ)
+        pipe.hmget(state_key(version, shard), _STATE_READ)
     for shard, window, metric, category, _ in boards:
         pipe.get(blob_key(version, shard, window, metric, category))
         pipe.zcard(board_key(version, shard, window, metric, category))
