@@ -715,21 +715,21 @@ def keys_delete(keys: list[str]) -> int:
 # --- the read path -----------------------------------------------------------------
 
 # The fields of a shard's state a read takes with its boards.
-_STATE_READ = ("asof", "seq")
-# The highest batch sequence number this process has read in each shard's state.
+_STATE_READ = ("asof", "seq", "gen")
+# The highest batch sequence number this process has read in each shard's state, per generation.
 _seq_seen: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES * 64)
 
 
 def _as_of(version: int, shard: int, state: list) -> float | None:
-    """A shard's as_of from its state's (asof, seq); None, unknown, when there is none, or when the
-    seq is below one this process has read before: Redis lost the shard's last writes (a replica
-    that had not received them took over its node, or it restarted from an older snapshot) and its
-    boards lag PostgreSQL until a tick rebuilds them. The seq only grows otherwise: a rebuild, a
-    clock reset and every batch write one at least as high."""
-    as_of, seq = state
+    """A shard's as_of from its state's (asof, seq, gen); None, unknown, when there is none, or when
+    the seq is below one this process has read in the same generation: Redis lost the shard's last
+    writes (a replica that had not received them took over its node, or it restarted from an older
+    snapshot) and its boards lag PostgreSQL until a tick rebuilds them. The seq only grows
+    otherwise: a rebuild, a clock reset and every batch write one at least as high."""
+    as_of, seq, gen = state
     if not as_of:
         return None
-    seq, key = int(seq or 0), (prefix(), version, shard)
+    seq, key = int(seq or 0), (prefix(), version, shard, gen)
     with _cache_lock:
         if seq < _seq_seen.get(key, 0):
             return None
