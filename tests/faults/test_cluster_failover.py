@@ -114,6 +114,7 @@ def test_a_primary_killed_mid_stream_loses_writes_that_the_ticks_rebuild_exactly
             watch=stack.running(),
         )
         # and the primary is killed while the ticks write
+        assert cluster.roles()[victim.address] == "master", "the premise: the node killed is a primary"
         before_kill, replica_holds = _seq(victim, state), _seq(replica, state)
         last_tick = TickLog.objects.order_by("-id").values_list("id", flat=True).first()
         killed_at = time.monotonic()
