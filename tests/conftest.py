@@ -45,6 +45,14 @@ def redis_cluster_session(request, tmp_path_factory):
     cluster.stop()
 
 
+@pytest.fixture
+def single_redis(redis_cluster_session):
+    """For a test of what only a single Redis server does (one MULTI over any keys, one
+    connection pool): skipped with --redis-cluster."""
+    if redis_cluster_session is not None:
+        pytest.skip("a single Redis server's behaviour; the session runs on a Redis Cluster")
+
+
 @pytest.fixture(scope="session")
 def redis_client(redis_cluster_session):
     """A client of the boards' Redis: the server, or with --redis-cluster the session's cluster."""
