@@ -44,10 +44,17 @@ run: db
 # The whole suite, fault and browser tests included, spread over $(JOBS) workers test by test;
 # a worker that runs out takes waiting tests from the others, so a few long tests (the fault
 # suite, the property and year-of-history tests) do not leave a worker idle.
+# Then a second, shorter run with the boards on a Redis Cluster of each worker's own (three
+# primaries, three replicas): the engine, crash, backfill and cluster tests and 40 random
+# histories (about 70 s on 2 cores). The failover test, which kills a cluster node, starts
+# a cluster of its own in the first run.
+CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
+	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py
 test: install-dev browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
+	PROPERTY_HISTORIES=40 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster $(CLUSTER_TESTS)
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
 browser:

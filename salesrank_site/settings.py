@@ -5,6 +5,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import environ
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -13,6 +14,7 @@ env = environ.Env(
     ALLOWED_HOSTS=(list, ["127.0.0.1", "localhost"]),
     DATABASE_URL=(str, "postgres:///salesrank"),
     REDIS_URL=(str, "redis://127.0.0.1:6379/0"),
+    REDIS_CLUSTER=(bool, False),
     RANKINGS_KEY_PREFIX=(str, "salesrank"),
 )
 # A developer's .env (written by `make run`) fills in what the environment leaves out;
@@ -98,10 +100,18 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env("REDIS_URL")
+# On, REDIS_URL names one node of a Redis Cluster and the boards spread over its
+# nodes (each shard's keys on one slot). The Django cache and Celery's broker
+# need a plain Redis then: CACHE_URL and CELERY_BROKER_URL must name one.
+REDIS_CLUSTER = env("REDIS_CLUSTER")
+if REDIS_CLUSTER and not ("CACHE_URL" in env and "CELERY_BROKER_URL" in env):
+    raise ImproperlyConfigured(
+        "REDIS_CLUSTER is on: set CACHE_URL and CELERY_BROKER_URL to a plain (non-cluster) Redis"
+    )
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": env("CACHE_URL", default=REDIS_URL),
         "KEY_PREFIX": env("RANKINGS_KEY_PREFIX") + ":cache",
         "OPTIONS": {
             # A slow or absent Redis must not hang a page: fail fast, serve stale.

@@ -1,18 +1,63 @@
 """Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
 
 import datetime as dt
+import os
 
 import pytest
 import redis as redis_lib
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from redis.cluster import RedisCluster
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--redis-cluster",
+        action="store_true",
+        help="run against a Redis Cluster of the session's own (3 primaries, 3 replicas; one per"
+        " xdist worker) with REDIS_CLUSTER=true; the Django cache and Celery's broker stay on REDIS_URL",
+    )
+
+
 @pytest.fixture(scope="session")
-def redis_client():
+def redis_cluster_session(request, tmp_path_factory):
+    """With --redis-cluster: the boards of this session, and of every process it starts, on a Redis
+    Cluster of its own; None otherwise."""
+    if not request.config.getoption("--redis-cluster"):
+        yield None
+        return
+    from rankings.engine import store
+
+    from . import processes
+
+    cluster = processes.redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    plain = {
+        "CACHE_URL": settings.CACHES["default"]["LOCATION"],
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+    }
+    os.environ.update(REDIS_URL=cluster.url, REDIS_CLUSTER="true", **plain)
+    settings.REDIS_URL, settings.REDIS_CLUSTER = cluster.url, True
+    store.reset_clients()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def single_redis(redis_cluster_session):
+    """For a test of what only a single Redis server does (one MULTI over any keys, one
+    connection pool): skipped with --redis-cluster."""
+    if redis_cluster_session is not None:
+        pytest.skip("a single Redis server's behaviour; the session runs on a Redis Cluster")
+
+
+@pytest.fixture(scope="session")
+def redis_client(redis_cluster_session):
+    """A client of the boards' Redis: the server, or with --redis-cluster the session's cluster."""
+    if redis_cluster_session is not None:
+        return RedisCluster.from_url(settings.REDIS_URL)
     return redis_lib.Redis.from_url(settings.REDIS_URL)
 
 
@@ -78,7 +123,7 @@ def own_redis(settings, tmp_path):
     from . import processes
 
     server = processes.redis_server(tmp_path)
-    settings.REDIS_URL = server.url
+    settings.REDIS_URL, settings.REDIS_CLUSTER = server.url, False
     store.reset_clients()
     yield server
     server.kill()

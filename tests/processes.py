@@ -10,6 +10,7 @@ goes on against a service that did not come up.
 
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -137,6 +138,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# A cluster node also listens on its port + 10000 (the cluster bus), so its port must be at most this.
+CLUSTER_PORT_MAX = 55535
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10000 higher) is free as well."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20000, CLUSTER_PORT_MAX)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise ProcessWaitFailed("no free pair of ports for a Redis Cluster node")
+
+
 def start(
     name: str,
     args: list[str],
@@ -253,6 +273,133 @@ def redis_server(log_dir: Path, *, name: str = "redis", wait: bool = True) -> Pr
         address=f"127.0.0.1:{port}",
     )
     return process.wait_ready() if wait else process
+
+
+# A node that stops answering is declared failed after this long, and its replica takes over.
+CLUSTER_NODE_TIMEOUT_MS = 1000  # milliseconds
+# Long enough for six nodes to agree on a new cluster's layout on a loaded 2-core machine.
+CLUSTER_READY_SECONDS = 60  # seconds
+
+
+@dataclass
+class RedisCluster:
+    """A Redis Cluster on loopback ports: its nodes' processes, three primaries with a replica each at first."""
+
+    nodes: list[Process]
+
+    @property
+    def url(self) -> str:
+        """The URL of one node, as REDIS_URL names a cluster."""
+        return self.nodes[0].url
+
+    def node(self, address: str) -> Process:
+        return next(n for n in self.nodes if n.address == address)
+
+    def info(self, node: Process) -> dict:
+        """CLUSTER INFO of one node; empty when the node does not answer."""
+        import redis
+
+        try:
+            return redis.Redis.from_url(node.url, socket_timeout=1).execute_command("CLUSTER INFO")
+        except redis.RedisError:
+            return {}
+
+    def roles(self) -> dict[str, str]:
+        """address -> 'master' or 'slave', as each live node sees itself (CLUSTER NODES)."""
+        import redis
+
+        out = {}
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                nodes = redis.Redis.from_url(node.url, socket_timeout=1).execute_command("CLUSTER NODES")
+            except redis.RedisError:
+                continue
+            for about in nodes.values():
+                if "myself" in about["flags"]:
+                    out[node.address] = "master" if "master" in about["flags"] else "slave"
+        return out
+
+    def replicas_in_sync(self) -> bool:
+        """Whether every live replica has finished its sync with its primary (its link is up)."""
+        import redis
+
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                info = redis.Redis.from_url(node.url, socket_timeout=1).info("replication")
+            except redis.RedisError:
+                return False
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
+
+    def wait_ok(self, timeout: float = CLUSTER_READY_SECONDS) -> None:
+        """Until every live node says cluster_state:ok and sees every slot assigned."""
+
+        def ok() -> bool:
+            infos = [self.info(n) for n in self.nodes if n.alive()]
+            return bool(infos) and all(
+                i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos
+            )
+
+        wait_until(ok, timeout=timeout, what="the Redis Cluster to be ok on every node", interval=0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.kill()
+
+
+def redis_cluster(log_dir: Path, *, primaries: int = 3, replicas: int = 1) -> RedisCluster:
+    """A Redis Cluster of its own on free loopback ports, without persistence, ready (cluster_state:ok
+    on every node). A node's failure stops only its own slots (cluster-require-full-coverage no)."""
+    log_dir = Path(log_dir)
+    nodes = []
+    for n in range(primaries * (1 + replicas)):
+        port = free_cluster_port()
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        command += ["--appendonly", "no", "--cluster-enabled", "yes"]
+        command += ["--cluster-config-file", str(log_dir / f"cluster-node-{port}.conf")]
+        command += ["--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS)]
+        command += ["--cluster-require-full-coverage", "no", "--dir", str(log_dir)]
+        # A replica's first sync starts at once rather than after the default 5 s wait for others.
+        command += ["--repl-diskless-sync-delay", "0"]
+        address = f"127.0.0.1:{port}"
+        nodes.append(
+            start(
+                f"redis-node-{n}",
+                command,
+                log_dir=log_dir,
+                env=dict(os.environ),
+                kind="redis",
+                ready=pongs,
+                address=address,
+            )
+        )
+    cluster = RedisCluster(nodes)
+    try:
+        wait_all_ready(nodes)
+        create = ["redis-cli", "--cluster", "create", *(n.address for n in nodes)]
+        create += ["--cluster-replicas", str(replicas), "--cluster-yes"]
+        done = subprocess.run(create, capture_output=True, text=True, timeout=CLUSTER_READY_SECONDS)
+        if done.returncode != 0:
+            raise ProcessWaitFailed(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+        cluster.wait_ok()
+        wait_until(
+            lambda: (
+                sorted(cluster.roles().values()) == ["master"] * primaries + ["slave"] * primaries * replicas
+                and cluster.replicas_in_sync()
+            ),
+            timeout=CLUSTER_READY_SECONDS,
+            what="every replica to know its primary and hold its data",
+            interval=0.1,
+        )
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
 
 
 def wait_all_ready(processes: Iterable[Process], timeout: float = READY_SECONDS) -> None:

@@ -167,7 +167,7 @@ def test_lost_redis_data_is_rebuilt_by_the_next_tick(redis_client, settings):
     shop.send(*[shop.sale(f"p{i}", qty=i + 1, ago=i * HOUR) for i in range(10)])
     shop.tick()
     before = shop.top(window="30d")
-    redis_client.delete(*redis_client.keys(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    redis_client.delete(*redis_client.scan_iter(settings.RANKINGS["KEY_PREFIX"] + ":*"))
     assert shop.top(window="30d") == []
     report = shop.tick()
     assert report.rebuilt_shards == settings.RANKINGS["SHARDS"]

@@ -72,7 +72,7 @@ def test_a_board_whose_shard_redis_lost_is_not_served_as_empty_and_fresh(api, re
     shop = Shop()
     shop.send(shop.sale("p1", qty=2))
     shop.tick()
-    redis_client.delete(*redis_client.keys(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    redis_client.delete(*redis_client.scan_iter(settings.RANKINGS["KEY_PREFIX"] + ":*"))
     # when it is read before the next tick rebuilds it
     reply = api.get("/v1/categories/toys/top")
     # then the answer says it is unavailable instead of showing an empty list as the truth

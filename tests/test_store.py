@@ -13,6 +13,7 @@ WITHOUT_REDIS = {
     "fast",
     "patient",
     "reset_clients",
+    "clustered",
     "pipeline",
     "prefix",
     "active_key",
@@ -38,7 +39,6 @@ CALLS = {
     "shard_count_get": lambda: store.shard_count_get(1),
     "generation": lambda: store.generation(1),
     "generation_get": lambda: store.generation_get(1),
-    "shard_generation": lambda: store.shard_generation(1, 0),
     "batch_apply": lambda: store.batch_apply(
         version=1, shard=0, seq=1, as_of=1.0, gen="g", changes=[store.Change("7d", "units", "toys", "p1", 1)]
     ),
@@ -77,13 +77,13 @@ def _public_functions() -> set[str]:
     }
 
 
-@pytest.fixture
-def redis_down(settings):
-    """REDIS_URL names a port where nothing listens."""
+@pytest.fixture(params=[False, True], ids=["server", "cluster"])
+def redis_down(settings, request):
+    """REDIS_URL names a port where nothing listens, as a server's and as a cluster node's."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    settings.REDIS_URL, settings.REDIS_CLUSTER = f"redis://127.0.0.1:{port}/0", request.param
     store.reset_clients()
     yield
     store.reset_clients()
@@ -131,7 +131,7 @@ def test_scripts_are_loaded_once_and_called_by_their_sha(own_redis):
     assert store.board_read_all(KEY) == [("p1", 6)]
 
 
-def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_client):
+def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_client, single_redis):
     # given the shard count and the pointer of a version written through one pipeline
     with store.pipeline() as pipe:
         store.shard_count_set(7, 3, pipe=pipe)
@@ -144,7 +144,7 @@ def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_cli
     assert store.active_version(fresh=True) == 7
 
 
-def test_a_pipeline_whose_block_raises_writes_nothing(redis_client):
+def test_a_pipeline_whose_block_raises_writes_nothing(redis_client, single_redis):
     with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
         store.shard_count_set(8, 3, pipe=pipe)
         raise ZeroDivisionError

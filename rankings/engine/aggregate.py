@@ -198,12 +198,24 @@ class _Step:
 
 def _redis_recover(*, shard: int, version: int, gen: str, report: TickReport) -> None:
     """Apply the batches recorded but not applied (a tick stopped between its commit and Redis), and
-    rebuild the shard's boards should Redis have lost them."""
+    rebuild the shard's boards should Redis have lost them: all (no state, or another generation),
+    or its last writes (a seq below PostgreSQL's, after a failover to a replica that had not
+    received them, or a restart from an older snapshot)."""
     for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):
         _apply(batch=batch, version=version, gen=gen, report=report)
-    if store.shard_generation(version, shard) != gen:
-        shard_rebuild(shard=shard, version=version, gen=gen)
-        report.rebuilt_shards += 1
+    held = store.shard_state(version, shard)
+    recorded = ShardState.objects.values_list("seq", flat=True).get(shard=shard)
+    if held.get("gen") == gen and int(held.get("seq") or 0) >= recorded:
+        return
+    if held.get("gen") == gen:
+        log.warning(
+            "Redis holds batch %s of shard %s, PostgreSQL %s: Redis lost its last writes",
+            held.get("seq"),
+            shard,
+            recorded,
+        )
+    shard_rebuild(shard=shard, version=version, gen=gen)
+    report.rebuilt_shards += 1
 
 
 def _claim_and_record(*, shard: int, shards: int, now: dt.datetime, limit: int) -> _Step | None:

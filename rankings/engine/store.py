@@ -20,6 +20,12 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
     P:vV:{sS}:b:…:rebuild:<token>    a rebuild's temporary board until it is swapped
                                      in; it expires, so a rebuild that dies leaves none
 
+On a Redis Cluster (REDIS_CLUSTER) the keys of one shard share its slot, so
+every Lua call stays on one node; the keys without a shard (active, gen,
+shards) are never in a call with a shard's keys. Reads of several shards are
+pipelines, which the cluster client sends to each node at once, and SCANs
+visit every primary.
+
 Scores are stored negated so that ZRANGE (ascending) yields score descending
 with equal scores by productId ascending in byte order: exactly the ranking
 order, with no composite score and no loss of integer precision. A product
@@ -38,8 +44,11 @@ from dataclasses import dataclass
 import redis
 from cachetools import LRUCache, TTLCache
 from django.conf import settings
+from redis.backoff import NoBackoff
 from redis.client import Pipeline
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.retry import Retry
 
 from rankings.conf import METRICS, other_metric, rankings_settings
 
@@ -83,8 +92,22 @@ class UnsafeEvictionPolicy(StoreError):
     """Redis may evict any key under memory pressure, and a board lost that way goes unnoticed."""
 
 
-def _store_error(error: redis.RedisError) -> StoreError:
-    if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+# A cluster whose node is down (CLUSTERDOWN until a replica takes over its slots, a slot no node
+# serves) and a slot moving are Redis not answering, not Redis refusing.
+_UNREACHABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+# What the client raises: RedisCluster raises errors of its own outside RedisError, among them
+# "cannot be connected" (caused by a connection error) and a command it cannot route (a bug).
+_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+
+def _store_error(error: Exception) -> StoreError:
+    if isinstance(error, _UNREACHABLE) or isinstance(error.__cause__, _UNREACHABLE):
         return Unreachable(str(error))
     return Refused(str(error))
 
@@ -96,7 +119,7 @@ def _translated(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except redis.RedisError as error:
+        except _ERRORS as error:
             raise _store_error(error) from error
 
     return wrapper
@@ -104,29 +127,44 @@ def _translated(func):
 
 # --- clients ----------------------------------------------------------------------
 
-_clients: dict[str, redis.Redis] = {}
+Client = redis.Redis | RedisCluster
+
+_clients: dict[str, Client] = {}
 _lock = threading.Lock()
 
 
-def _client(name: str, timeout: float) -> redis.Redis:
+def _client(name: str, timeout: float) -> Client:
     if name not in _clients:
         with _lock:
             if name not in _clients:
-                _clients[name] = redis.Redis.from_url(
-                    settings.REDIS_URL,
-                    socket_timeout=timeout,
-                    socket_connect_timeout=timeout,
-                    health_check_interval=30,
-                )
+                _clients[name] = _connect(timeout, patient=name == "patient")
     return _clients[name]
 
 
-def fast() -> redis.Redis:
+def _connect(timeout: float, *, patient: bool) -> Client:
+    """A client of REDIS_URL: of the one server, or with REDIS_CLUSTER of the cluster that node is in
+    (it learns the other nodes from it, and follows a replica that takes over a primary's slots)."""
+    options = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "health_check_interval": 30}
+    if not clustered():
+        return redis.Redis.from_url(settings.REDIS_URL, **options)
+    if not patient:
+        # A public read tries once more after learning the cluster's new layout, then gives up:
+        # its last known answer is better than a wait through a failover.
+        options["retry"] = Retry(NoBackoff(), 1)
+    return RedisCluster.from_url(settings.REDIS_URL, **options)
+
+
+def clustered() -> bool:
+    """Whether the boards live on a Redis Cluster (REDIS_CLUSTER) rather than one server."""
+    return bool(getattr(settings, "REDIS_CLUSTER", False))
+
+
+def fast() -> Client:
     """The client that gives up after FAST_TIMEOUT: for the reads that serve the public."""
     return _client("fast", FAST_TIMEOUT)
 
 
-def patient() -> redis.Redis:
+def patient() -> Client:
     """The client that waits up to PATIENT_TIMEOUT: for writes and the operators' reads."""
     return _client("patient", PATIENT_TIMEOUT)
 
@@ -141,18 +179,31 @@ def reset_clients() -> None:
         _eviction_cache.clear()
         _policy_hidden.clear()
         _shard_counts.clear()
+        _seq_seen.clear()
 
 
 @contextmanager
 def pipeline() -> Iterator[Pipeline]:
     """Commands of several store functions, each given `pipe=`, sent when the block ends in one
     MULTI/EXEC: no other client's command runs between them, and none is sent if the block raises
-    or the connection drops before EXEC."""
+    or the connection drops before EXEC.
+
+    On a Redis Cluster the keys of one block may lie on different nodes, where no MULTI reaches:
+    there each command is sent as it is given, and answered before the next, so a block must give
+    them in an order of which every prefix is harmless (the shard count before the pointer that
+    names its version)."""
+    if clustered():
+        try:
+            yield patient()
+        except _ERRORS as error:
+            raise _store_error(error) from error
+        _active_forget()
+        return
     pipe = patient().pipeline(transaction=True)
     try:
         yield pipe
         pipe.execute()
-    except redis.RedisError as error:
+    except _ERRORS as error:
         raise _store_error(error) from error
     finally:
         pipe.reset()
@@ -202,9 +253,7 @@ def eviction_policy() -> str | None:
         return cached
     try:
         # The fast client: a status page must not hang on a Redis that is down.
-        answer = fast().config_get("maxmemory-policy")
-        policy = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
-        policy = policy.decode() if isinstance(policy, bytes) else policy
+        policy = _policy_of_every_primary()
         _policy_hidden.discard(url)
     except redis.ResponseError as error:
         if url not in _policy_hidden:
@@ -218,6 +267,24 @@ def eviction_policy() -> str | None:
     with _cache_lock:
         _eviction_cache[url] = policy
     return policy
+
+
+_POLICY_FIELDS = {"maxmemory-policy", b"maxmemory-policy"}
+
+
+def _policy_of_every_primary() -> str:
+    """The maxmemory-policy of the one server, or of a cluster's primaries the first that may evict."""
+    if not clustered():
+        answers = [fast().config_get("maxmemory-policy")]
+    else:
+        answer = fast().config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+        # One answer per primary, by node name; a cluster of one primary answers as a server does.
+        answers = [answer] if _POLICY_FIELDS & answer.keys() else answer.values()
+    policies = []
+    for answer in answers:
+        policy = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
+        policies.append(policy.decode() if isinstance(policy, bytes) else policy)
+    return min(policies, key=lambda policy: eviction_policy_safe(policy) is not False)
 
 
 def eviction_policy_safe(policy: str | None) -> bool | None:
@@ -304,7 +371,7 @@ def active_version(*, fresh: bool = False) -> int:
             value = fast().hget(active_key(), "version")
         except redis.ResponseError:  # a pointer from before switches were numbered, until a tick
             value = fast().get(active_key())
-    except redis.RedisError as error:
+    except _ERRORS as error:
         if last is not None:
             return last
         raise Unreachable(str(error)) from error
@@ -452,8 +519,9 @@ return 1
 # must not inherit it, as RENAME would make it. If a temporary board is gone,
 # nothing at all is changed.
 # KEYS: state, then pairs (temporary, live), then triples (board, other
-# metric's board, blob); ARGV: seq, as_of, gen, number of pairs, blob size, then
-# stale live keys.
+# metric's board, blob), then the stale live keys to delete (declared as keys,
+# all of the shard's slot, so that Redis Cluster runs the call on their node);
+# ARGV: seq, as_of, gen, number of pairs, blob size, number of triples.
 _SWAP = (
     _BLOBS
     + """
@@ -467,12 +535,13 @@ for i = 2, pairs_end, 2 do
     redis.call('RENAME', KEYS[i], KEYS[i + 1])
     redis.call('PERSIST', KEYS[i + 1])
 end
-for i = 6, #ARGV do
-    redis.call('DEL', ARGV[i])
+local triples_end = pairs_end + 3 * tonumber(ARGV[6])
+for i = triples_end + 1, #KEYS do
+    redis.call('DEL', KEYS[i])
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'asof', ARGV[2], 'gen', ARGV[3])
-write_blobs(pairs_end + 1, #KEYS, tonumber(ARGV[5]))
+write_blobs(pairs_end + 1, triples_end, tonumber(ARGV[5]))
 return 1
 """
 )
@@ -502,12 +571,6 @@ def generation(version: int) -> str:
 def generation_get(version: int) -> str | None:
     """The version's generation token, or None when Redis does not hold the version."""
     value = patient().get(gen_key(version))
-    return value.decode() if value else None
-
-
-@_translated
-def shard_generation(version: int, shard: int) -> str | None:
-    value = patient().hget(state_key(version, shard), "gen")
     return value.decode() if value else None
 
 
@@ -581,8 +644,8 @@ def shard_replace(
         for window, metric, category in boards
         for k in _board_keys(version, shard, window, metric, category)
     ]
-    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys
-    args = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, *stale]
+    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys + stale
+    args = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, len(blob_keys) // 3]
     _script(_SWAP)(keys=keys, args=args, client=r)
 
 
@@ -651,6 +714,28 @@ def keys_delete(keys: list[str]) -> int:
 
 # --- the read path -----------------------------------------------------------------
 
+# The fields of a shard's state a read takes with its boards.
+_STATE_READ = ("asof", "seq", "gen")
+# The highest batch sequence number this process has read in each shard's state, per generation.
+_seq_seen: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES * 64)
+
+
+def _as_of(version: int, shard: int, state: list) -> float | None:
+    """A shard's as_of from its state's (asof, seq, gen); None, unknown, when there is none, or when
+    the seq is below one this process has read in the same generation: Redis lost the shard's last
+    writes (a replica that had not received them took over its node, or it restarted from an older
+    snapshot) and its boards lag PostgreSQL until a tick rebuilds them. The seq only grows
+    otherwise: a rebuild, a clock reset and every batch write one at least as high."""
+    as_of, seq, gen = state
+    if not as_of:
+        return None
+    seq, key = int(seq or 0), (prefix(), version, shard, gen)
+    with _cache_lock:
+        if seq < _seq_seen.get(key, 0):
+            return None
+        _seq_seen[key] = seq
+    return float(as_of)
+
 
 @dataclass
 class BoardSlice:
@@ -672,12 +757,12 @@ def board_slice(
     if stop < BLOB_SIZE:
         pipe = r.pipeline(transaction=False)
         pipe.get(blob_key(version, shard, window, metric, category))
-        pipe.hget(state_key(version, shard), "asof")
-        blob, as_of = pipe.execute()
+        pipe.hmget(state_key(version, shard), _STATE_READ)
+        blob, state = pipe.execute()
         if blob is not None:
             data = json.loads(blob)
             return BoardSlice(
-                as_of=float(as_of) if as_of else None,
+                as_of=_as_of(version, shard, state),
                 total=data["total"],
                 rows=[(m, int(s), int(o)) for m, s, o in data["rows"][start : stop + 1]],
             )
@@ -685,8 +770,8 @@ def board_slice(
     pipe = r.pipeline(transaction=False)
     pipe.zrange(key, start, stop, withscores=True)
     pipe.zcard(key)
-    pipe.hget(state_key(version, shard), "asof")
-    rows, total, as_of = pipe.execute()
+    pipe.hmget(state_key(version, shard), _STATE_READ)
+    rows, total, state = pipe.execute()
     members = [m for m, _ in rows]
     others = (
         r.zmscore(board_key(version, shard, window, other_metric(metric), category), members)
@@ -694,7 +779,7 @@ def board_slice(
         else []
     )
     return BoardSlice(
-        as_of=float(as_of) if as_of else None,
+        as_of=_as_of(version, shard, state),
         total=total,
         rows=[
             (m.decode(), int(-s), int(-o) if o is not None else 0)
@@ -712,10 +797,10 @@ class MemberRank:
     other: int
 
     @classmethod
-    def from_reply(cls, reply: list) -> "MemberRank":
-        rank, score, other, total, as_of = reply
+    def from_reply(cls, version: int, shard: int, reply: list) -> "MemberRank":
+        rank, score, other, total, state = reply
         return cls(
-            as_of=float(as_of) if as_of else None,
+            as_of=_as_of(version, shard, state),
             total=total,
             rank=rank,
             score=int(-float(score)) if score is not None else 0,
@@ -723,13 +808,14 @@ class MemberRank:
         )
 
 
-# KEYS: the board, the other metric's board, the shard's state. ARGV: the product.
+# KEYS: the board, the other metric's board, the shard's state. ARGV: the product, then the
+# state's fields to read (_STATE_READ).
 # One command instead of five: what a rank costs is mostly the client's work per command.
 _MEMBER_RANK = """
 local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local other = redis.call('ZSCORE', KEYS[2], ARGV[1])
-return {rank, score, other, redis.call('ZCARD', KEYS[1]), redis.call('HGET', KEYS[3], 'asof')}
+return {rank, score, other, redis.call('ZCARD', KEYS[1]), redis.call('HMGET', KEYS[3], unpack(ARGV, 2))}
 """
 
 
@@ -747,26 +833,36 @@ def member_rank(
 ) -> MemberRank:
     """One product's rank and scores on a board, in one round trip."""
     keys = _member_keys(version, shard, window, metric, category)
-    return MemberRank.from_reply(_script(_MEMBER_RANK)(keys=keys, args=[product_id], client=fast()))
+    reply = _script(_MEMBER_RANK)(keys=keys, args=[product_id, *_STATE_READ], client=fast())
+    return MemberRank.from_reply(version, shard, reply)
 
 
 @_translated
 def members_ranks(
     *, version: int, window: str, metric: str, product_id: str, boards: list[tuple[int, str]]
 ) -> list[MemberRank]:
-    """One product's rank on several boards ((shard, category) pairs), in one round trip."""
+    """One product's rank on several boards ((shard, category) pairs), in one round trip.
+
+    Plain commands rather than the member-rank script: a cluster's pipeline refuses EVALSHA."""
     pipe = fast().pipeline(transaction=False)
-    script = _script(_MEMBER_RANK)
     for shard, category in boards:
-        script(keys=_member_keys(version, shard, window, metric, category), args=[product_id], client=pipe)
-    return [MemberRank.from_reply(reply) for reply in pipe.execute()]
+        key, other_key, state_key_ = _member_keys(version, shard, window, metric, category)
+        pipe.zrank(key, product_id)
+        pipe.zscore(key, product_id)
+        pipe.zscore(other_key, product_id)
+        pipe.zcard(key)
+        pipe.hmget(state_key_, _STATE_READ)
+    values = pipe.execute()
+    return [
+        MemberRank.from_reply(version, shard, values[5 * i : 5 * i + 5])
+        for i, (shard, _) in enumerate(boards)
+    ]
 
 
 @_translated
 def shard_as_of(*, version: int, shard: int) -> float | None:
     """The instant a shard's boards were last brought up to date (None: Redis holds no state for it)."""
-    as_of = fast().hget(state_key(version, shard), "asof")
-    return float(as_of) if as_of else None
+    return _as_of(version, shard, fast().hmget(state_key(version, shard), _STATE_READ))
 
 
 @_translated
@@ -780,12 +876,12 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
     shards = sorted({shard for shard, *_ in boards})
     pipe = fast().pipeline(transaction=False)
     for shard in shards:
-        pipe.hget(state_key(version, shard), "asof")
+        pipe.hmget(state_key(version, shard), _STATE_READ)
     for shard, window, metric, category, _ in boards:
         pipe.get(blob_key(version, shard, window, metric, category))
         pipe.zcard(board_key(version, shard, window, metric, category))
     values = pipe.execute()
-    as_of_by_shard = {shard: float(a) if a else None for shard, a in zip(shards, values, strict=False)}
+    as_of_by_shard = {shard: _as_of(version, shard, s) for shard, s in zip(shards, values, strict=False)}
     out: list[BoardSlice | None] = []
     for i, (shard, _, _, _, n) in enumerate(boards):
         blob, total = values[len(shards) + 2 * i : len(shards) + 2 * i + 2]

@@ -625,7 +625,9 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
         product_id=product_id,
         window=window,
         metric=metric,
-        as_of=instant(min(known)) if known else None,
+        # One board of unknown instant (its shard lost in Redis, or behind what this process read)
+        # makes the whole answer unknown: served stale, not fresh with that board's rank wrong.
+        as_of=instant(min(known)) if known and len(known) == len(found) else None,
         ranks=tuple(ranks),
     )
 

@@ -1,0 +1,115 @@
+"""The boards on a Redis Cluster (run with --redis-cluster): a shard's keys share one slot, the
+shards spread over the primaries, scans and checks reach every primary, cross-shard reads are
+exact, and a switch publishes its shard count before the pointer that names its version."""
+
+import pytest
+from redis.cluster import RedisCluster
+
+from rankings.engine import store
+from rankings.engine.shards import ALL, shard_count, shard_of
+from rankings.operations.backfill import version_build, version_switch
+from rankings.serving import selectors
+
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CATEGORIES = [f"c{i}" for i in range(12)]
+
+
+@pytest.fixture
+def cluster(redis_cluster_session, redis_client):
+    if redis_cluster_session is None:
+        pytest.skip("runs with --redis-cluster")
+    assert store.clustered() and isinstance(store.patient(), RedisCluster)
+    return redis_client
+
+
+def _shop_with_sales() -> Shop:
+    shop = Shop()
+    shop.send(
+        *[shop.sale(f"p{i}", categories=[CATEGORIES[i % 12], CATEGORIES[(i + 5) % 12]]) for i in range(60)]
+    )
+    shop.tick()
+    return shop
+
+
+def _keys(client) -> list[str]:
+    return [k.decode() for k in client.scan_iter(f"{store.prefix()}:v*", count=1000)]
+
+
+def test_a_shard_keeps_its_keys_in_one_slot_and_the_shards_spread_over_the_primaries(cluster):
+    _shop_with_sales()
+    slots_by_shard: dict[int, set[int]] = {}
+    for key in _keys(cluster):
+        if "{s" in key:
+            shard = int(key.split("{s", 1)[1].split("}", 1)[0])
+            slots_by_shard.setdefault(shard, set()).add(cluster.keyslot(key))
+    assert sorted(slots_by_shard) == list(range(shard_count()))
+    assert all(len(slots) == 1 for slots in slots_by_shard.values()), slots_by_shard
+    nodes = {cluster.get_node_from_key(f"{store.shard_tag(1, s)}:state").name for s in slots_by_shard}
+    assert len(nodes) >= 2, "the premise: the shards lie on more than one primary"
+
+
+def test_scans_count_and_delete_on_every_primary(cluster):
+    _shop_with_sales()
+    boards = [k for k in _keys(cluster) if ":b:" in k]
+    summary = store.boards_summary(1)
+    assert sum(entry["boards"] for entry in summary.values()) == len(boards)
+    assert sum(entry["members"] for entry in summary.values()) == sum(cluster.zcard(k) for k in boards)
+    assert set(store.memory_by_window(1)) == set(summary)
+    assert store.keyspace_survey()[0] == {1}
+    # when the version is deleted, then no key of it is left on any node
+    held = len(_keys(cluster))
+    assert store.version_delete(1) == held
+    assert _keys(cluster) == []
+
+
+def test_a_product_ranks_in_categories_of_several_shards_as_the_recompute_says(cluster):
+    shop = _shop_with_sales()
+    shop.assert_exact()
+    shards = {shard_of(c, shard_count()) for c in ("c0", "c5", ALL)}
+    assert len(shards) >= 2, "the premise: the product's boards lie on several shards"
+    found = store.members_ranks(
+        version=1,
+        window="7d",
+        metric="units",
+        product_id="p0",
+        boards=[(shard_of(c, 4), c) for c in ("c0", "c5", ALL)],
+    )
+    for category, rank in zip(("c0", "c5", ALL), found, strict=True):
+        board = shop.top(category)
+        assert board[rank.rank] == ("p0", rank.score) and rank.total == len(board)
+    heads = selectors.boards_top_many(limits=dict.fromkeys(CATEGORIES, 3), window="7d", metric="units")
+    for category, answer in heads.items():
+        assert [(i.product_id, i.units) for i in answer.items] == shop.top(category)[:3]
+
+
+def test_a_switch_on_the_cluster_is_exact_and_publishes_the_count_before_the_pointer(cluster):
+    shop = _shop_with_sales()
+    built = version_build()
+    version_switch(number=built.number)
+    assert store.active_version(fresh=True) == built.number
+    assert store.shard_count_get(built.number) == shard_count()
+    shop.advance(minutes=5)
+    shop.send(shop.sale("p1", categories=["c1"], qty=4))
+    shop.tick()
+    shop.assert_exact()
+    # a block that fails after the count leaves the pointer where it was
+    with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
+        store.shard_count_set(99, 4, pipe=pipe)
+        raise ZeroDivisionError
+    assert store.active_version(fresh=True) == built.number
+
+
+def test_a_primary_that_may_evict_stops_the_tick(cluster, redis_cluster_session):
+    primary = next(n for n in cluster.get_primaries())
+    client = cluster.get_redis_connection(primary)
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        store.reset_clients()
+        with pytest.raises(store.UnsafeEvictionPolicy):
+            store.eviction_policy_check()
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+        store.reset_clients()
