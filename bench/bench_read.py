@@ -85,7 +85,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from bench.bench_engine import _seed_demo
     from rankings.engine import store
     from rankings.engine.aggregate import tick
-    from rankings.engine.shards import shard_count, shard_of
+    from rankings.engine.shards import active_layout, shard_of
 
     table = table or harness.Table()
     print("read: demo data, then wrk against gunicorn (2 sync workers)…", flush=True)
@@ -93,7 +93,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     _seed_demo()
     tick(now=timezone.now())
     version = store.active_version(fresh=True)
-    cat0 = shard_of("cat0", shard_count())
+    cat0 = shard_of("cat0", active_layout()[1])
     board = store.board_key(version, cat0, "7d", "units", "cat0")
     blob = store.blob_key(version, cat0, "7d", "units", "cat0")
     member = store.fast().zrange(board, 40, 40)[0].decode()
