@@ -117,7 +117,8 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
     """Tick one shard (its lock held); an error fails this shard only, which then waits to retry."""
     # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
     # and a switch to fewer shards leaves none to tick past the new count.
-    version, layout = _write_version()
+    version, epoch = RankingVersion.active()
+    layout = version_layout(version)
     if shard >= layout.shards:
         return
     state, _ = ShardState.objects.get_or_create(shard=shard)
@@ -125,6 +126,7 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
         report.backing_off_shards.append(shard)
         return
     try:
+        store.active_ensure(version, epoch)
         store.shard_layout_set(version, layout.shards, layout.pinned)
         _tick_shard(
             shard=shard, layout=layout, version=version, gen=store.generation(version), now=now, report=report

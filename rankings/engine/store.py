@@ -144,7 +144,7 @@ def reset_clients() -> None:
         _active_last.clear()
         _eviction_cache.clear()
         _policy_hidden.clear()
-        _shard_counts.clear()
+        _layouts.clear()
 
 
 @contextmanager
@@ -356,7 +356,7 @@ def active_ensure(version: int, epoch: int) -> int:
 
 
 # A version's layout never changes, so a reader asks Redis once per version.
-_shard_counts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
+_layouts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
 
 
 @_translated
@@ -373,7 +373,7 @@ def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
     """The version's (shard count, pinned categories) as recorded in Redis; None when Redis does not hold it."""
     key = (prefix(), version)
     with _cache_lock:
-        known = _shard_counts.get(key)
+        known = _layouts.get(key)
     if known is not None:
         return known
     value = fast().get(shards_key(version))
@@ -382,7 +382,7 @@ def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
     count, *pinned = value.decode().split(",")
     layout = (int(count), tuple(pinned))
     with _cache_lock:
-        _shard_counts[key] = layout
+        _layouts[key] = layout
     return layout
 
 

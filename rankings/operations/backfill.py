@@ -517,7 +517,7 @@ def version_switch(*, number: int) -> RankingVersion:
             if layout == live:
                 _catch_up_version(number)
                 with transaction.atomic():
-                    epoch = _activate(number, era=None)
+                    epoch = _activate(number, relayout=False)
             else:
                 epoch = _switch_relayout(number, previous, layout)
             # Only once committed: a pointer naming a switch that rolled back could not be undone.
@@ -531,16 +531,16 @@ def version_switch(*, number: int) -> RankingVersion:
     return target
 
 
-def _activate(number: int, *, era: int | None) -> int:
+def _activate(number: int, *, relayout: bool) -> int:
     """In the caller's transaction: retire the active version and make `number` active with the next
-    switch number (returned); with `era`, both now follow the batch log of that era."""
+    switch number (returned); after a re-layout, both follow the batch log of the era it starts."""
     now = timezone.now()
     epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
     retired = RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE)
     activated = RankingVersion.objects.filter(number=number)
-    if era is not None:
-        retired.update(log_era=era)
-        activated.update(log_era=era)
+    if relayout:
+        retired.update(log_era=epoch)
+        activated.update(log_era=epoch)
     retired.update(state=RankingVersion.State.RETIRED, retired_at=now)
     activated.update(state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None, switch_epoch=epoch)
     return epoch
@@ -582,8 +582,7 @@ def _switch_relayout(number: int, previous: int, layout: Layout) -> int:
         )
     with transaction.atomic():
         state_rekey(layout=layout, positions=positions, as_of=as_of)
-        era = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
-        return _activate(number, era=era)
+        return _activate(number, relayout=True)
 
 
 def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
