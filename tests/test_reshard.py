@@ -2,6 +2,7 @@
 sales keep arriving and ticks keep running; the switch-over re-keys the queue and every shard's
 state, and loses or doubles no sale, either way."""
 
+import functools
 import threading
 import time
 
@@ -202,6 +203,42 @@ def _wait(condition, what: str) -> None:
         time.sleep(0.02)
 
 
+class PausedIngest:
+    """An ingest in a thread of its own, paused after it read the layout and staged its sales,
+    holding the layout lock shared, until `resume`."""
+
+    def __init__(self, monkeypatch, shop: Shop, tag: str):
+        real_stage, self.layout_read, self._go = sales._stage, threading.Event(), threading.Event()
+
+        def stage_then_wait(cursor, rows, layout):
+            real_stage(cursor, rows, layout)
+            self.layout_read.set()
+            assert self._go.wait(DEADLINE)
+
+        monkeypatch.setattr(sales, "_stage", stage_then_wait)
+        events = [
+            shop.sale(f"p{i}", categories=_categories(i), qty=1, event_id=f"{tag}-{i}") for i in range(12)
+        ]
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=_run, args=(lambda: shop.send(*events), self.errors))
+        self._thread.start()
+        _wait(self.layout_read.is_set, "the ingest to read the layout")
+
+    def resume(self) -> None:
+        self._go.set()
+        self._thread.join()
+        assert not self.errors, self.errors
+
+
+def _run(work, errors: list) -> None:
+    try:
+        work()
+    except BaseException as error:  # surfaced by the test
+        errors.append(error)
+    finally:
+        connection.close()
+
+
 def test_a_sale_queued_under_the_old_layout_while_the_switch_runs_is_re_keyed(monkeypatch):
     """An ingest that read the old layout holds the switch off until it commits; its rows are then
     re-keyed with the rest, never left under a shard number of the layout that was left."""
@@ -210,36 +247,17 @@ def test_a_sale_queued_under_the_old_layout_while_the_switch_runs_is_re_keyed(mo
     _history(shop, 40)
     shop.tick()
     version = backfill.version_build(layout=Layout(16))
-    real_stage, layout_read, go = sales._stage, threading.Event(), threading.Event()
-
-    def stage_then_wait(cursor, rows, layout):
-        real_stage(cursor, rows, layout)
-        layout_read.set()
-        assert go.wait(DEADLINE)
-
-    monkeypatch.setattr(sales, "_stage", stage_then_wait)
-    errors: list[BaseException] = []
-
-    def run(work):
-        try:
-            work()
-        except BaseException as error:  # surfaced below
-            errors.append(error)
-        finally:
-            connection.close()
-
-    late = [shop.sale(f"p{i}", categories=_categories(i), qty=1, event_id=f"late-{i}") for i in range(12)]
-    ingest = threading.Thread(target=run, args=(lambda: shop.send(*late),))
-    ingest.start()
-    _wait(layout_read.is_set, "the ingest to read the layout")
+    ingest = PausedIngest(monkeypatch, shop, "late")
     # when the switch runs meanwhile
-    switch = threading.Thread(target=run, args=(lambda: backfill.version_switch(number=version.number),))
+    errors: list[BaseException] = []
+    switch = threading.Thread(
+        target=_run, args=(lambda: backfill.version_switch(number=version.number), errors)
+    )
     switch.start()
     # then it waits for the ingest (the premise), which then commits under the old layout
     _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
     assert RankingVersion.active_number() == 1
-    go.set()
-    ingest.join()
+    ingest.resume()
     switch.join()
     assert not errors, errors
     # and the switch re-keyed its rows: every sale queued once per shard of the new layout, and exact
@@ -249,6 +267,35 @@ def test_a_sale_queued_under_the_old_layout_while_the_switch_runs_is_re_keyed(mo
     shop.advance(seconds=30)
     shop.tick()
     assert not PendingSale.objects.exists()
+    Shop().assert_exact()
+
+
+def test_a_switch_that_cannot_get_the_layout_in_time_changes_nothing(monkeypatch):
+    # given a 16-shard version ready, an ingest holding the layout, and a switch that waits 0.2 s for it
+    shop = Shop()
+    _history(shop, 40)
+    shop.tick()
+    version = backfill.version_build(layout=Layout(16))
+    monkeypatch.setattr(
+        locks, "layout_change_lock", functools.partial(locks.layout_change_lock, timeout="200ms")
+    )
+    ingest = PausedIngest(monkeypatch, shop, "held")
+    # when it is switched to, then it is refused, and the 4-shard layout stays whole
+    with pytest.raises(
+        backfill.VersionError, match="ingest held the shard layout too long; nothing switched"
+    ):
+        backfill.version_switch(number=version.number)
+    ingest.resume()
+    assert active_layout() == (1, Layout(4))
+    assert RankingVersion.objects.get(number=version.number).state == RankingVersion.State.READY
+    _state_follows(Layout(4))
+    _queue_follows(Layout(4))
+    shop.advance(seconds=30)
+    shop.tick()
+    Shop().assert_exact()
+    # and once the ingest is done, the same switch goes through, exact
+    backfill.version_switch(number=version.number)
+    _state_follows(Layout(16))
     Shop().assert_exact()
 
 

@@ -130,6 +130,10 @@ def layout_read_lock() -> None:
 
 
 def layout_change_lock(*, timeout: str = WAIT) -> None:
-    """Hold the layout lock alone until the current transaction ends: running ingests commit first."""
-    with connection.cursor() as cursor, _lock_timeout(cursor, timeout):
+    """Hold the layout lock alone until the current transaction ends: running ingests commit first.
+    Waiting longer than `timeout` raises (OperationalError) and the transaction rolls back."""
+    with connection.cursor() as cursor:
+        # Local to the transaction: once a wait has failed, nothing more can run in it to reset this.
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [timeout])
         cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LAYOUT_NAMESPACE])
+        cursor.execute("SELECT set_config('lock_timeout', '0', true)")

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
@@ -580,9 +580,14 @@ def _switch_relayout(number: int, previous: int, layout: Layout) -> int:
         store.shard_sources_set(
             version=previous, shard=shard, gen=previous_gen, sources=positions, replace=True
         )
-    with transaction.atomic():
-        state_rekey(layout=layout, positions=positions, as_of=as_of)
-        return _activate(number, relayout=True)
+    try:
+        with transaction.atomic():
+            state_rekey(layout=layout, positions=positions, as_of=as_of)
+            return _activate(number, relayout=True)
+    except OperationalError as error:  # the layout lock was not granted in time
+        raise VersionError(
+            f"ingest held the shard layout too long; nothing switched, try again: {error}"
+        ) from error
 
 
 def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
