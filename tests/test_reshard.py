@@ -14,7 +14,7 @@ from django.db import connection
 from rankings import tasks
 from rankings.engine import locks, store
 from rankings.engine.recompute import boards_recompute
-from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.engine.shards import ALL, Layout, ShardCountMismatch, active_layout
 from rankings.ingest import sales
 from rankings.models import Batch, PendingSale, RankingVersion, Sale, ShardState
 from rankings.operations import backfill
@@ -369,6 +369,31 @@ def test_the_comparison_of_a_resharded_version_matches_board_for_board():
     comparisons = backfill.versions_compare(number=version.number, top_n=20)
 
     assert comparisons and all(c.equal for c in comparisons)
+
+
+def test_the_shard_setting_may_keep_the_first_count_or_follow_the_active_one_but_says_no_more(settings):
+    # given 4 shards at install, resharded to 16
+    shop = Shop()
+    _history(shop, 10)
+    shop.tick()
+    backfill.version_build(layout=Layout(16), activate=True)
+    # when the setting still says 4, or says 16, then ingest, ticks and checks go on
+    for count in (4, 16):
+        settings.RANKINGS = {**settings.RANKINGS, "SHARDS": count}
+        shop.send(shop.sale("p1", categories=["k01"], event_id=f"setting-{count}"))
+        shop.tick()
+        call_command("check")
+    # but a count that is neither is refused, with what to do
+    settings.RANKINGS = {**settings.RANKINGS, "SHARDS": 8}
+    with pytest.raises(ShardCountMismatch) as refused:
+        shop.tick()
+    assert str(refused.value) == (
+        "RANKINGS_SHARDS=8 but the installation started with 4 shards and the active version 2 has 16 shards;"
+        " the setting only gives a fresh install's count: set it back to 4 and change the layout with a"
+        " rebuild (rankings_rebuild --shards)"
+    )
+    settings.RANKINGS = {**settings.RANKINGS, "SHARDS": 4}
+    Shop().assert_exact()
 
 
 # --- a hot category on a shard of its own -----------------------------------------------------

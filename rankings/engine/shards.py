@@ -6,8 +6,9 @@ in PostgreSQL with the version and mirrored in Redis for readers. A layout
 changes only through a rebuild and a switch-over (rankings_rebuild --shards,
 --pin, --unpin), which re-keys every row kept by shard number. The setting
 RANKINGS_SHARDS only gives the count of a fresh install; a setting that
-disagrees with the count the installation started with is refused rather than
-followed, so that nobody believes an edited setting re-laid out the shards.
+disagrees with both the count the installation started with and the active
+version's is refused rather than followed, so that nobody believes an edited
+setting re-laid out the shards.
 """
 
 import zlib
@@ -140,10 +141,11 @@ def layout_plan(
 
 
 def _mismatch(number: int, layout: Layout, first: int | None) -> str | None:
-    """What is wrong with RANKINGS_SHARDS: it must keep the count the installation started with."""
+    """What is wrong with RANKINGS_SHARDS: it must say the count the installation started with
+    (or, once a rebuild changed the layout, the active version's count)."""
     setting = rankings_settings.SHARDS
     started = layout.shards if number == 1 or first is None else first
-    if setting == started:
+    if setting in (started, layout.shards):
         return None
     if number == 1:
         return (
