@@ -2,6 +2,7 @@
 sales keep arriving and ticks keep running; the switch-over re-keys the queue and every shard's
 state, and loses or doubles no sale, either way."""
 
+import datetime as dt
 import functools
 import threading
 import time
@@ -341,6 +342,54 @@ def _history_more(shop: Shop, tag: str) -> None:
             for i in range(40)
         ]
     )  # fmt: skip
+
+
+def test_a_lagging_shard_with_an_unapplied_batch_is_settled_before_the_layout_changes(monkeypatch):
+    """A failing shard lags: its batch is committed but not applied, and it backs off while the others
+    tick on. The switch applies the batch and brings it to the others' instant before re-keying."""
+    # given sales that leave the 1-hour window within minutes, a 16-shard version ready, then a tick
+    # whose Redis writes fail on one shard
+    shop = Shop()
+    _history(shop, 60)
+    shop.send(*[shop.sale(f"p{i}", categories=_categories(i), ago=dt.timedelta(minutes=55), event_id=f"hour-{i}")
+                for i in range(40)])  # fmt: skip
+    shop.tick()
+    version = backfill.version_build(layout=Layout(16))
+    failing = Layout(4).shard_of("k01")
+    real_apply = store.batch_apply
+
+    def failing_on_one_shard(**kwargs):
+        if kwargs["shard"] == failing:
+            raise store.Unreachable("Redis went away")
+        return real_apply(**kwargs)
+
+    monkeypatch.setattr(store, "batch_apply", failing_on_one_shard)
+    shop.advance(minutes=2)
+    _history_more(shop, "unapplied")
+    assert shop.tick().failed_shards == [failing]
+    monkeypatch.undo()
+    # and the others tick on, later, while it backs off
+    shop.advance(minutes=7)
+    _history_more(shop, "later")
+    assert shop.tick().backing_off_shards == [failing]
+    # (the premise: one shard lags, with a batch not applied)
+    instants = dict(ShardState.objects.values_list("shard", "as_of"))
+    assert instants[failing] < max(instants.values())
+    assert Batch.objects.filter(shard=failing, applied=False).exists()
+    # when the new layout is switched to
+    backfill.version_switch(number=version.number)
+    # then every new shard stands at the latest instant, the batches were applied and replayed, and
+    # the boards stay exact as the ticks go on; so does the version left, switched back to
+    assert set(ShardState.objects.values_list("as_of", flat=True)) == {max(instants.values())}
+    assert not Batch.objects.exists()
+    _state_follows(Layout(16))
+    Shop().assert_exact()
+    shop.advance(minutes=3)
+    _history_more(shop, "after")
+    shop.tick()
+    Shop().assert_exact()
+    backfill.version_switch(number=1)
+    Shop().assert_exact()
 
 
 def test_a_version_built_before_the_shards_were_re_laid_out_cannot_be_switched_to():
