@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from catalogue.money import cents_text
 from rankings import tasks
+from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan
 from rankings.models import IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
@@ -134,8 +135,8 @@ class RankingVersionAdmin(ReadOnlyAdmin):
     """Rebuild the boards into a new version, compare it with the live one, switch, switch back."""
 
     change_list_template = "admin/rankings/rankingversion/change_list.html"
-    list_display = ["number", "state", "progress_display", "sales", "rate_display", "eta", "created_at",
-                    "built_at", "activated_at", "retired_at", "message", "operations"]  # fmt: skip
+    list_display = ["number", "state", "layout", "progress_display", "sales", "rate_display", "eta",
+                    "created_at", "built_at", "activated_at", "retired_at", "message", "operations"]  # fmt: skip
     list_display_links = None
     ordering = ["-number"]
 
@@ -150,14 +151,21 @@ class RankingVersionAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request, extra_context=None):
         building = RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).exists()
+        number, live = active_layout()
         context = {
             "building": building,
-            "active_number": RankingVersion.active_number(),
+            "active_number": number,
+            "active_layout": live.describe(),
+            "rebuild_form": RebuildForm(initial={"shards": live.hashed}),
             "can_rebuild": request.user.has_perm("rankings.rebuild_rankings"),
             "can_view_status": request.user.has_perm("rankings.view_status"),
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra_context=context)
+
+    @admin.display(description="shards")
+    def layout(self, obj):
+        return Layout(obj.shards, tuple(obj.pinned)).describe()
 
     @admin.display(description="progress")
     def progress_display(self, obj):
@@ -189,9 +197,24 @@ class RankingVersionAdmin(ReadOnlyAdmin):
     @method_decorator(require_POST)
     def rebuild_view(self, request):
         _require(request, "rebuild_rankings")
-        activate = request.POST.get("activate") == "on"
-        transaction.on_commit(lambda: tasks.version_build.delay(activate=activate))
-        self.message_user(request, "A rebuild has started; its progress shows below.", messages.SUCCESS)
+        form = RebuildForm(request.POST)
+        try:
+            if not form.is_valid():
+                raise LayoutError("; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items()))
+            data = form.cleaned_data
+            _, live = active_layout()
+            layout = layout_plan(live, shards=data["shards"], pin=data["pin"], unpin=data["unpin"])
+        except LayoutError as error:
+            self.message_user(request, f"Nothing was rebuilt: {error}", messages.ERROR)
+            return redirect("admin:rankings_rankingversion_changelist")
+        activate = data["activate"]
+        transaction.on_commit(
+            lambda: tasks.version_build.delay(
+                activate=activate, shards=layout.shards, pinned=list(layout.pinned)
+            )
+        )
+        started = "A rebuild has started" + (f", laid out with {layout.describe()}" if layout != live else "")
+        self.message_user(request, f"{started}; its progress shows below.", messages.SUCCESS)
         return redirect("admin:rankings_rankingversion_changelist")
 
     def compare_view(self, request, number):
@@ -240,6 +263,23 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             "chart": operations.hourly_chart(data["hourly"]),
         }
         return TemplateResponse(request, "admin/rankings/status.html", context)
+
+
+class SlugsField(forms.CharField):
+    """Category slugs, separated by commas or spaces."""
+
+    def to_python(self, value):
+        return [slug for slug in (super().to_python(value) or "").replace(",", " ").split() if slug]
+
+
+class RebuildForm(forms.Form):
+    activate = forms.BooleanField(required=False, label="switch to it as soon as it is ready")
+    shards = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_SHARDS, label="hashed shards",
+        help_text="categories spread by hash; blank: as many as the active version",
+    )  # fmt: skip
+    pin = SlugsField(required=False, label="pin", help_text="categories to give a shard of their own")
+    unpin = SlugsField(required=False, label="unpin", help_text="pinned categories to hash again")
 
 
 class CompareForm(forms.Form):

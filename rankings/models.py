@@ -236,8 +236,13 @@ class RankingVersion(models.Model):
     # readers' pointer in Redis can refuse a write from before the latest switch, even
     # one that names a higher version number (a switch back).
     switch_epoch = models.PositiveBigIntegerField(default=0)
-    # The shard count the version's boards are laid out with; the active version's rules everywhere.
+    # The layout the version's boards are laid out with (the active version's rules everywhere):
+    # `shards` shards in all, the last len(pinned) of which each hold one pinned category.
     shards = models.PositiveSmallIntegerField()
+    pinned = ArrayField(models.CharField(max_length=50), default=list, blank=True)
+    # The switch-over that last re-laid out the shards when this version's positions in Redis were
+    # set: it renumbered every shard's batches, so a version of an earlier one cannot catch up.
+    log_era = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["-number"]

@@ -36,8 +36,10 @@ def verify_sampled():
 
 
 @shared_task(ignore_result=True)
-def version_build(activate: bool = False):
-    """A rebuild started from the admin; its progress is kept on the version's row."""
+def version_build(activate: bool = False, shards: int | None = None, pinned: list[str] | None = None):
+    """A rebuild started from the admin, laid out with `shards` shards of which `pinned` have a
+    category each (default: as the active version); its progress is kept on the version's row."""
+    from rankings.engine.shards import Layout
     from rankings.operations.backfill import version_build as build
 
-    build(activate=activate)
+    build(activate=activate, layout=Layout(shards, tuple(pinned or ())) if shards else None)

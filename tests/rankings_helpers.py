@@ -44,10 +44,10 @@ class Shop:
 
     def top(self, category="toys", window="7d", metric="units"):
         """[(product, score)] of a board, read straight from Redis."""
-        from rankings.engine.shards import shard_of, version_shards
+        from rankings.engine.shards import version_layout
 
         version = store.active_version()
-        shard = shard_of(category, version_shards(version))
+        shard = version_layout(version).shard_of(category)
         return store.board_read_all(store.board_key(version, shard, window, metric, category))
 
     def assert_exact(self):

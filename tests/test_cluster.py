@@ -6,7 +6,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from rankings.engine import store
-from rankings.engine.shards import ALL, shard_count, shard_of
+from rankings.engine.shards import ALL, Layout, active_layout, shard_count, shard_of
 from rankings.operations.backfill import version_build, version_switch
 from rankings.serving import selectors
 
@@ -68,14 +68,14 @@ def test_scans_count_and_delete_on_every_primary(cluster):
 def test_a_product_ranks_in_categories_of_several_shards_as_the_recompute_says(cluster):
     shop = _shop_with_sales()
     shop.assert_exact()
-    shards = {shard_of(c, shard_count()) for c in ("c0", "c5", ALL)}
+    shards = {shard_of(c, active_layout()[1]) for c in ("c0", "c5", ALL)}
     assert len(shards) >= 2, "the premise: the product's boards lie on several shards"
     found = store.members_ranks(
         version=1,
         window="7d",
         metric="units",
         product_id="p0",
-        boards=[(shard_of(c, 4), c) for c in ("c0", "c5", ALL)],
+        boards=[(shard_of(c, Layout(4)), c) for c in ("c0", "c5", ALL)],
     )
     for category, rank in zip(("c0", "c5", ALL), found, strict=True):
         board = shop.top(category)
@@ -85,19 +85,19 @@ def test_a_product_ranks_in_categories_of_several_shards_as_the_recompute_says(c
         assert [(i.product_id, i.units) for i in answer.items] == shop.top(category)[:3]
 
 
-def test_a_switch_on_the_cluster_is_exact_and_publishes_the_count_before_the_pointer(cluster):
+def test_a_switch_on_the_cluster_is_exact_and_publishes_the_layout_before_the_pointer(cluster):
     shop = _shop_with_sales()
     built = version_build()
     version_switch(number=built.number)
     assert store.active_version(fresh=True) == built.number
-    assert store.shard_count_get(built.number) == shard_count()
+    assert store.shard_layout_get(built.number) == (shard_count(), ())
     shop.advance(minutes=5)
     shop.send(shop.sale("p1", categories=["c1"], qty=4))
     shop.tick()
     shop.assert_exact()
     # a block that fails after the count leaves the pointer where it was
     with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
-        store.shard_count_set(99, 4, pipe=pipe)
+        store.shard_layout_set(99, 4, pipe=pipe)
         raise ZeroDivisionError
     assert store.active_version(fresh=True) == built.number
 

@@ -10,7 +10,7 @@ import redis as redis_lib
 from rankings import tasks
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import shard_count, shard_of
+from rankings.engine.shards import active_layout, shard_of
 from rankings.models import PendingSale, VerifyLog
 from rankings.operations import dashboard as operations
 from rankings.operations import verify
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _shard(category: str) -> int:
-    return shard_of(category, shard_count())
+    return shard_of(category, active_layout()[1])
 
 
 def _policy(value: str) -> None:

@@ -19,6 +19,7 @@ WITHOUT_REDIS = {
     "active_key",
     "gen_key",
     "shards_key",
+    "shard_sources",
     "shard_tag",
     "state_key",
     "board_key",
@@ -35,12 +36,24 @@ CALLS = {
     "active_version": lambda: store.active_version(fresh=True),
     "active_set": lambda: store.active_set(2, 1),
     "active_ensure": lambda: store.active_ensure(2, 1),
-    "shard_count_set": lambda: store.shard_count_set(1, 4),
-    "shard_count_get": lambda: store.shard_count_get(1),
+    "shard_layout_set": lambda: store.shard_layout_set(1, 4),
+    "shard_layout_get": lambda: store.shard_layout_get(1),
     "generation": lambda: store.generation(1),
     "generation_get": lambda: store.generation_get(1),
     "batch_apply": lambda: store.batch_apply(
         version=1, shard=0, seq=1, as_of=1.0, gen="g", changes=[store.Change("7d", "units", "toys", "p1", 1)]
+    ),
+    "batch_apply_routed": lambda: store.batch_apply_routed(
+        version=1,
+        shard=0,
+        source=2,
+        seq=1,
+        as_of=1.0,
+        gen="g",
+        changes=[store.Change("7d", "units", "toys", "p1", 1)],
+    ),
+    "shard_sources_set": lambda: store.shard_sources_set(
+        version=1, shard=0, gen="g", sources={2: 1}, replace=True
     ),
     "shard_touch": lambda: store.shard_touch(version=1, shard=0, seq=1, as_of=1.0, gen="g"),
     "shard_replace": lambda: store.shard_replace(
@@ -103,7 +116,7 @@ def test_with_redis_down_a_store_function_raises_unreachable(redis_down, name):
 
 def test_with_redis_down_a_pipeline_raises_unreachable(redis_down):
     with pytest.raises(store.Unreachable), store.pipeline() as pipe:
-        store.shard_count_set(1, 4, pipe=pipe)
+        store.shard_layout_set(1, 4, pipe=pipe)
 
 
 def test_an_error_answered_by_redis_is_refused_not_unreachable(redis_client):
@@ -134,18 +147,18 @@ def test_scripts_are_loaded_once_and_called_by_their_sha(own_redis):
 def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_client, single_redis):
     # given the shard count and the pointer of a version written through one pipeline
     with store.pipeline() as pipe:
-        store.shard_count_set(7, 3, pipe=pipe)
+        store.shard_layout_set(7, 3, pipe=pipe)
         store.active_set(7, 5, pipe=pipe)
         # then nothing is written while the block runs
         assert redis_client.get(store.shards_key(7)) is None
         assert redis_client.exists(store.active_key()) == 0
     # and both are, once it ends
-    assert store.shard_count_get(7) == 3
+    assert store.shard_layout_get(7) == (3, ())
     assert store.active_version(fresh=True) == 7
 
 
 def test_a_pipeline_whose_block_raises_writes_nothing(redis_client, single_redis):
     with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
-        store.shard_count_set(8, 3, pipe=pipe)
+        store.shard_layout_set(8, 3, pipe=pipe)
         raise ZeroDivisionError
     assert redis_client.get(store.shards_key(8)) is None

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.shards import ALL, shard_count, shard_of
+from rankings.engine.shards import ALL, active_layout, shard_of
 from rankings.models import Batch, PendingSale, ShardState
 from rankings.operations import backfill
 from rankings.operations.status import status_read
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _slug_on_a_shard(prefix: str, avoid: set[int]) -> str:
     for i in range(1000):
         slug = f"{prefix}{i}"
-        if shard_of(slug, shard_count()) not in avoid:
+        if shard_of(slug, active_layout()[1]) not in avoid:
             return slug
     raise AssertionError("no slug found")
 
@@ -32,9 +32,9 @@ def _slug_on_a_shard(prefix: str, avoid: set[int]) -> str:
 @pytest.fixture
 def categories():
     """A category on a shard of its own (not the one of `all`), and one on another shard."""
-    all_shard = shard_of(ALL, shard_count())
+    all_shard = shard_of(ALL, active_layout()[1])
     poison = _slug_on_a_shard("poison", {all_shard})
-    healthy = _slug_on_a_shard("healthy", {shard_of(poison, shard_count())})
+    healthy = _slug_on_a_shard("healthy", {shard_of(poison, active_layout()[1])})
     return poison, healthy
 
 
@@ -62,7 +62,7 @@ def test_a_shard_whose_fold_fails_is_isolated_retried_with_backoff_and_recovers_
     exactly; the failing one is rolled back, reported with its error and a growing backoff,
     is not retried before its time, and ticks exactly once the cause is gone."""
     poison, healthy = categories
-    poison_shard = shard_of(poison, shard_count())
+    poison_shard = shard_of(poison, active_layout()[1])
     shop = Shop()
     shop.send(shop.sale("a", categories=[poison, healthy], qty=2), shop.sale("b", categories=[healthy]))
     shop.tick()
@@ -133,7 +133,7 @@ def test_an_overflowing_fold_fails_only_its_shard(categories):
     """Given a bucket near the bigint limit (written behind the engine's back), a sale whose fold
     overflows it fails only that shard; the others tick."""
     poison, healthy = categories
-    poison_shard = shard_of(poison, shard_count())
+    poison_shard = shard_of(poison, active_layout()[1])
     shop = Shop()
     shop.send(shop.sale("a", categories=[poison], amount="1.00"), shop.sale("b", categories=[healthy]))
     shop.tick()
@@ -155,7 +155,7 @@ def test_a_redis_error_in_one_shard_leaves_its_batch_for_the_retry(categories, m
     """Given Redis refusing one shard's batch, the other shards apply theirs; the committed batch
     is replayed once the shard is retried, and boards are exact."""
     poison, healthy = categories
-    poison_shard = shard_of(poison, shard_count())
+    poison_shard = shard_of(poison, active_layout()[1])
     shop = Shop()
     shop.send(shop.sale("a", categories=[poison], qty=3), shop.sale("b", categories=[healthy], qty=2))
     real_apply = store.batch_apply
@@ -279,7 +279,7 @@ def test_a_large_transition_is_applied_in_bounded_steps_exactly(small_steps):
     shop = Shop()
     shop.send(*[shop.sale(f"p{i:02}", categories=["toys"], qty=1 + i, amount="2.50") for i in range(20)])
     shop.tick()
-    shard = shard_of("toys", shard_count())
+    shard = shard_of("toys", active_layout()[1])
     seq_before = ShardState.objects.get(shard=shard).seq
     old_now = shop.now
     shop.advance(days=31)

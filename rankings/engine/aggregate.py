@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.shards import ALL, shard_count_checked, shard_of
+from rankings.engine.shards import ALL, Layout, layout_checked, shard_count_checked, version_layout
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
 from rankings.models import Batch, RankingVersion, ShardState, TickLog
 
@@ -89,15 +89,15 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
-    # Refused before anything is claimed: under another count the queue's shards would match nothing.
-    shards = shard_count_checked()
+    # Refused before anything is claimed while the setting disagrees (see shards.layout_checked).
+    _, layout = layout_checked()
     report = TickReport(as_of=now)
-    for shard in range(shards):
+    for shard in range(layout.shards):
         with locks.shard_try_lock(shard) as acquired:
             if not acquired:
                 report.busy_shards.append(shard)
                 continue
-            _tick_shard_isolated(shard=shard, shards=shards, now=now, report=report)
+            _tick_shard_isolated(shard=shard, now=now, report=report)
     report.duration_ms = (time.perf_counter() - clock) * 1000
     if log_tick:
         TickLog.objects.create(
@@ -113,18 +113,23 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     return report
 
 
-def _tick_shard_isolated(*, shard: int, shards: int, now: dt.datetime, report: TickReport) -> None:
+def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) -> None:
     """Tick one shard (its lock held); an error fails this shard only, which then waits to retry."""
+    # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
+    # and a switch to fewer shards leaves none to tick past the new count.
+    version, epoch = RankingVersion.active()
+    layout = version_layout(version)
+    if shard >= layout.shards:
+        return
     state, _ = ShardState.objects.get_or_create(shard=shard)
     if state.retry_at is not None and timezone.now() < state.retry_at:
         report.backing_off_shards.append(shard)
         return
     try:
-        # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet.
-        version = _write_version()
-        store.shard_count_set(version, shards)
+        store.active_ensure(version, epoch)
+        store.shard_layout_set(version, layout.shards, layout.pinned)
         _tick_shard(
-            shard=shard, shards=shards, version=version, gen=store.generation(version), now=now, report=report
+            shard=shard, layout=layout, version=version, gen=store.generation(version), now=now, report=report
         )
     except _NOT_ISOLATED:
         raise
@@ -162,26 +167,26 @@ def shards_failing() -> list[dict]:
     ]
 
 
-def _write_version() -> int:
-    """PostgreSQL decides which version ticks write; Redis's pointer for readers follows it,
-    unless it already names a later switch (then this caller is the stale one)."""
+def _write_version() -> tuple[int, Layout]:
+    """The version ticks write and its layout. PostgreSQL decides; Redis's pointer for readers
+    follows it, unless it already names a later switch (then this caller is the stale one)."""
     version, epoch = RankingVersion.active()
     store.active_ensure(version, epoch)
-    return version
+    return version, version_layout(version)
 
 
 def _tick_shard(
-    *, shard: int, shards: int, version: int, gen: str, now: dt.datetime, report: TickReport
+    *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
     """Bring one shard's boards to `now`, a batch of at most BATCH_SIZE claimed sales at a time."""
     ShardState.objects.get_or_create(shard=shard)
     _redis_recover(shard=shard, version=version, gen=gen, report=report)
     limit = rankings_settings.BATCH_SIZE
     while True:
-        step = _claim_and_record(shard=shard, shards=shards, now=now, limit=limit)
+        step = _claim_and_record(shard=shard, layout=layout, now=now, limit=limit)
         if step is None:
             return
-        _apply_step(step, shard=shard, shards=shards, version=version, gen=gen, now=now, report=report)
+        _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
         if step.claimed < limit:
             return
 
@@ -218,7 +223,7 @@ def _redis_recover(*, shard: int, version: int, gen: str, report: TickReport) ->
     report.rebuilt_shards += 1
 
 
-def _claim_and_record(*, shard: int, shards: int, now: dt.datetime, limit: int) -> _Step | None:
+def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: int) -> _Step | None:
     """In one transaction: claim pending sales, compute the boards' net change, fold the sales into
     their buckets and record the change as batches. None when the shard has nothing to do."""
     with transaction.atomic():
@@ -228,7 +233,7 @@ def _claim_and_record(*, shard: int, shards: int, now: dt.datetime, limit: int) 
         claimed = _claim(shard=shard, limit=limit)
         if claimed == 0 and state.as_of == now:
             return None
-        changes, too_old = _changes(shard=shard, shards=shards, old_now=state.as_of, new_now=now)
+        changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
         _fold(shard=shard)
         batches = (
             _record(state=state, changes=changes, claimed=claimed, now=now) if claimed or changes else []
@@ -261,10 +266,10 @@ def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now
 
 
 def _apply_step(
-    step: _Step, *, shard: int, shards: int, version: int, gen: str, now: dt.datetime, report: TickReport
+    step: _Step, *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
     """Apply a committed step's batches to Redis; with none, move the shard's instant on all the same."""
-    report.sales += step.claimed if shard == shard_of(ALL, shards) else 0
+    report.sales += step.claimed if shard == layout.shard_of(ALL) else 0
     report.too_old += step.too_old
     for batch in step.batches:
         report.batches += 1
@@ -364,7 +369,7 @@ WHERE t >= %s AND t < %s GROUP BY category, product_id
 
 
 def _changes(
-    *, shard: int, shards: int, old_now: dt.datetime | None, new_now: dt.datetime
+    *, shard: int, layout: Layout, old_now: dt.datetime | None, new_now: dt.datetime
 ) -> tuple[list[store.Change], int]:
     """The net change of every board of the shard; read before the claimed sales are folded."""
     new_t = int(_epoch(new_now))
@@ -389,7 +394,7 @@ def _changes(
                 totals[0] += units
                 totals[1] += cents
         too_old = 0
-        if shard == shard_of(ALL, shards):
+        if shard == layout.shard_of(ALL):
             cursor.execute(
                 "SELECT count(*) FROM tick_facts WHERE category = %s AND t < %s",
                 [ALL, oldest_bucket_start(windows, new_t)],
@@ -437,7 +442,7 @@ def clock_reset(*, to: dt.datetime) -> list[int]:
     shards = list(range(shard_count_checked()))
     with locks.all_shards_lock(len(shards)):
         for shard in shards:
-            version = _write_version()
+            version, _ = _write_version()
             gen = store.generation(version)
             ShardState.objects.get_or_create(shard=shard)
             with transaction.atomic():
@@ -476,3 +481,18 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
     (log.warning if state.as_of is not None else log.info)(
         "rebuilt shard %s of version %s from buckets", shard, version
     )
+
+
+def shards_settle(*, now: dt.datetime | None) -> None:
+    """Apply every recorded batch and bring every shard of the active layout to `now` (claiming what
+    is pending): then all of them stand at one instant, between two batches. The caller holds every
+    shard's lock (a switch-over that re-lays out the shards); what fails is raised, not isolated."""
+    version, layout = _write_version()
+    gen = store.generation(version)
+    report = TickReport(as_of=now or timezone.now())
+    for shard in range(layout.shards):
+        ShardState.objects.get_or_create(shard=shard)
+        if now is None:  # nothing has ticked yet: only batches to apply, if any
+            _redis_recover(shard=shard, version=version, gen=gen, report=report)
+        else:
+            _tick_shard(shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)

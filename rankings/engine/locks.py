@@ -26,6 +26,10 @@ VERSION_CHANGE_NAMESPACE = SHARD_NAMESPACE + 2
 # month take turns, and the second then finds it. Its own namespace: under the
 # version changes' one, an ingest would wait for a switch-over to finish.
 PARTITION_NAMESPACE = SHARD_NAMESPACE + 3
+# The shard layout of the work queue: an ingest holds it shared from reading the active layout
+# until it commits the sales it queued under it; a switch-over that re-lays out the shards holds it
+# exclusively while it re-keys the queue, so that no sale is queued under the layout it leaves.
+LAYOUT_NAMESPACE = SHARD_NAMESPACE + 4
 
 # How long a switch-over, a snapshot or a verify waits for a running tick to finish its batch.
 WAIT = "30s"
@@ -117,3 +121,19 @@ def partition_create_lock() -> None:
     """Wait for the lock of partition creation; it is held until the current transaction ends."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [PARTITION_NAMESPACE])
+
+
+def layout_read_lock() -> None:
+    """Share the layout lock until the current transaction ends (an ingest, before it reads the layout)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, 0)", [LAYOUT_NAMESPACE])
+
+
+def layout_change_lock(*, timeout: str = WAIT) -> None:
+    """Hold the layout lock alone until the current transaction ends: running ingests commit first.
+    Waiting longer than `timeout` raises (OperationalError) and the transaction rolls back."""
+    with connection.cursor() as cursor:
+        # Local to the transaction: once a wait has failed, nothing more can run in it to reset this.
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [timeout])
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LAYOUT_NAMESPACE])
+        cursor.execute("SELECT set_config('lock_timeout', '0', true)")

@@ -9,7 +9,7 @@ from collections import defaultdict
 from django.db import connection
 
 from rankings.conf import rankings_settings
-from rankings.engine.shards import ALL, shard_of
+from rankings.engine.shards import ALL, Layout
 
 # Every category of the sales, not the catalogue's: the recompute must count a
 # category whatever became of it there. Boards of other shards are dropped afterwards.
@@ -27,9 +27,9 @@ GROUP BY c.category, s.product_id
 
 
 def boards_recompute(
-    *, shard: int, shards: int, now: float
+    *, shard: int, layout: Layout, now: float
 ) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
-    """Every non-empty board of a shard (of `shards`) as of `now` (epoch seconds), in ranking order.
+    """Every non-empty board of a shard (of `layout`) as of `now` (epoch seconds), in ranking order.
 
     Counts the sales the shard has claimed (those still pending are not yet in
     any board). Keys are (window, metric, category); values [(product_id, score)].
@@ -45,7 +45,7 @@ def boards_recompute(
             )
             for category, product_id, units, cents in cursor.fetchall():
                 if category not in in_shard:
-                    in_shard[category] = shard_of(category, shards) == shard
+                    in_shard[category] = layout.shard_of(category) == shard
                 if not in_shard[category]:
                     continue
                 if units > 0:

@@ -1,13 +1,19 @@
-"""Which shard holds a board: a stable hash of its category, modulo the active version's shard count.
+"""Which shard holds a board: the active version's layout, a stable hash of the category over its
+hashed shards, and a shard of its own for each pinned category.
 
-The count is a property of a version (its boards were laid out with it), kept
-in PostgreSQL with the version and mirrored in Redis for readers. The setting
+The layout is a property of a version (its boards were laid out with it), kept
+in PostgreSQL with the version and mirrored in Redis for readers. A layout
+changes only through a rebuild and a switch-over (rankings_rebuild --shards,
+--pin, --unpin), which re-keys every row kept by shard number. The setting
 RANKINGS_SHARDS only gives the count of a fresh install; a setting that
-disagrees with the active version is refused rather than followed, because
-queueing sales under one count and claiming them under another loses them.
+disagrees with both the count the installation started with and the active
+version's is refused rather than followed, so that nobody believes an edited
+setting re-laid out the shards.
 """
 
 import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.core import checks
 from django.db import DatabaseError
@@ -19,27 +25,60 @@ from rankings.conf import rankings_settings
 # The board that counts every sale once; the catalogue keeps its slug from every category.
 ALL = RESERVED_SLUG
 
+# A switch-over holds every shard's lock at once (PostgreSQL's lock table must hold them), and
+# a Celery queue or a Redis Cluster slot per shard is plenty at this many.
+MAX_SHARDS = 256
+
 
 class ShardCountMismatch(RuntimeError):
-    """RANKINGS_SHARDS disagrees with the shard count of the active version."""
+    """RANKINGS_SHARDS disagrees with the shard count the installation started with."""
 
 
-def shard_of(slug: str, shards: int) -> int:
-    """Stable across processes and versions (unlike hash()): crc32 of the slug."""
-    return zlib.crc32(slug.encode()) % shards
+class LayoutError(ValueError):
+    """A requested layout cannot be built: the message says why, for the operator."""
 
 
-def _active() -> tuple[int, int] | None:
-    """(number, shards) of the active version as recorded, or None before it is."""
+@dataclass(frozen=True)
+class Layout:
+    """How a version's boards are spread: `shards` shards in all, of which the last len(pinned)
+    each hold one pinned category; every other category is hashed over the first ones."""
+
+    shards: int
+    pinned: tuple[str, ...] = ()
+
+    @property
+    def hashed(self) -> int:
+        return self.shards - len(self.pinned)
+
+    def shard_of(self, slug: str) -> int:
+        if slug in self.pinned:
+            return self.hashed + self.pinned.index(slug)
+        # Stable across processes and versions (unlike hash()): crc32 of the slug.
+        return zlib.crc32(slug.encode()) % self.hashed
+
+    def describe(self) -> str:
+        if not self.pinned:
+            return f"{self.shards} shards"
+        return f"{self.hashed} hashed shards + {len(self.pinned)} pinned ({', '.join(self.pinned)})"
+
+
+def shard_of(slug: str, layout: Layout) -> int:
+    """The shard of `slug`'s boards under `layout` (a version's, never a setting's)."""
+    return layout.shard_of(slug)
+
+
+def _active() -> tuple[int, Layout] | None:
+    """(number, layout) of the active version as recorded, or None before it is."""
     from rankings.models import RankingVersion
 
-    versions = RankingVersion.objects.values_list("number", "shards")
+    versions = RankingVersion.objects.values_list("number", "shards", "pinned")
     # Until a rebuild is switched to, version 1 is active whatever its row says.
-    return versions.filter(state=RankingVersion.State.ACTIVE).first() or versions.filter(number=1).first()
+    found = versions.filter(state=RankingVersion.State.ACTIVE).first() or versions.filter(number=1).first()
+    return (found[0], Layout(found[1], tuple(found[2]))) if found else None
 
 
-def active_shards() -> tuple[int, int]:
-    """(number, shards) of the active version; a fresh install records version 1 with the setting."""
+def active_layout() -> tuple[int, Layout]:
+    """(number, layout) of the active version; a fresh install records version 1 with the setting."""
     from rankings.models import RankingVersion
 
     found = _active()
@@ -53,39 +92,91 @@ def active_shards() -> tuple[int, int]:
             "activated_at": timezone.now(),
         },
     )
-    return version.number, version.shards
+    return version.number, Layout(version.shards, tuple(version.pinned))
 
 
 def shard_count() -> int:
-    """The active version's shard count: what every ingest, tick, rebuild, verify and read uses."""
-    return active_shards()[1]
+    """How many shards the active version has (pinned ones included): the range every tick, rebuild,
+    verify and switch works over."""
+    return active_layout()[1].shards
 
 
-def version_shards(number: int) -> int:
-    """The shard count version `number` was built with (the active version's if it has no row)."""
+def version_layout(number: int) -> Layout:
+    """The layout version `number` was built with (the active version's if it has no row)."""
     from rankings.models import RankingVersion
 
-    found = RankingVersion.objects.filter(number=number).values_list("shards", flat=True).first()
-    return found if found is not None else shard_count()
+    found = RankingVersion.objects.filter(number=number).values_list("shards", "pinned").first()
+    return Layout(found[0], tuple(found[1])) if found is not None else active_layout()[1]
 
 
-def _mismatch(number: int, shards: int) -> str | None:
+def layout_plan(
+    current: Layout, *, shards: int | None = None, pin: Iterable[str] = (), unpin: Iterable[str] = ()
+) -> Layout:
+    """The layout a rebuild asks for: `shards` hashed shards (default: as now), the current pins
+    with `pin` added and `unpin` taken away. LayoutError says what is wrong with the request."""
+    from catalogue.models import Category
+
+    hashed = current.hashed if shards is None else shards
+    if hashed < 1:
+        raise LayoutError(f"--shards must be at least 1 (got {hashed})")
+    pin, unpin = list(dict.fromkeys(pin)), list(dict.fromkeys(unpin))
+    for slug in pin:
+        if slug in current.pinned:
+            raise LayoutError(f"category {slug!r} is already pinned to its own shard")
+    for slug in unpin:
+        if slug not in current.pinned:
+            raise LayoutError(
+                f"category {slug!r} is not pinned; pinned: {', '.join(current.pinned) or 'none'}"
+            )
+    known = set(Category.objects.filter(slug__in=pin).values_list("slug", flat=True)) | {ALL}
+    unknown = [slug for slug in pin if slug not in known]
+    if unknown:
+        raise LayoutError(f"no category {', '.join(map(repr, unknown))} in the catalogue to pin")
+    pinned = tuple(slug for slug in current.pinned if slug not in unpin) + tuple(pin)
+    if hashed + len(pinned) > MAX_SHARDS:
+        raise LayoutError(
+            f"{hashed} hashed shards + {len(pinned)} pinned is more than {MAX_SHARDS} shards in all"
+        )
+    return Layout(hashed + len(pinned), pinned)
+
+
+def _mismatch(number: int, layout: Layout, first: int | None) -> str | None:
+    """What is wrong with RANKINGS_SHARDS: it must say the count the installation started with
+    (or, once a rebuild changed the layout, the active version's count)."""
     setting = rankings_settings.SHARDS
-    if setting == shards:
+    started = layout.shards if number == 1 or first is None else first
+    if setting in (started, layout.shards):
         return None
+    if number == 1:
+        return (
+            f"RANKINGS_SHARDS={setting} but the active version 1 has {started} shards; "
+            "change the count with a rebuild"
+        )
     return (
-        f"RANKINGS_SHARDS={setting} but the active version {number} has {shards} shards; "
-        "change the count with a rebuild"
+        f"RANKINGS_SHARDS={setting} but the installation started with {started} shards and the active "
+        f"version {number} has {layout.describe()}; the setting only gives a fresh install's count: "
+        f"set it back to {started} and change the layout with a rebuild (rankings_rebuild --shards)"
     )
+
+
+def _first_count() -> int | None:
+    from rankings.models import RankingVersion
+
+    return RankingVersion.objects.filter(number=1).values_list("shards", flat=True).first()
+
+
+def layout_checked() -> tuple[int, Layout]:
+    """(number, layout) of the active version; ShardCountMismatch when the setting says otherwise."""
+    number, layout = active_layout()
+    message = _mismatch(number, layout, _first_count() if number != 1 else None)
+    if message:
+        raise ShardCountMismatch(message)
+    return number, layout
 
 
 def shard_count_checked() -> int:
     """The active version's shard count; ShardCountMismatch when the setting says otherwise."""
-    number, shards = active_shards()
-    message = _mismatch(number, shards)
-    if message:
-        raise ShardCountMismatch(message)
-    return shards
+    return layout_checked()[1].shards
 
 
 @checks.register()
@@ -97,15 +188,15 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     """
     try:
         found = _active()
+        message = found and _mismatch(*found, _first_count())
     except DatabaseError:
         return []
-    message = found and _mismatch(*found)
     if not message:
         return []
     return [
         checks.Error(
             message,
-            hint="Set RANKINGS_SHARDS back to the active version's count.",
+            hint="Set RANKINGS_SHARDS back to the count the installation started with.",
             id="rankings.E001",
         )
     ]

@@ -6,8 +6,12 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
     P:active                         hash: version that serves reads, epoch
                                      (the switch that made it active)
     P:vV:gen                         generation marker; missing = Redis lost data
-    P:vV:shards                      the version's shard count, for readers
-    P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen
+    P:vV:shards                      the version's layout, for readers: its shard
+                                     count, then its pinned categories ("5,toys")
+    P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen;
+                                     from:K (a version laid out unlike the active
+                                     one: the last batch of the active layout's
+                                     shard K replayed into it)
                                      (asof is the shard's as_of, epoch seconds; the
                                      field keeps its stored name so a running
                                      deployment's state stays readable)
@@ -37,7 +41,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -178,7 +182,7 @@ def reset_clients() -> None:
         _active_last.clear()
         _eviction_cache.clear()
         _policy_hidden.clear()
-        _shard_counts.clear()
+        _layouts.clear()
         _seq_seen.clear()
 
 
@@ -418,30 +422,35 @@ def active_ensure(version: int, epoch: int) -> int:
     return int(_script(_ACTIVE_SET)(keys=[active_key()], args=[version, epoch], client=patient()))
 
 
-# A version's shard count never changes, so a reader asks Redis once per version.
-_shard_counts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
+# A version's layout never changes, so a reader asks Redis once per version.
+_layouts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
 
 
 @_translated
-def shard_count_set(version: int, shards: int, *, pipe: Pipeline | None = None) -> None:
-    """Record the version's shard count where readers find it without PostgreSQL."""
-    (pipe or patient()).set(shards_key(version), shards)
+def shard_layout_set(
+    version: int, shards: int, pinned: Sequence[str] = (), *, pipe: Pipeline | None = None
+) -> None:
+    """Record the version's layout (its shard count, then its pinned categories, comma-separated:
+    slugs hold no comma) where readers find it without PostgreSQL."""
+    (pipe or patient()).set(shards_key(version), ",".join([str(shards), *pinned]))
 
 
 @_translated
-def shard_count_get(version: int) -> int | None:
-    """The version's shard count as recorded in Redis; None when Redis does not hold it."""
+def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
+    """The version's (shard count, pinned categories) as recorded in Redis; None when Redis does not hold it."""
     key = (prefix(), version)
     with _cache_lock:
-        known = _shard_counts.get(key)
+        known = _layouts.get(key)
     if known is not None:
         return known
     value = fast().get(shards_key(version))
     if value is None:
         return None
+    count, *pinned = value.decode().split(",")
+    layout = (int(count), tuple(pinned))
     with _cache_lock:
-        _shard_counts[key] = int(value)
-    return int(value)
+        _layouts[key] = layout
+    return layout
 
 
 # --- the write path --------------------------------------------------------------
@@ -511,6 +520,49 @@ end
 redis.call('HSET', state, 'asof', ARGV[2])
 return 1
 """
+
+# Apply one batch of another layout's shard ARGV[1] (a field from:K) to this shard, exactly once:
+# applied unless the field already holds its number ARGV[2] or more; the shard's own seq counts
+# the batches it took. KEYS and the rest of ARGV as in _APPLY (from its third argument: as_of, gen,
+# blob size, triples). Returns 1 = applied, 0 = already applied, -1 = the generation differs.
+_APPLY_ROUTED = (
+    _BLOBS
+    + """
+local state = KEYS[1]
+if redis.call('HGET', state, 'gen') ~= ARGV[4] then return -1 end
+local seen = tonumber(redis.call('HGET', state, ARGV[1]) or '0')
+if seen >= tonumber(ARGV[2]) then return 0 end
+for i = 6, #ARGV, 3 do
+    local key = KEYS[tonumber(ARGV[i])]
+    local member = ARGV[i + 1]
+    local score = tonumber(redis.call('ZINCRBY', key, ARGV[i + 2], member))
+    if score >= 0 then redis.call('ZREM', key, member) end
+end
+write_blobs(2, #KEYS, tonumber(ARGV[5]))
+redis.call('HINCRBY', state, 'seq', 1)
+redis.call('HSET', state, ARGV[1], ARGV[2], 'asof', ARGV[3])
+return 1
+"""
+)
+
+# Set a shard's from:K fields (ARGV: gen, then pairs field, value); with ARGV[2] = 'replace', every
+# other from: field is deleted first, else a field only ever grows. 0 when the generation differs.
+_SOURCES_SET = """
+local state = KEYS[1]
+if redis.call('HGET', state, 'gen') ~= ARGV[1] then return 0 end
+if ARGV[2] == 'replace' then
+    local fields = redis.call('HKEYS', state)
+    for _, field in ipairs(fields) do
+        if string.sub(field, 1, 5) == 'from:' then redis.call('HDEL', state, field) end
+    end
+end
+for i = 3, #ARGV, 2 do
+    local seen = tonumber(redis.call('HGET', state, ARGV[i]) or '0')
+    if ARGV[2] == 'replace' or tonumber(ARGV[i + 1]) > seen then redis.call('HSET', state, ARGV[i], ARGV[i + 1]) end
+end
+return 1
+"""
+
 
 # Put rebuilt boards in place and rewrite their blobs in one step: readers see
 # the old boards with their blobs or the new ones with theirs, never a missing
@@ -587,9 +639,16 @@ def batch_apply(
     *, version: int, shard: int, seq: int, as_of: float, gen: str, changes: Iterable[Change]
 ) -> int:
     """Apply a batch's changes atomically with its sequence number and blobs; see _APPLY."""
+    keys, argv = _changes_args(version, shard, changes)
+    args = [seq, repr(as_of), gen, BLOB_SIZE, *argv]
+    return int(_script(_APPLY)(keys=keys, args=args, client=patient()))
+
+
+def _changes_args(version: int, shard: int, changes: Iterable[Change]) -> tuple[list[str], list]:
+    """KEYS (state, then each board's triples) and the change triples of ARGV for _APPLY and _APPLY_ROUTED."""
     keys = [state_key(version, shard)]
     index: dict[tuple, int] = {}
-    argv: list = [seq, repr(as_of), gen, BLOB_SIZE]
+    argv: list = []
     for c in changes:
         if (c.window, c.category) not in index:
             # Both metrics' blobs show both scores: a change to one rewrites both.
@@ -598,7 +657,33 @@ def batch_apply(
                 keys.extend(_board_keys(version, shard, c.window, metric, c.category))
         offset = 0 if c.metric == "units" else 3
         argv.extend((index[(c.window, c.category)] + offset, c.product_id, -c.delta))
-    return int(_script(_APPLY)(keys=keys, args=argv, client=patient()))
+    return keys, argv
+
+
+@_translated
+def batch_apply_routed(
+    *, version: int, shard: int, source: int, seq: int, as_of: float, gen: str, changes: Iterable[Change]
+) -> int:
+    """Apply the changes of batch `seq` of the active layout's shard `source` that fall in this shard
+    of a version laid out otherwise, exactly once; see _APPLY_ROUTED for the outcome."""
+    keys, argv = _changes_args(version, shard, changes)
+    args = [f"from:{source}", seq, repr(as_of), gen, BLOB_SIZE, *argv]
+    return int(_script(_APPLY_ROUTED)(keys=keys, args=args, client=patient()))
+
+
+@_translated
+def shard_sources_set(*, version: int, shard: int, gen: str, sources: dict[int, int], replace: bool) -> bool:
+    """Record that the shard holds the batches of the active layout's shards up to `sources`
+    (shard -> seq); `replace` forgets every other; else a position only grows. False: generation differs."""
+    args = [gen, "replace" if replace else "grow"]
+    for source, seq in sources.items():
+        args.extend((f"from:{source}", seq))
+    return bool(_script(_SOURCES_SET)(keys=[state_key(version, shard)], args=args, client=patient()))
+
+
+def shard_sources(state: dict[str, str]) -> dict[int, int]:
+    """The from:K positions of a shard's state (as shard_state returns it)."""
+    return {int(k[5:]): int(v) for k, v in state.items() if k.startswith("from:")}
 
 
 @_translated

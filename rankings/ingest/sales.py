@@ -27,7 +27,8 @@ from rest_framework.exceptions import ValidationError
 from catalogue.models import Category, Product
 from catalogue.money import cents_text, to_cents
 from rankings.conf import rankings_settings
-from rankings.engine.shards import ALL, shard_count_checked, shard_of
+from rankings.engine import locks
+from rankings.engine.shards import ALL, Layout, layout_checked
 from rankings.ingest.events import (
     MAX_AMOUNT_CENTS,
     MAX_AMOUNT_DIGITS,
@@ -649,11 +650,11 @@ SELECT event_id FROM inserted
 """
 
 
-def _queue_entries(categories: tuple[str, ...], shards: int) -> str:
+def _queue_entries(categories: tuple[str, ...], layout: Layout) -> str:
     """'shard:slug,slug;shard:slug': each shard a sale is queued for, with the boards it counts in there."""
     boards: dict[int, list[str]] = defaultdict(list)
     for slug in (ALL, *categories):
-        boards[shard_of(slug, shards)].append(slug)
+        boards[layout.shard_of(slug)].append(slug)
     return ";".join(f"{shard}:{','.join(slugs)}" for shard, slugs in sorted(boards.items()))
 
 
@@ -661,15 +662,18 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
     """Insert the rows in bulk; return (the ids inserted, duplicates found only at insert time).
 
     Refuses (ShardCountMismatch) while RANKINGS_SHARDS disagrees with the
-    active version: a sale queued under the wrong count would never be counted.
+    installation's count. The sales are queued under the active version's layout,
+    read under the shared layout lock, which this transaction keeps until it commits:
+    a switch-over that re-lays out the shards waits for it and then re-keys its rows.
     """
-    shards = shard_count_checked()
+    locks.layout_read_lock()
+    _, layout = layout_checked()
     if not rows:
         return set(), 0
     _ensure_categories(rows)
     with connection.cursor() as cursor:
         cursor.execute(_STAGE)
-        _stage(cursor, rows, shards)
+        _stage(cursor, rows, layout)
         cursor.execute(_PLACEHOLDER_PRODUCTS)
         cursor.execute(_INSERT)
         inserted = {event_id for (event_id,) in cursor.fetchall()}
@@ -679,7 +683,7 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
     return inserted, _late_duplicates(rows, inserted, result)
 
 
-def _stage(cursor, rows: list[_Row], shards: int) -> None:
+def _stage(cursor, rows: list[_Row], layout: Layout) -> None:
     """COPY the rows, each with its queue entries, into the staging table."""
     queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
     with cursor.copy("COPY ingest_stage FROM STDIN (FORMAT BINARY)") as copy:
@@ -689,7 +693,7 @@ def _stage(cursor, rows: list[_Row], shards: int) -> None:
             key = tuple(row.categories)
             queue = queue_of.get(key)
             if queue is None:
-                queue = queue_of[key] = _queue_entries(key, shards)
+                queue = queue_of[key] = _queue_entries(key, layout)
             copy.write_row(
                 (
                     row.index,

@@ -11,6 +11,15 @@ the new version reaches the same sequence number with the same content.
 A switch-over holds every shard's lock, brings the target version up to the
 last batch, and then changes the one key readers consult: a reader sees the
 old version or the new one, each whole.
+
+A rebuild may lay the new version out otherwise (another shard count, pinned
+categories): its boards are placed by its own layout, and it catches up by
+replaying the same batches routed by category to its shards, each of its shards
+remembering how far it has read each shard of the active layout (store's
+from:K). Switching to it settles every shard at one instant, replays the rest,
+and re-keys what PostgreSQL keeps by shard number (rankings.engine.relayout) in
+the switch's transaction; the version it retires is told where the new
+layout's batch numbers start, so that switching back works the same way.
 """
 
 import datetime as dt
@@ -23,15 +32,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.aggregate import batch_replay
-from rankings.engine.shards import ALL, shard_count, shard_of, version_shards
+from rankings.engine.aggregate import batch_replay, shards_settle
+from rankings.engine.relayout import state_rekey
+from rankings.engine.shards import ALL, Layout, active_layout, version_layout
 from rankings.engine.windows import Window
 from rankings.models import Batch, RankingVersion, ShardState
 
@@ -80,11 +90,15 @@ PROGRESS_DONE = 1.0
 class _Snapshot:
     """What a build read in one consistent snapshot of the raw sales."""
 
-    # shard -> (its batch sequence number, the instant its boards are exact at), as of the snapshot
+    # the new version's shard -> (its batch sequence number, the instant its boards are exact at)
     positions: dict[int, tuple[int, float]]
-    # shard -> board (window, metric, category) -> product id -> score
+    # the new version's shard -> board (window, metric, category) -> product id -> score
     boards: dict[int, dict]
     sales: int
+    # the batch log's era the positions follow (see RankingVersion.log_era)
+    era: int
+    # laid out unlike the active version: the active layout's shard -> its batch at the snapshot
+    sources: dict[int, int] | None
 
 
 class _BuildProgress:
@@ -105,16 +119,20 @@ class _BuildProgress:
         self.progress(fraction, message)
 
 
-def version_build(*, activate: bool = False, progress: Progress | None = None) -> RankingVersion:
-    """Rebuild every board from raw sales into a new version; optionally switch to it."""
+def version_build(
+    *, activate: bool = False, progress: Progress | None = None, layout: Layout | None = None
+) -> RankingVersion:
+    """Rebuild every board from raw sales into a new version laid out with `layout` (default: the
+    active version's; see shards.layout_plan); optionally switch to it."""
     versions_fail_abandoned()
     number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
-    # Built with the active version's count (changing it is a reshard, not a rebuild).
-    shards = shard_count()
-    version = RankingVersion.objects.create(number=number, state=RankingVersion.State.BUILDING, shards=shards)
+    layout = layout or active_layout()[1]
+    version = RankingVersion.objects.create(
+        number=number, state=RankingVersion.State.BUILDING, shards=layout.shards, pinned=list(layout.pinned)
+    )
     with locks.build_lock(number):
         try:
-            _build(number, shards, _BuildProgress(number, progress or _nothing))
+            _build(number, layout, _BuildProgress(number, progress or _nothing))
         except BaseException as error:
             _build_failed(number, error)
             raise
@@ -124,31 +142,37 @@ def version_build(*, activate: bool = False, progress: Progress | None = None) -
     return version
 
 
-def _build(number: int, shards: int, report: _BuildProgress) -> None:
+def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     """Snapshot and aggregate the raw sales, write the boards, catch up; the version is then ready."""
     report(PROGRESS_SNAPSHOT, "taking a snapshot of the raw sales")
-    snapshot = _snapshot_aggregate(shards)
+    snapshot = _snapshot_aggregate(layout)
+    RankingVersion.objects.filter(number=number).update(log_era=snapshot.era)
     report.sales = snapshot.sales
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; writing boards")
-    _write_boards(number, shards, snapshot, report)
+    _write_boards(number, layout, snapshot, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
-    for shard in range(shards):
-        _catch_up(number, shard)
+    with locks.version_change_lock():
+        _catch_up_version(number)
     RankingVersion.objects.filter(number=number).update(
         state=RankingVersion.State.READY, built_at=timezone.now()
     )
     report(PROGRESS_DONE, "ready")
 
 
-def _write_boards(number: int, shards: int, snapshot: _Snapshot, report: _BuildProgress) -> None:
+def _write_boards(number: int, layout: Layout, snapshot: _Snapshot, report: _BuildProgress) -> None:
     """Replace each shard's boards of the version with the snapshot's, one shard at a time."""
     gen = store.generation(number)
-    store.shard_count_set(number, shards)
+    store.shard_layout_set(number, layout.shards, layout.pinned)
+    shards = layout.shards
     for shard in range(shards):
         seq, as_of = snapshot.positions[shard]
         store.shard_replace(
             version=number, shard=shard, seq=seq, as_of=as_of, gen=gen, boards=snapshot.boards.pop(shard, {})
         )
+        if snapshot.sources is not None:
+            store.shard_sources_set(
+                version=number, shard=shard, gen=gen, sources=snapshot.sources, replace=True
+            )
         written = PROGRESS_WRITE + PROGRESS_WRITE_SPAN * (shard + 1) / shards
         report(written, f"wrote shard {shard + 1} of {shards}")
 
@@ -190,24 +214,15 @@ GROUP BY 1, 2, 3
 """
 
 
-def _snapshot_aggregate(shards_count: int) -> _Snapshot:
-    """Per shard (of `shards_count`): (seq, instant) of the snapshot, and every board as of that instant."""
-    with locks.all_shards_lock(shards_count) as ticks, transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        # The first read fixes the snapshot, while no tick is between claim and apply;
-        # then the ticks may go on, and this transaction keeps seeing the snapshot.
-        states = {s.shard: (s.seq, s.as_of) for s in ShardState.objects.all()}
-        ticks.release()
+def _snapshot_aggregate(target: Layout) -> _Snapshot:
+    """Every board of the `target` layout as of the snapshot, each as of its shard's instant in the
+    active layout, with the positions the new version's shards start from."""
+    with _snapshot_begun() as (live, states, era):
         with connection.cursor() as cursor:
             # One big GROUP BY: let it hash in memory rather than sort on disk,
             # and skip JIT compilation, which costs more than it saves here.
             cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
             cursor.execute("SET LOCAL jit = off")
-        positions = {}
-        for shard in range(shards_count):
-            seq, as_of = states.get(shard, (0, None))
-            positions[shard] = (seq, as_of.timestamp() if as_of else 0.0)
         boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_export_snapshot()")
@@ -215,8 +230,38 @@ def _snapshot_aggregate(shards_count: int) -> _Snapshot:
             with _snapshot_connection(snapshot) as helper:
                 sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
                 for as_of, shards in _shards_by_instant(states).items():
-                    _aggregate_into(cursor, helper, boards, as_of, shards, shards_count)
-    return _Snapshot(positions=positions, boards=boards, sales=sales)
+                    _aggregate_into(cursor, helper, boards, as_of, shards, live, target)
+    live_positions = {}
+    for shard in range(live.shards):
+        seq, as_of = states.get(shard, (0, None))
+        live_positions[shard] = (seq, as_of.timestamp() if as_of else 0.0)
+    if target == live:
+        return _Snapshot(positions=live_positions, boards=boards, sales=sales, era=era, sources=None)
+    # Laid out otherwise: each shard counts its own batches from 0 and remembers each live shard's.
+    latest = max((as_of for _, as_of in live_positions.values()), default=0.0)
+    positions = {shard: (0, latest) for shard in range(target.shards)}
+    sources = {shard: seq for shard, (seq, _) in live_positions.items()}
+    return _Snapshot(positions=positions, boards=boards, sales=sales, era=era, sources=sources)
+
+
+@contextmanager
+def _snapshot_begun():
+    """A REPEATABLE READ transaction whose snapshot was fixed while every shard's tick lock was held:
+    yields the active layout, each shard's (seq, as_of) and the batch log's era, as of the snapshot."""
+    _, live = active_layout()
+    with locks.all_shards_lock(live.shards) as ticks, transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        # The first read fixes the snapshot, while no tick is between claim and apply;
+        # then the ticks may go on, and this transaction keeps seeing the snapshot.
+        states = {s.shard: (s.seq, s.as_of) for s in ShardState.objects.all()}
+        number, now_live = active_layout()
+        era = RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first() or 0
+        if now_live != live:
+            # A switch-over re-laid out the shards between the first read and the locks.
+            raise VersionError("the shard layout changed as the rebuild began; start it again")
+        ticks.release()
+        yield live, states, era
 
 
 def _shards_by_instant(states: dict[int, tuple[int, dt.datetime | None]]) -> dict[dt.datetime, list[int]]:
@@ -244,14 +289,21 @@ def _snapshot_connection(snapshot: str):
 
 
 def _aggregate_into(
-    cursor, helper, boards: dict[int, dict], as_of: dt.datetime, shards: list[int], shards_count: int
+    cursor,
+    helper,
+    boards: dict[int, dict],
+    as_of: dt.datetime,
+    shards: list[int],
+    live: Layout,
+    target: Layout,
 ) -> None:
-    """Fill in `boards` of `shards` as of `as_of`: each window's sales in the snapshot, less those pending."""
+    """Fill in `boards` of the categories of the active layout's `shards` as of `as_of`: each window's
+    sales in the snapshot, less those pending; placed by the `target` layout."""
     windows = list(rankings_settings.windows.values())
     sums, params = _window_sums(windows, as_of)
     totals = _sale_totals(cursor, helper, sums, params)
-    _subtract_pending(cursor, totals, sums, params, shards_count)
-    _fill_boards(boards, totals, windows, set(shards), shards_count)
+    _subtract_pending(cursor, totals, sums, params, live)
+    _fill_boards(boards, totals, windows, set(shards), live, target)
 
 
 def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
@@ -294,25 +346,31 @@ def _sale_totals(cursor, helper, sums: str, params: dict) -> dict[tuple[str, str
     return totals
 
 
-def _subtract_pending(cursor, totals: dict, sums: str, params: dict, shards_count: int) -> None:
+def _subtract_pending(cursor, totals: dict, sums: str, params: dict, live: Layout) -> None:
     """Take out of `totals` the sales a shard has not claimed yet: none of its boards holds them."""
     cursor.execute(_PENDING.format(sums=sums), params)
     for shard, category, product_id, *values in cursor.fetchall():
         counted = totals.get((category, product_id))
-        if counted is not None and shard_of(category, shards_count) == shard:
+        if counted is not None and live.shard_of(category) == shard:
             totals[(category, product_id)] = [a - b for a, b in zip(counted, values, strict=True)]
 
 
 def _fill_boards(
-    boards: dict[int, dict], totals: dict, windows: list[Window], wanted: set[int], shards_count: int
+    boards: dict[int, dict],
+    totals: dict,
+    windows: list[Window],
+    wanted: set[int],
+    live: Layout,
+    target: Layout,
 ) -> None:
-    """Put each positive total on its board, for the categories of the `wanted` shards only."""
+    """Put each positive total on its board (in its `target` shard), for the categories of the active
+    layout's `wanted` shards only."""
     names = [(w.name, metric) for w in windows for metric in METRICS]
     # category -> its boards, in the order of `names`; a category of a shard not wanted has none
     boards_of: dict[str, list[dict]] = {}
     for category in dict.fromkeys(category for category, _ in totals):
-        shard = shard_of(category, shards_count)
-        if shard in wanted:
+        if live.shard_of(category) in wanted:
+            shard = target.shard_of(category)
             boards_of[category] = [boards[shard][(window, metric, category)] for window, metric in names]
     for (category, product_id), values in totals.items():
         category_boards = boards_of.get(category)
@@ -359,6 +417,89 @@ def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
     return replayed
 
 
+def _version_gen(number: int) -> str:
+    gen = store.generation_get(number)
+    if gen is None:
+        raise VersionError(f"version {number} is not in Redis any more (lost or deleted)")
+    return gen
+
+
+def _catch_up_routed(number: int, layout: Layout, live: Layout) -> int:
+    """Replay into version `number` (laid out with `layout`) the batches of every shard of the `live`
+    layout that its shards have not seen, each change on the shard of its category; return how many."""
+    gen = _version_gen(number)
+    states = {shard: store.shard_state(number, shard) for shard in range(layout.shards)}
+    lost = [shard for shard, state in states.items() if state.get("gen") != gen]
+    if lost:
+        raise VersionError(f"version {number} lost shards {lost} in Redis")
+    replayed = 0
+    for source in range(live.shards):
+        seen = min(store.shard_sources(state).get(source, 0) for state in states.values())
+        # The shard's row first: every batch up to its seq is then visible below.
+        latest = ShardState.objects.filter(shard=source).values_list("seq", flat=True).first() or 0
+        current = seen
+        for batch in (
+            Batch.objects.filter(shard=source, seq__gt=seen, seq__lte=latest).order_by("seq").iterator()
+        ):
+            if batch.seq != current + 1:
+                break
+            _replay_routed(number, layout, batch, gen)
+            current += 1
+            replayed += 1
+        if current < latest:
+            raise VersionError(
+                f"shard {source}: batch {current + 1} is no longer logged; rebuild instead of catching up"
+            )
+        for shard in range(layout.shards):  # also the shards no batch touched have seen them all
+            store.shard_sources_set(
+                version=number, shard=shard, gen=gen, sources={source: latest}, replace=False
+            )
+    return replayed
+
+
+def _replay_routed(number: int, layout: Layout, batch: Batch, gen: str) -> None:
+    """One batch of the active layout, each change on its category's shard of `layout`."""
+    routed: dict[int, list[store.Change]] = defaultdict(list)
+    for row in batch.changes:
+        change = store.Change(*row)
+        routed[layout.shard_of(change.category)].append(change)
+    for shard, changes in routed.items():
+        outcome = store.batch_apply_routed(
+            version=number, shard=shard, source=batch.shard, seq=batch.seq,
+            as_of=batch.as_of.timestamp(), gen=gen, changes=changes,
+        )  # fmt: skip
+        if outcome < 0:
+            raise VersionError(f"version {number} lost shard {shard} in Redis")
+
+
+def _active_era() -> int:
+    number, _ = RankingVersion.active()
+    return RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first() or 0
+
+
+def _era_check(number: int) -> None:
+    """Refuse a version whose positions follow a batch log that a re-layout has since renumbered."""
+    era = RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first()
+    if era != _active_era():
+        raise VersionError(
+            f"version {number} was built before the last switch-over that re-laid out the shards:"
+            " its batches are numbered otherwise; rebuild instead"
+        )
+
+
+def _catch_up_version(number: int) -> None:
+    """Bring version `number` up to the last committed batch of every shard; the caller holds the
+    version-change lock, so that the shards are not re-laid out meanwhile."""
+    _era_check(number)
+    _, live = active_layout()
+    layout = version_layout(number)
+    if layout == live:
+        for shard in range(layout.shards):
+            _catch_up(number, shard)
+    else:
+        _catch_up_routed(number, layout, live)
+
+
 def version_switch(*, number: int) -> RankingVersion:
     """Make a built (or recently retired) version the active one, atomically for readers."""
     with locks.version_change_lock():
@@ -370,51 +511,116 @@ def version_switch(*, number: int) -> RankingVersion:
             raise VersionError(
                 f"version {number} is {target.state}; only a ready or retired version can be switched to"
             )
-        with locks.all_shards_lock(shard_count()):
-            for shard in range(target.shards):
-                _catch_up(number, shard)
-            previous = RankingVersion.active_number()
-            with transaction.atomic():
-                now = timezone.now()
-                RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE).update(
-                    state=RankingVersion.State.RETIRED, retired_at=now
-                )
-                if not RankingVersion.objects.filter(number=previous).exists():
-                    RankingVersion.objects.create(
-                        number=previous,
-                        state=RankingVersion.State.RETIRED,
-                        retired_at=now,
-                        shards=target.shards,
-                    )
-                epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
-                RankingVersion.objects.filter(number=number).update(
-                    state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None, switch_epoch=epoch
-                )
+        previous, live = active_layout()
+        layout = version_layout(number)
+        with locks.all_shards_lock(max(live.shards, layout.shards)):
+            if layout == live:
+                _catch_up_version(number)
+                with transaction.atomic():
+                    epoch = _activate(number, relayout=False)
+            else:
+                epoch = _switch_relayout(number, previous, layout)
             # Only once committed: a pointer naming a switch that rolled back could not be undone.
-            # Still under every shard's lock; should this fail, the next tick sets it. The count goes
+            # Still under every shard's lock; should this fail, the next tick sets it. The layout goes
             # with the pointer, in one transaction: a reader that finds one finds the other.
             with store.pipeline() as pipe:
-                store.shard_count_set(number, target.shards, pipe=pipe)
+                store.shard_layout_set(number, layout.shards, layout.pinned, pipe=pipe)
                 store.active_set(number, epoch, pipe=pipe)
     log.info("switched rankings from version %s to %s", previous, number)
     target.refresh_from_db()
     return target
 
 
+def _activate(number: int, *, relayout: bool) -> int:
+    """In the caller's transaction: retire the active version and make `number` active with the next
+    switch number (returned); after a re-layout, both follow the batch log of the era it starts."""
+    now = timezone.now()
+    epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
+    retired = RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE)
+    activated = RankingVersion.objects.filter(number=number)
+    if relayout:
+        retired.update(log_era=epoch)
+        activated.update(log_era=epoch)
+    retired.update(state=RankingVersion.State.RETIRED, retired_at=now)
+    activated.update(state=RankingVersion.State.ACTIVE, activated_at=now, retired_at=None, switch_epoch=epoch)
+    return epoch
+
+
+def _switch_relayout(number: int, previous: int, layout: Layout) -> int:
+    """Switch to a version laid out otherwise; the caller holds every shard's lock of both layouts.
+
+    Every shard is settled at one instant (its recorded batches applied, its queue claimed), so that
+    each new shard's categories stand at the same instant; the target replays what it has not seen;
+    then what PostgreSQL keeps by shard number is re-keyed to its layout in the switch's transaction.
+    The retired version is told that the new layout's batches start at the target's positions."""
+    as_of = (
+        ShardState.objects.filter(as_of__isnull=False)
+        .order_by("-as_of")
+        .values_list("as_of", flat=True)
+        .first()
+    )
+    try:
+        shards_settle(now=as_of)
+    except Exception as error:
+        raise VersionError(
+            f"the shards could not all be brought to one instant; nothing switched: {error}"
+        ) from error
+    _catch_up_version(number)
+    gen = _version_gen(number)
+    positions = {}
+    for shard in range(layout.shards):
+        positions[shard] = int(store.shard_state(number, shard).get("seq", 0))
+        if as_of is not None and not store.shard_touch(
+            version=number, shard=shard, seq=positions[shard], as_of=as_of.timestamp(), gen=gen
+        ):
+            raise VersionError(f"version {number} lost shard {shard} in Redis")
+    _, live = active_layout()
+    previous_gen = store.generation_get(previous)
+    for shard in range(live.shards if previous_gen else 0):
+        store.shard_sources_set(
+            version=previous, shard=shard, gen=previous_gen, sources=positions, replace=True
+        )
+    try:
+        with transaction.atomic():
+            state_rekey(layout=layout, positions=positions, as_of=as_of)
+            return _activate(number, relayout=True)
+    except OperationalError as error:  # the layout lock was not granted in time
+        raise VersionError(
+            f"ingest held the shard layout too long; nothing switched, try again: {error}"
+        ) from error
+
+
 def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
     """Each board's top-N and size in the active version against version `number`, at the same batch."""
-    live = RankingVersion.active_number()
+    live_number, live = active_layout()
+    layout = version_layout(number)
+    _era_check(number)
+    if layout == live:
+        live_heads, new_heads = {}, {}
+        for shard in range(layout.shards):
+            with locks.shard_lock(shard):
+                _catch_up(number, shard)
+                live_heads.update(store.boards_heads(live_number, shard, top_n))
+                new_heads.update(store.boards_heads(number, shard, top_n))
+    else:
+        # Laid out otherwise: the boards of one shard are spread over several of the other's.
+        with locks.version_change_lock(), locks.all_shards_lock(live.shards):
+            _catch_up_version(number)
+            live_heads = _heads(live_number, live.shards, top_n)
+            new_heads = _heads(number, layout.shards, top_n)
     comparisons = []
-    for shard in range(version_shards(number)):
-        with locks.shard_lock(shard):
-            _catch_up(number, shard)
-            live_heads = store.boards_heads(live, shard, top_n)
-            new_heads = store.boards_heads(number, shard, top_n)
-        for board in sorted(live_heads.keys() | new_heads.keys()):
-            live_total, live_top = live_heads.get(board, (0, []))
-            new_total, new_top = new_heads.get(board, (0, []))
-            comparisons.append(BoardComparison(*board, live_total, new_total, live_top, new_top))
+    for board in sorted(live_heads.keys() | new_heads.keys()):
+        live_total, live_top = live_heads.get(board, (0, []))
+        new_total, new_top = new_heads.get(board, (0, []))
+        comparisons.append(BoardComparison(*board, live_total, new_total, live_top, new_top))
     return comparisons
+
+
+def _heads(version: int, shards: int, top_n: int) -> dict:
+    heads = {}
+    for shard in range(shards):
+        heads.update(store.boards_heads(version, shard, top_n))
+    return heads
 
 
 def versions_fail_abandoned() -> list[int]:

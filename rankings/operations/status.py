@@ -11,7 +11,7 @@ from django.utils import timezone
 from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.aggregate import shards_failing
-from rankings.engine.shards import ALL, shard_count, shard_of
+from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
 
 # Sales per second is averaged over this span.
@@ -40,8 +40,8 @@ def liveness_read() -> dict:
     try:
         version = store.active_version()
         # The tick writes the count beside the boards; without it there is nothing to serve.
-        shards = store.shard_count_get(version)
-        as_of = store.shard_as_of(version=version, shard=shard_of(ALL, shards)) if shards else None
+        layout = store.shard_layout_get(version)
+        as_of = store.shard_as_of(version=version, shard=Layout(*layout).shard_of(ALL)) if layout else None
     except store.StoreError:
         return {"status": "down", "as_of": None}
     if not as_of:
@@ -72,7 +72,7 @@ def status_forget() -> None:
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
-    all_shard = shard_of(ALL, shard_count())
+    all_shard = active_layout()[1].shard_of(ALL)
     pending = PendingSale.objects.filter(shard=all_shard)
     # The lowest sale id of the queue is its oldest sale to within a commit's
     # reordering; found through the primary key, not a scan of the queue.

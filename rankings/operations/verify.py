@@ -21,7 +21,7 @@ from rankings.engine import locks, store
 from rankings.engine.aggregate import shard_rebuild
 from rankings.engine.prune import engine_now
 from rankings.engine.recompute import boards_recompute
-from rankings.engine.shards import ALL, shard_of, version_shards
+from rankings.engine.shards import ALL, Layout, version_layout
 from rankings.models import ShardState, VerifyLog
 
 log = logging.getLogger(__name__)
@@ -72,18 +72,18 @@ def rankings_verify(*, version: int | None = None, repair: bool = False) -> Veri
     themselves disagree with the raw sales, which a rebuild cannot mend).
     """
     version = version or store.active_version(fresh=True)
-    shards = version_shards(version)
+    layout = version_layout(version)
     report = VerifyReport()
-    for shard in range(shards):
+    for shard in range(layout.shards):
         # Between two batches of the shard, so that Redis and the recompute see the same instant.
         with locks.shard_lock(shard):
             found = VerifyReport()
-            _verify_shard(found, version, shard, shards)
+            _verify_shard(found, version, shard, layout)
             if repair and found.differences:
                 _repair(version, shard, f"{len(found.differences)} boards differ from the raw sales")
                 report.repaired.append(shard)
                 found = VerifyReport()
-                _verify_shard(found, version, shard, shards)
+                _verify_shard(found, version, shard, layout)
         report.boards += found.boards
         report.members += found.members
         report.differences += found.differences
@@ -105,7 +105,7 @@ def _log_run(source: str, boards: int, repaired: list[int]) -> None:
     )
 
 
-def _verify_shard(report: VerifyReport, version: int, shard: int, shards: int) -> None:
+def _verify_shard(report: VerifyReport, version: int, shard: int, layout: Layout) -> None:
     state = store.shard_state(version, shard)
     if state.get("asof"):
         as_of = float(state["asof"])
@@ -113,7 +113,7 @@ def _verify_shard(report: VerifyReport, version: int, shard: int, shards: int) -
         last = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
         as_of = last.timestamp() if last else None
     report.as_of[shard] = as_of
-    expected = boards_recompute(shard=shard, shards=shards, now=as_of) if as_of is not None else {}
+    expected = boards_recompute(shard=shard, layout=layout, now=as_of) if as_of is not None else {}
     actual = {}
     for key in store.shard_board_keys(version, shard):
         window, metric, category = key.split(":b:", 1)[1].split(":", 2)
@@ -179,9 +179,10 @@ def verify_sampled(*, sample: int | None = None, categories: list[str] | None = 
             rankings_settings.VERIFY_SAMPLE_CATEGORIES if sample is None else sample
         )
     report = SampleReport(categories=list(categories))
+    layout = version_layout(version)
     by_shard: dict[int, list[str]] = defaultdict(list)
     for category in categories:
-        by_shard[shard_of(category, rankings_settings.SHARDS)].append(category)
+        by_shard[layout.shard_of(category)].append(category)
     for shard, shard_categories in sorted(by_shard.items()):
         # Between two batches of the shard: Redis and the buckets stand at the same instant.
         with locks.shard_lock(shard):

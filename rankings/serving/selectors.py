@@ -23,7 +23,7 @@ from django.db import DatabaseError, connection
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import ALL, shard_of
+from rankings.engine.shards import ALL, Layout
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -405,18 +405,20 @@ def product_detail(*, product_id: str) -> ProductDetail:
 
 
 def _shard(category: str, version: int) -> int:
-    """The board's shard under the version's own count: from Redis, else from PostgreSQL."""
-    shards = store.shard_count_get(version)
-    if shards is None:
+    """The board's shard under the version's own layout (a pinned category has a shard of its own):
+    from Redis, else from PostgreSQL."""
+    layout = store.shard_layout_get(version)
+    if layout is None:
         from rankings.models import RankingVersion
 
         try:
-            shards = RankingVersion.objects.filter(number=version).values_list("shards", flat=True).first()
+            layout = RankingVersion.objects.filter(number=version).values_list("shards", "pinned").first()
         except DatabaseError as error:
-            raise store.Unreachable(f"the shard count of version {version} is unknown") from error
-        if shards is None:
-            raise store.Unreachable(f"the shard count of version {version} is unknown")
-    return shard_of(category, shards)
+            raise store.Unreachable(f"the shard layout of version {version} is unknown") from error
+        if layout is None:
+            raise store.Unreachable(f"the shard layout of version {version} is unknown")
+    shards, pinned = layout
+    return Layout(shards, tuple(pinned)).shard_of(category)
 
 
 def _placed(category: str) -> tuple[int, int]:

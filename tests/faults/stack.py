@@ -20,7 +20,7 @@ from django.db import connection
 
 from rankings.engine import store
 from rankings.engine.locks import SHARD_NAMESPACE
-from rankings.engine.shards import ALL, shard_count, shard_of
+from rankings.engine.shards import ALL, active_layout, shard_count, shard_of
 from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.verify import rankings_verify
 
@@ -360,7 +360,7 @@ def figures(sent: dict[str, dict], *, accepted: int) -> dict:
     report = rankings_verify()
     stored = Sale.objects.count()
     version = store.active_version(fresh=True)
-    board = store.board_key(version, shard_of(ALL, shard_count()), "30d", "units", ALL)
+    board = store.board_key(version, shard_of(ALL, active_layout()[1]), "30d", "units", ALL)
     units = sum(score for _, score in store.board_read_all(board))
     month_ago = time.time() - 29 * 86400
     expected = sum(e["qty"] for e in sent.values() if e["ts"] >= month_ago)

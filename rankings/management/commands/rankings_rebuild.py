@@ -1,19 +1,48 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from rankings.engine.shards import LayoutError, active_layout, layout_plan
 from rankings.operations.backfill import VersionError, version_build
 
 
 class Command(BaseCommand):
     help = (
         "Rebuild every board from raw sales into a new version while the active one keeps serving; "
-        "--activate switches to it when it is ready."
+        "--activate switches to it when it is ready. --shards, --pin and --unpin lay the new version "
+        "out otherwise (a reshard): the switch-over re-keys the work queue and every shard's state."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--activate", action="store_true", help="switch readers to the new version")
+        parser.add_argument(
+            "--shards",
+            type=int,
+            metavar="N",
+            help="spread the categories over N hashed shards (default: as many as the active version)",
+        )
+        parser.add_argument(
+            "--pin",
+            action="append",
+            default=[],
+            metavar="SLUG",
+            help="give category SLUG a shard of its own, after the hashed ones (repeatable)",
+        )
+        parser.add_argument(
+            "--unpin",
+            action="append",
+            default=[],
+            metavar="SLUG",
+            help="put a pinned category back among the hashed shards (repeatable)",
+        )
 
     def handle(self, *args, **options):
+        number, live = active_layout()
+        try:
+            layout = layout_plan(live, shards=options["shards"], pin=options["pin"], unpin=options["unpin"])
+        except LayoutError as error:
+            raise CommandError(str(error)) from error
+        if layout != live:
+            self.stdout.write(f"version {number} has {live.describe()}; the new version: {layout.describe()}")
         with tqdm(total=100, unit="%", bar_format="{l_bar}{bar}| {n:.0f}% {elapsed} {postfix}") as bar:
 
             def progress(fraction: float, message: str) -> None:
@@ -21,7 +50,7 @@ class Command(BaseCommand):
                 bar.set_postfix_str(message)
 
             try:
-                version = version_build(activate=options["activate"], progress=progress)
+                version = version_build(activate=options["activate"], progress=progress, layout=layout)
             except VersionError as error:
                 raise CommandError(str(error)) from error
         self.stdout.write(
