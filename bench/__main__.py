@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only engine|ingest|read]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild]
 """
 
 import argparse
@@ -11,11 +11,13 @@ from bench import harness
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
-    parser.add_argument("--only", choices=["ingest", "engine", "read", "rebuild"], help="run one group")
+    parser.add_argument(
+        "--only", choices=["ingest", "engine", "ticks", "read", "rebuild"], help="run one group"
+    )
     args = parser.parse_args()
     harness.setup()
     table = harness.Table()
-    groups = [args.only] if args.only else ["ingest", "engine", "read", "rebuild"]
+    groups = [args.only] if args.only else ["ingest", "engine", "ticks", "read", "rebuild"]
     for group in groups:
         module = __import__(f"bench.bench_{group}", fromlist=["main"])
         module.run(table, runs=args.runs)

@@ -1,8 +1,9 @@
 """What every benchmark needs: its own database and key prefix, clean state, real servers, a table.
 
 Benchmarks run against a database and a Redis key prefix of their own
-(`salesrank_bench`, `salesrank-bench`), so they never touch the data of
-`make run`. Each figure is the median of several runs.
+(`salesrank_bench`, `salesrank-bench`; BENCH_DATABASE_URL and BENCH_KEY_PREFIX
+name others), so they never touch the data of `make run`. Each figure is the
+median of several runs.
 """
 
 import contextlib
@@ -16,7 +17,7 @@ from tests import processes
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DATABASE = "salesrank_bench"
-BENCH_PREFIX = "salesrank-bench"
+BENCH_PREFIX = os.environ.get("BENCH_KEY_PREFIX", "salesrank-bench")
 PORT = 8011
 
 
