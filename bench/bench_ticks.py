@@ -12,6 +12,7 @@ The Redis is the environment's: REDIS_URL, and with REDIS_CLUSTER=true a node
 of a cluster (then CELERY_BROKER_URL names a plain Redis for the broker).
 """
 
+import io
 import os
 import tempfile
 import time
@@ -43,14 +44,15 @@ def _backlog() -> tuple[int, list[int]]:
     from rankings.models import PendingSale, Sale
 
     harness.reset()
-    call_command("seed_demo", "--seed", "1", "--sales", str(SALES), "--no-progress", verbosity=0)
+    call_command("seed_demo", "--seed", "1", "--sales", str(SALES), "--no-progress", stdout=io.StringIO())
     rows = dict(PendingSale.objects.values_list("shard").annotate(n=Count("*")))
     groups = tasks.tick_groups(shard_count(), [f"group {n}" for n in range(QUEUES)])
     return Sale.objects.count(), [sum(rows.get(s, 0) for s in shards) for _, shards in groups]
 
 
-def _timed_tick(queues: list[str], watch: list[processes.Process]) -> tuple[float, list[float]]:
-    """Send the beat's tick and wait for every group's task: (seconds, each task's own seconds)."""
+def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
+    """Send the beat's tick and wait for every group's task: the seconds it took, each task's own
+    seconds, and the cores the machine kept busy meanwhile."""
     from django.conf import settings
     from django.test import override_settings
 
@@ -60,6 +62,7 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> tuple[floa
     with override_settings(
         RANKINGS={**settings.RANKINGS, "TICK_QUEUES": queues, "TICK_EXPIRES_SECONDS": 600}
     ):
+        cpu = _cpu_jiffies()
         started = time.perf_counter()
         tasks.tick()
         processes.wait_until(
@@ -69,12 +72,24 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> tuple[floa
             watch=watch,
         )
         elapsed = time.perf_counter() - started
+        busy, total = (after - before for after, before in zip(_cpu_jiffies(), cpu, strict=True))
     assert not PendingSale.objects.exists(), "a tick left sales pending"
-    return elapsed, sorted(t.duration_ms / 1000 for t in TickLog.objects.all())
+    return {
+        "seconds": elapsed,
+        "tasks": sorted(round(t.duration_ms / 1000, 1) for t in TickLog.objects.all()),
+        "busy cores": round(busy / total * os.cpu_count(), 2),
+    }
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, *rest = (int(n) for n in stat.readline().split()[1:])
+    return user + nice + system + sum(rest), user + nice + system + idle + iowait + sum(rest)
 
 
 def _runs(workers: int, runs: int) -> dict:
-    """Median throughput with `workers` workers sharing the tick queues, and what each run did."""
+    """The median run (by throughput) with `workers` workers sharing the tick queues."""
     from django.conf import settings
 
     from salesrank_site.settings import tick_queue_names
@@ -84,7 +99,7 @@ def _runs(workers: int, runs: int) -> dict:
     assignment = [queues] if workers == 1 else [[q] for q in queues]
     env = {**os.environ, **harness.environment(), "RANKINGS_TICK_QUEUES": str(QUEUES)}
     quiet = ["--without-mingle", "--without-gossip", "--without-heartbeat"]
-    rates, runs_tasks, rows = [], [], []
+    results = []
     with tempfile.TemporaryDirectory(prefix="salesrank-bench-ticks-") as logs:
         started = [
             processes.celery_worker(logs, env, name=f"ticks{n}", queues=q, args=quiet, wait=False)
@@ -94,16 +109,26 @@ def _runs(workers: int, runs: int) -> dict:
         try:
             for _ in range(runs):
                 sales, rows = _backlog()
-                elapsed, durations = _timed_tick(queues, started)
-                rates.append(sales / elapsed)
-                runs_tasks.append(durations)
-                print(
-                    f"    {workers} worker(s): {sales:,} sales in {elapsed:.2f} s, tasks {durations}",
-                    flush=True,
-                )
+                result = {
+                    "rate": 0.0,
+                    "rows": rows,
+                    "load": os.getloadavg()[0],
+                    **_timed_tick(queues, started),
+                }
+                result["rate"] = sales / result["seconds"]
+                results.append(result)
+                print(f"    {workers} worker(s), {sales:,} sales: {result}", flush=True)
         finally:
             processes.stop_all(started)
-    return {"rate": harness.median(rates), "tasks": runs_tasks[len(runs_tasks) // 2], "rows": rows}
+    return sorted(results, key=lambda r: r["rate"])[len(results) // 2]
+
+
+def _seen(result: dict, how: str) -> str:
+    """What a run's figure stands on: its tasks' own times and how busy the machine was."""
+    return (
+        f"group ticks of {' and '.join(f'{d:.1f} s' for d in result['tasks'])} {how}; "
+        f"{result['busy cores']:.1f} of {os.cpu_count()} cores busy, load {result['load']:.1f}"
+    )
 
 
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
@@ -116,15 +141,16 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     table.add(
         f"tick throughput, 1 worker on {QUEUES} tick queues, {redis}",
         f"{one['rate']:,.0f} sales/s",
-        note=f"{SALES:,} demo sales pending; group ticks of {', '.join(f'{d:.1f}' for d in one['tasks'])} s in turn",
+        note=f"{SALES:,} demo sales pending; {_seen(one, 'one after the other')}",
     )
+    rows = two["rows"]
     table.add(
         f"tick throughput, 2 workers, 1 tick queue each, {redis}",
         f"{two['rate']:,.0f} sales/s",
         f"{one['rate']:,.0f} sales/s with 1 worker",
         f"{two['rate'] / one['rate']:.2f}x",
-        f"group ticks of {', '.join(f'{d:.1f}' for d in two['tasks'])} s side by side; the groups hold "
-        f"{' and '.join(f'{r:,}' for r in rows)} queue rows (ceiling {sum(rows) / max(rows):.2f}x)",
+        f"{_seen(two, 'side by side')}; the groups hold {rows[0]:,} and {rows[1]:,} queue rows "
+        f"(`all` counts every sale in one shard: at most {sum(rows) / max(rows):.2f}x)",
     )
     return table
 

@@ -7,6 +7,9 @@ The real processes (workers on different queues at once) are in test_tick_worker
 """
 
 import datetime as dt
+import os
+import subprocess
+import sys
 
 import pytest
 from django.core.management import call_command
@@ -155,3 +158,16 @@ def test_rankings_tick_refuses_shards_that_are_not_the_active_versions(value, er
     with pytest.raises(CommandError, match=error.replace("[", r"\[").replace("]", r"\]")):
         call_command("rankings_tick", f"--shards={value}")
     assert not TickLog.objects.exists()
+
+
+@pytest.mark.django_db(False)
+def test_a_worker_without_queues_consumes_the_default_queue_and_every_tick_queue():
+    """What the Procfile's worker consumes, as Celery itself sees it with RANKINGS_TICK_QUEUES=3."""
+    code = (
+        "from salesrank_site.celery import app; "
+        "print(' '.join(sorted(app.amqp.queues.consume_from or app.amqp.queues)))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "salesrank_site.settings", "SECRET_KEY": "test-only-key"}
+    env.update(RANKINGS_KEY_PREFIX="shop", RANKINGS_TICK_QUEUES="3", READ_DOT_ENV="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["shop:tasks", "shop:ticks.0", "shop:ticks.1", "shop:ticks.2"]
