@@ -24,10 +24,9 @@ def refuse_far_future(value: dt.datetime, *, option: str) -> None:
 def shard_list(value: str) -> list[int]:
     """Comma-separated shard numbers, e.g. 0,3."""
     try:
-        shards = sorted({int(part) for part in value.split(",")})
+        return sorted({int(part) for part in value.split(",")})
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of shard numbers: {value!r}") from error
-    return shards
 
 
 def refuse_unknown_shards(shards: list[int]) -> None:
@@ -40,8 +39,8 @@ def refuse_unknown_shards(shards: list[int]) -> None:
 
 class Command(BaseCommand):
     help = (
-        "Aggregate every pending sale and expire buckets, as of --now (default: the clock); with "
-        "--shards, those shards' only. "
+        "Aggregate pending sales and expire buckets, as of --now (default: the clock), in every shard "
+        "or, with --shards, in the shards listed. "
         "A --now more than MAX_FUTURE_SECONDS ahead of the clock is refused without --allow-future. "
         "If a tick ran with a wrong clock (every later tick fails with 'before the last tick'), "
         "run `rankings_clock_reset` to put every shard back at the clock and rebuild its boards."
