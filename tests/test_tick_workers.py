@@ -77,14 +77,15 @@ def _sell(count: int, tag: str) -> None:
     assert not sales_ingest(events=events, now=now).rejected
 
 
-def _ticks_done(count: int, *watch: processes.Process) -> None:
-    """Wait for `count` tick tasks in all to have finished (each logs one row)."""
+def _ticks_done(count: int, *workers: processes.Process) -> None:
+    """Wait for the workers to have finished `count` tick tasks in all: a task's last act is its log line."""
     wait_until(
-        lambda: TickLog.objects.count() >= count,
+        lambda: sum(len(_ticked(worker)) for worker in workers) >= count,
         timeout=DONE_SECONDS,
         what=f"{count} ticks to finish",
-        watch=watch,
+        watch=workers,
     )
+    assert TickLog.objects.count() == count
 
 
 def _ticked(worker: processes.Process) -> list[set[int]]:
