@@ -64,7 +64,7 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
     with override_settings(
         RANKINGS={**settings.RANKINGS, "TICK_QUEUES": queues, "TICK_EXPIRES_SECONDS": 600}
     ):
-        cpu = _cpu_jiffies()
+        cpu, own = _cpu_jiffies(), _process_cpu(watch)
         started = time.perf_counter()
         tasks.tick()
         processes.wait_until(
@@ -75,11 +75,13 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
         )
         elapsed = time.perf_counter() - started
         busy, total = (after - before for after, before in zip(_cpu_jiffies(), cpu, strict=True))
+        own = _process_cpu(watch) - own
     assert not PendingSale.objects.exists(), "a tick left sales pending"
     return {
         "seconds": elapsed,
         "tasks": sorted(round(t.duration_ms / 1000, 1) for t in TickLog.objects.all()),
         "busy cores": round(busy / total * os.cpu_count(), 2),
+        "worker cpu s": round(own, 1),
     }
 
 
@@ -88,6 +90,16 @@ def _cpu_jiffies() -> tuple[int, int]:
     with open("/proc/stat") as stat:
         user, nice, system, idle, iowait, *rest = (int(n) for n in stat.readline().split()[1:])
     return user + nice + system + sum(rest), user + nice + system + idle + iowait + sum(rest)
+
+
+def _process_cpu(started: list[processes.Process]) -> float:
+    """CPU seconds the processes have used so far (user and system), from /proc/<pid>/stat."""
+    ticks = 0
+    for process in started:
+        with open(f"/proc/{process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _setups(logs: str) -> tuple[dict[int, list[str]], list[processes.Process]]:
@@ -136,7 +148,8 @@ def _seen(result: dict, how: str) -> str:
     """What a run's figure stands on: its tasks' own times and how busy the machine was."""
     return (
         f"group ticks of {' and '.join(f'{d:.1f} s' for d in result['tasks'])} {how}; "
-        f"{result['busy cores']:.1f} of {os.cpu_count()} cores busy, load {result['load']:.1f}"
+        f"{result['busy cores']:.1f} of {os.cpu_count()} cores busy, load {result['load']:.1f}, "
+        f"{result['worker cpu s']:.1f} CPU s in the workers themselves"
     )
 
 
