@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only engine|ingest|read|rebuild|cluster|reshard]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard]
 """
 
 import argparse
@@ -12,12 +12,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
     parser.add_argument(
-        "--only", choices=["ingest", "engine", "read", "rebuild", "cluster", "reshard"], help="run one group"
+        "--only",
+        choices=["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard"],
+        help="run one group",
     )
     args = parser.parse_args()
     harness.setup()
     table = harness.Table()
-    groups = [args.only] if args.only else ["ingest", "engine", "read", "rebuild", "cluster", "reshard"]
+    groups = (
+        [args.only] if args.only else ["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard"]
+    )
     for group in groups:
         module = __import__(f"bench.bench_{group}", fromlist=["main"])
         module.run(table, runs=args.runs)

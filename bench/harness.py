@@ -1,8 +1,9 @@
 """What every benchmark needs: its own database and key prefix, clean state, real servers, a table.
 
 Benchmarks run against a database and a Redis key prefix of their own
-(`salesrank_bench`, `salesrank-bench`), so they never touch the data of
-`make run`. Each figure is the median of several runs.
+(`salesrank_bench`, `salesrank-bench`; BENCH_DATABASE, BENCH_KEY_PREFIX and BENCH_PORT
+name others), so they never touch the data of `make run`. Each figure is the
+median of several runs.
 """
 
 import contextlib

@@ -177,6 +177,8 @@ class TickLog(models.Model):
     redis_writes = models.IntegerField(default=0)
     too_old = models.IntegerField(default=0)
     rebuilt_shards = models.IntegerField(default=0)
+    # The shards this tick brought to `as_of`: every shard, or the group of a fanned-out tick.
+    shards = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True)
 
     class Meta:
         ordering = ["-started_at"]

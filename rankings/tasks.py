@@ -1,14 +1,45 @@
 """Celery tasks: thin wrappers that call the services."""
 
 from celery import shared_task
+from celery.utils.log import get_task_logger
+
+from rankings.conf import rankings_settings
+
+log = get_task_logger(__name__)
 
 
 @shared_task(ignore_result=True)
 def tick():
-    """The beat's periodic tick: aggregate pending sales and expire buckets, as of the clock."""
+    """The beat's periodic tick: send each group of shards its tick, on the group's own queue."""
+    from rankings.engine.shards import shard_count_checked
+
+    for queue, shards in tick_groups(shard_count_checked(), rankings_settings.TICK_QUEUES):
+        tick_shards.apply_async(
+            kwargs={"shards": shards}, queue=queue, expires=rankings_settings.TICK_EXPIRES_SECONDS
+        )
+
+
+def tick_groups(count: int, queues: list[str]) -> list[tuple[str, list[int]]]:
+    """(queue, its shards) of `count` shards, for each queue with one: shard s goes to queue s mod len(queues)."""
+    groups = [(queue, list(range(n, count, len(queues)))) for n, queue in enumerate(queues)]
+    return [(queue, group) for queue, group in groups if group]
+
+
+@shared_task(ignore_result=True)
+def tick_shards(shards: list[int]):
+    """Aggregate these shards' pending sales and expire their buckets, as of the clock; a shard
+    another tick holds is skipped, and one the active version no longer has is ignored."""
     from rankings.engine.aggregate import tick as run_tick
 
-    run_tick()
+    report = run_tick(shards=shards)
+    log.info(
+        "ticked shards %s as of %s: %s sales, %s batches%s",
+        report.ticked_shards,
+        report.as_of.isoformat(),
+        report.sales,
+        report.batches,
+        f", busy elsewhere {report.busy_shards}" if report.busy_shards else "",
+    )
 
 
 @shared_task(ignore_result=True)

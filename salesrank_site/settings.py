@@ -6,6 +6,7 @@ from urllib.parse import urlsplit, urlunsplit
 import environ
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -214,10 +215,14 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # Ranking engine. Read through rankings.conf.rankings_settings.
+_TICK_SECONDS = env.float("RANKINGS_TICK_SECONDS", default=2.0)  # seconds
 RANKINGS = {
     # Every Redis key starts with this, so deployments and test runs can share one Redis.
     "KEY_PREFIX": env("RANKINGS_KEY_PREFIX"),
-    "TICK_SECONDS": env.float("RANKINGS_TICK_SECONDS", default=2.0),  # seconds
+    "TICK_SECONDS": _TICK_SECONDS,  # seconds
+    # A tick queued longer than a few intervals is dropped: the next one does its work, and
+    # a backlog of ticks queued while the workers were down is not run one after another.
+    "TICK_EXPIRES_SECONDS": _TICK_SECONDS * 3,  # seconds
     # Boards are split by a stable hash of the category; one tick at a time works a shard.
     # The count of a fresh install only: then it belongs to the active version, and a
     # setting that disagrees is refused (sales queued under another count would be lost).
@@ -308,6 +313,19 @@ def _next_database(url: str) -> str:
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=_next_database(REDIS_URL))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = RANKINGS["KEY_PREFIX"] + ":tasks"
+
+
+def tick_queue_names(prefix: str, count: int) -> list[str]:
+    """The names of `count` tick queues; like every queue's, they carry the key prefix."""
+    return [f"{prefix}:ticks.{n}" for n in range(count)]
+
+
+# The tick is fanned out over queues of its own: the beat's tick, on the default
+# queue, sends the tick of shard s to queue s mod RANKINGS_TICK_QUEUES, so that
+# workers consuming different tick queues tick disjoint shards side by side. A
+# worker started without -Q consumes the default queue and every tick queue.
+RANKINGS["TICK_QUEUES"] = tick_queue_names(RANKINGS["KEY_PREFIX"], env.int("RANKINGS_TICK_QUEUES", default=1))
+CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -334,6 +352,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # outage one bite at a time without ever letting a stuck tick hold a shard.
 CELERY_TASK_ANNOTATIONS = {
     "rankings.tasks.tick": {"soft_time_limit": 60, "time_limit": 90},  # seconds
+    "rankings.tasks.tick_shards": {"soft_time_limit": 60, "time_limit": 90},  # seconds
 }
 # Any other task (a rebuild replays every raw sale) gets two hours.
 CELERY_TASK_SOFT_TIME_LIMIT = 2 * 3600  # seconds
@@ -359,10 +378,7 @@ CELERY_BEAT_SCHEDULE = {
     "rankings-tick": {
         "task": "rankings.tasks.tick",
         "schedule": RANKINGS["TICK_SECONDS"],
-        # A tick that waited longer than a few intervals is stale: the next one
-        # covers it, and a backlog of queued ticks after an outage is dropped
-        # instead of run one after another.
-        "options": {"expires": RANKINGS["TICK_SECONDS"] * 3},
+        "options": {"expires": RANKINGS["TICK_EXPIRES_SECONDS"]},
     },
 }
 

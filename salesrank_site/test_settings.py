@@ -7,7 +7,7 @@ import uuid
 os.environ.setdefault("SECRET_KEY", "test-only-key")
 
 from .settings import *  # noqa: E402, F403
-from .settings import CACHES, DATABASES, RANKINGS  # noqa: E402
+from .settings import CACHES, DATABASES, RANKINGS, Queue, tick_queue_names  # noqa: E402
 
 RUN_ID = os.environ.setdefault("SALESRANK_TEST_RUN", uuid.uuid4().hex[:10])
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -18,3 +18,5 @@ DATABASES["default"]["TEST"] = {"NAME": f"test_salesrank_{RUN_ID}"}
 RANKINGS = {**RANKINGS, "KEY_PREFIX": f"test-{RUN_ID}-{WORKER}"}
 CACHES["default"]["KEY_PREFIX"] = RANKINGS["KEY_PREFIX"] + ":cache"
 CELERY_TASK_DEFAULT_QUEUE = RANKINGS["KEY_PREFIX"] + ":tasks"
+RANKINGS["TICK_QUEUES"] = tick_queue_names(RANKINGS["KEY_PREFIX"], len(RANKINGS["TICK_QUEUES"]))
+CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]

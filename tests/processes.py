@@ -238,11 +238,17 @@ def web(
     return process.wait_ready() if wait else process
 
 
-def celery_worker(log_dir: Path, env: dict, *, name: str = "worker", args=(), wait: bool = True) -> Process:
-    """A Celery worker of one process (pool solo); ready when Celery says it is, after connecting to its broker."""
+def celery_worker(
+    log_dir: Path, env: dict, *, name: str = "worker", args=(), queues=(), wait: bool = True
+) -> Process:
+    """A Celery worker of one process (pool solo); ready when Celery says it is, after connecting to its broker.
+
+    It consumes `queues` when given, else the default queue and every tick queue of its settings.
+    """
     command = [sys.executable, "-m", "celery", "-A", "salesrank_site", "worker", "--pool", "solo"]
     # INFO, because that is the level of Celery's "<name>@<host> ready." line.
     command += ["-n", f"{name}@%h", "--loglevel", "INFO", *args]
+    command += ["--queues", ",".join(queues)] if queues else []
     process = start(name, command, log_dir=log_dir, env=env, kind="worker", ready=says(" ready."))
     return process.wait_ready() if wait else process
 

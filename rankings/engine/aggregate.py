@@ -29,6 +29,7 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -62,6 +63,7 @@ class TickReport:
     redis_writes: int = 0
     too_old: int = 0
     rebuilt_shards: int = 0
+    ticked_shards: list[int] = field(default_factory=list)
     busy_shards: list[int] = field(default_factory=list)
     failed_shards: list[int] = field(default_factory=list)
     backing_off_shards: list[int] = field(default_factory=list)
@@ -72,16 +74,27 @@ def _epoch(value: dt.datetime) -> float:
     return value.timestamp()
 
 
-def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport:
-    """Aggregate every pending sale and expire buckets, as of `now` (default: the clock)."""
+def tick(
+    *, now: dt.datetime | None = None, log_tick: bool = True, shards: Iterable[int] | None = None
+) -> TickReport:
+    """Aggregate every pending sale and expire buckets, as of `now` (default: the clock).
+
+    With `shards`, only those shards: each worker of a fanned-out tick brings its own up to
+    `now` and never waits for another's. A shard the active version does not have (it was
+    resharded since the caller chose) is skipped.
+    """
     store.eviction_policy_check()
     started = timezone.now()
     clock = time.perf_counter()
     now = now or started
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
+    # Refused before anything is claimed while the setting disagrees (see shards.layout_checked).
+    _, layout = layout_checked()
+    selected = range(layout.shards) if shards is None else sorted(set(shards))
+    # These shards' clocks only: another worker's, on another machine's clock, may be a little ahead.
     latest = (
-        ShardState.objects.filter(as_of__isnull=False)
+        ShardState.objects.filter(shard__in=selected, as_of__isnull=False)
         .order_by("-as_of")
         .values_list("as_of", flat=True)
         .first()
@@ -89,10 +102,8 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
-    # Refused before anything is claimed while the setting disagrees (see shards.layout_checked).
-    _, layout = layout_checked()
     report = TickReport(as_of=now)
-    for shard in range(layout.shards):
+    for shard in selected:
         with locks.shard_try_lock(shard) as acquired:
             if not acquired:
                 report.busy_shards.append(shard)
@@ -109,6 +120,7 @@ def tick(*, now: dt.datetime | None = None, log_tick: bool = True) -> TickReport
             redis_writes=report.redis_writes,
             too_old=report.too_old,
             rebuilt_shards=report.rebuilt_shards,
+            shards=report.ticked_shards,
         )
     return report
 
@@ -137,6 +149,7 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
         _shard_failed(shard, error)
         report.failed_shards.append(shard)
         return
+    report.ticked_shards.append(shard)
     if state.failures:
         ShardState.objects.filter(shard=shard).update(failures=0, last_error="", retry_at=None)
         log.warning("shard %s ticks again after %s failures", shard, state.failures)
