@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from rankings import tasks
 from rankings.engine import aggregate
 from rankings.engine.aggregate import ClockWentBackwards, tick
-from rankings.engine.shards import ALL, shard_of
+from rankings.engine.shards import ALL, Layout, shard_of
 from rankings.models import PendingSale, ShardState, TickLog
 
 from .rankings_helpers import Shop
@@ -84,7 +84,7 @@ def _pending_shards() -> set[int]:
 def test_a_tick_of_some_shards_leaves_the_others_pending_and_logs_which_it_ticked():
     # given sales in toys and books, which live in two shards other than the one of `all`
     shop = Shop()
-    toys, books, every = (shard_of(slug, 4) for slug in ("toys", "books", ALL))
+    toys, books, every = (shard_of(slug, Layout(4)) for slug in ("toys", "books", ALL))
     assert len({toys, books, every}) == 3
     shop.send(shop.sale("p1", categories=["toys"]), shop.sale("p2", categories=["books"]))
     # when only the shards of toys and `all` tick
@@ -104,10 +104,10 @@ def test_a_tick_of_some_shards_leaves_the_others_pending_and_logs_which_it_ticke
 
 def test_the_tick_task_ticks_the_shards_it_is_given():
     shop = Shop()
-    toys = shard_of("toys", 4)
+    toys = shard_of("toys", Layout(4))
     shop.send(shop.sale("p1", categories=["toys"]))
     tasks.tick_shards(shards=[toys])
-    assert _pending_shards() == {shard_of(ALL, 4)}
+    assert _pending_shards() == {shard_of(ALL, Layout(4))}
     assert TickLog.objects.get().shards == [toys]
 
 
@@ -128,7 +128,7 @@ def test_a_shard_beyond_the_count_read_under_its_lock_is_skipped(monkeypatch):
 def test_a_tick_of_some_shards_checks_only_their_clocks():
     """Another machine's clock a little ahead moved other shards on: these shards still tick."""
     shop = Shop()
-    toys, books = shard_of("toys", 4), shard_of("books", 4)
+    toys, books = shard_of("toys", Layout(4)), shard_of("books", Layout(4))
     tick(now=shop.now + dt.timedelta(seconds=1), shards=[toys])
     shop.send(shop.sale("p1", categories=["books"]))
     assert tick(now=shop.now, shards=[books]).ticked_shards == [books]
@@ -138,7 +138,7 @@ def test_a_tick_of_some_shards_checks_only_their_clocks():
 
 def test_rankings_tick_shards_ticks_only_those(capsys):
     shop = Shop()
-    toys, books = shard_of("toys", 4), shard_of("books", 4)
+    toys, books = shard_of("toys", Layout(4)), shard_of("books", Layout(4))
     shop.send(shop.sale("p1", categories=["toys"]), shop.sale("p2", categories=["books"]))
     call_command("rankings_tick", "--shards", f"{toys},{toys}")
     assert f"shards ticked: [{toys}]" in capsys.readouterr().out
