@@ -119,3 +119,25 @@ def test_the_totals_do_not_add_up_the_whole_ingest_log():
     # then only the recent batch is counted
     assert (figures["accepted"], figures["duplicates"], figures["rejected"]) == (1, 0, 0)
     assert figures["totalsSeconds"] == status.TOTALS_SPAN.total_seconds()
+
+
+def test_the_lag_counts_a_shard_whose_ticks_stopped_though_all_has_counted_its_sales():
+    """A queue no worker consumes shows in the lag, though the `all` board (on another shard) is current."""
+    from rankings.engine.aggregate import tick
+    from rankings.engine.shards import ALL, active_layout
+
+    # given a sale in a category whose shard is not `all`'s, received a minute ago
+    layout = active_layout()[1]
+    category = next(f"c{i}" for i in range(100) if layout.shard_of(f"c{i}") != layout.shard_of(ALL))
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(shop.sale("p1", categories=[category]))
+    # when only `all`'s shard is ticked, a minute later
+    shop.advance(minutes=1)
+    tick(now=shop.now, shards=[layout.shard_of(ALL)])
+    figures = status.status_read()
+    # then no sale waits for `all`, but the lag is that of the sale the other shard has yet to count
+    assert figures["pendingSales"] == 0
+    assert figures["lagSeconds"] > 0
+    # and once that shard ticks too, there is no lag
+    tick(now=shop.now)
+    assert status.status_read()["lagSeconds"] == 0.0

@@ -12,7 +12,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.aggregate import shards_failing
 from rankings.engine.shards import ALL, Layout, active_layout
-from rankings.models import IngestLog, PendingSale, RankingVersion, ShardState, TickLog
+from rankings.models import IngestLog, PendingSale, RankingVersion, Sale, ShardState, TickLog
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
@@ -69,14 +69,30 @@ def status_forget() -> None:
     status_cached.cache_clear()
 
 
+def _oldest_pending(shards: int) -> dt.datetime | None:
+    """When the oldest sale that some shard has yet to count was received.
+
+    Every shard, not only `all`'s: a shard whose ticks stopped (a queue no worker consumes) holds
+    sales that `all` has counted. Each shard's lowest sale id is its oldest sale to within a
+    commit's reordering, found through the queue's primary key, not a scan of it.
+    """
+    firsts = [
+        PendingSale.objects.filter(shard=shard).order_by("sale").values_list("sale", flat=True).first()
+        for shard in range(shards)
+    ]
+    ids = [sale for sale in firsts if sale is not None]
+    if not ids:
+        return None
+    return Sale.objects.filter(id=min(ids)).values_list("received_at", flat=True).first()
+
+
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
-    all_shard = active_layout()[1].shard_of(ALL)
-    pending = PendingSale.objects.filter(shard=all_shard)
-    # The lowest sale id of the queue is its oldest sale to within a commit's
-    # reordering; found through the primary key, not a scan of the queue.
-    oldest = pending.order_by("sale").values_list("sale__received_at", flat=True).first()
+    layout = active_layout()[1]
+    # Every sale is queued once on `all`'s shard: its queue counts the sales not yet counted.
+    pending = PendingSale.objects.filter(shard=layout.shard_of(ALL))
+    oldest = _oldest_pending(layout.shards)
     last = TickLog.objects.first()
     recent = IngestLog.objects.filter(at__gte=now - RATE_SPAN).aggregate(n=Sum("accepted"))["n"] or 0
     totals = IngestLog.objects.filter(at__gte=now - TOTALS_SPAN).aggregate(
