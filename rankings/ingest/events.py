@@ -349,6 +349,8 @@ class SaleEventSerializer(serializers.Serializer):
         ret = {}
         for name, field, plain in self._event_fields:
             value = data.get(name, empty)
+            if value is empty and not field.required:
+                continue  # what run_validation would come to, without raising SkipField
             try:
                 if plain and value is not empty and value is not None and value != "":
                     ret[name] = field.to_internal_value(value)  # what run_validation would come to
@@ -387,8 +389,10 @@ class EventValidator:
         """(validated data, None) or (None, the reason)."""
         if not isinstance(event, dict):
             return None, "event must be a JSON object"
+        # Serializer.run_validation's steps that apply to an event (a dict, no validators), directly.
+        serializer = self._serializer
         try:
-            return self._serializer.run_validation(event), None
+            return serializer.validate(serializer.to_internal_value(event)), None
         except serializers.ValidationError as exc:
             return None, first_error(exc.detail)
 
