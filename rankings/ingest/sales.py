@@ -634,16 +634,16 @@ CREATE TEMPORARY TABLE IF NOT EXISTS ingest_stage (
 """
 
 # Unknown products become placeholders, linked to the categories their first
-# sales name, before the sales that refer to them are inserted.
+# sales name, before the sales that refer to them are inserted. Each of the
+# batch's distinct product ids is looked up in the index (a subquery per id):
+# NOT EXISTS let the planner hash the whole catalogue for every batch instead.
 _PLACEHOLDER_PRODUCTS = f"""
 WITH created AS (
     INSERT INTO {Product._meta.db_table} (product_id, name, price_cents, is_placeholder)
-    SELECT DISTINCT stage.product_id, stage.product_id, 0, true
-    FROM ingest_stage stage
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {Product._meta.db_table} known WHERE known.product_id = stage.product_id
-    )
-    ORDER BY stage.product_id  -- a fixed order: concurrent batches wait rather than deadlock
+    SELECT wanted.product_id, wanted.product_id, 0, true
+    FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(product_id, n)
+    WHERE (SELECT known.id FROM {Product._meta.db_table} known WHERE known.product_id = wanted.product_id) IS NULL
+    ORDER BY wanted.n  -- sorted ids: concurrent batches wait rather than deadlock
     ON CONFLICT (product_id) DO NOTHING
     RETURNING id, product_id
 )
@@ -706,7 +706,7 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
     with connection.cursor() as cursor:
         cursor.execute(_STAGE)
         _stage(cursor, rows, shards)
-        cursor.execute(_PLACEHOLDER_PRODUCTS)
+        cursor.execute(_PLACEHOLDER_PRODUCTS, [sorted({row.product_id for row in rows})])
         cursor.execute(_INSERT)
         inserted = {event_id for (event_id,) in cursor.fetchall()}
         # Emptied now rather than at commit, so that a caller's outer transaction
