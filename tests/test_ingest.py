@@ -1,6 +1,8 @@
 """sales_ingest: which events are stored, which are rejected and why (docs/api.md, POST /v1/sales)."""
 
 import datetime as dt
+import hashlib
+import json
 from collections import defaultdict
 
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
 from rankings.engine.shards import active_layout, shard_of
-from rankings.ingest.sales import sales_ingest
+from rankings.ingest.sales import event_digest, sales_ingest
 from rankings.models import IngestLog, PendingSale, Sale
 from tests.conftest import utc
 
@@ -594,3 +596,38 @@ def test_any_batch_is_answered_with_a_fate_for_every_event(batch):
 
     assert result.accepted + result.duplicates + len(result.rejected) == len(batch)
     assert all(isinstance(r["error"], str) and r["error"] for r in result.rejected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    event_id=_any_text.filter(bool),
+    seconds=st.floats(0, 4e9, allow_nan=False),
+    categories=st.none() | st.lists(_any_text, max_size=3),
+    qty=st.integers(-(10**6), 10**6),
+    amount=st.none() | st.decimals(0, 10**12, places=2),
+)
+def test_an_event_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_it(
+    event_id, seconds, categories, qty, amount
+):
+    """Stored sales keep the digests they were given: a resend of one must still match."""
+    ts = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    data = {
+        "id": event_id,
+        "ts": ts,
+        "productId": "p1",
+        "categories": categories,
+        "qty": qty,
+        "amount": amount,
+    }
+    canonical = [
+        event_id,
+        round(ts.timestamp(), 6),
+        "p1",
+        sorted(categories) if categories else None,
+        qty,
+        int(amount * 100) if amount is not None else None,
+        None,
+    ]
+    expected = hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
+
+    assert event_digest(data) == expected

@@ -3,8 +3,11 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 
+from rankings.ingest.events import json_decoded
 from rankings.models import Sale
 
 pytestmark = pytest.mark.django_db
@@ -209,3 +212,49 @@ def test_the_batch_limit_is_the_max_batch_events_setting(ingest_api, settings):
     assert over.status_code == 413
     assert over.json() == {"error": "at most 3 events per batch; this one has 4"}
     assert full.status_code == 200 and full.json()["accepted"] == 3
+
+
+# --- the compiled JSON decoder reads a batch as json.loads does ---------------------------------
+
+_json_text = st.text(st.characters(exclude_categories=()), max_size=20)  # lone surrogates too
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**40), max_value=10**40)  # past 64 bits both ways
+    | st.floats()  # NaN and infinities too
+    | _json_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_json_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values, ensure_ascii=st.booleans())
+def test_the_compiled_decoder_reads_json_as_json_loads_does(value, ensure_ascii):
+    """Same values of the same types, and what the compiled decoder refuses goes the slow way."""
+    try:
+        data = json.dumps(value, ensure_ascii=ensure_ascii).encode()
+    except UnicodeEncodeError:  # a lone surrogate, not encodable as UTF-8 unescaped
+        return
+    slow = []
+
+    decoded = json_decoded(data, lambda: slow.append(1) or json.loads(data))
+
+    expected = json.loads(data)
+    assert repr(decoded) == repr(expected)
+    assert _types(decoded) == _types(expected)
+    if slow:  # only what the compiled decoder cannot hold exactly goes the slow way
+        assert any(s in data for s in (b"NaN", b"Infinity", b"\\ud", b"\\udc")), data
+
+
+def _types(value):
+    if isinstance(value, list):
+        return [_types(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    return type(value)
+
+
+@pytest.mark.parametrize("body", [b'{"events": [{"qty": 99999999999999999999}]}', b'{"events": [1e400]}'])
+def test_numbers_past_64_bits_or_a_double_are_read_as_json_loads_reads_them(body):
+    assert repr(json_decoded(body, lambda: json.loads(body))) == repr(json.loads(body))

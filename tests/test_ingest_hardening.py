@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from catalogue.models import Category, Product
 from rankings.ingest import sales as ingest_module
+from rankings.ingest.partitions import sale_partitions_ensure
 from rankings.ingest.sales import MAX_PRODUCT_TOTAL, sales_ingest
 from rankings.models import ProductTotal, Sale
 from tests.rankings_helpers import Shop
@@ -81,6 +82,45 @@ def test_units_past_the_exact_bound_of_a_product_are_rejected():
         }
     ]
     assert ProductTotal.objects.get(product_id="p1").units == MAX_PRODUCT_TOTAL
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_batch_that_takes_a_total_to_the_bound_gets_the_next_sale_rejected(monkeypatch):
+    """Totals are read unlocked; a batch whose sum passes the bound once a concurrent one commits is
+    made again with the totals locked, and then rejects its sale as if it had come second all along."""
+    # given a product 5 units short of the bound, and batch A selling those 5 without committing yet
+    Category.objects.create(slug="toys", name="Toys", has_sales=True)
+    Product.objects.create(product_id="p1", name="Kite", price_cents=0)
+    ProductTotal.objects.create(product_id="p1", units=MAX_PRODUCT_TOTAL - 5, revenue_cents=0)
+    sale_partitions_ensure([NOW])  # so that B waits for A nowhere before the totals
+    reads = []
+    real_totals = ingest_module._ledger_totals
+
+    def spied_totals(product_ids, *, lock):
+        reads.append(lock)
+        return real_totals(product_ids, lock=lock)
+
+    monkeypatch.setattr(ingest_module, "_ledger_totals", spied_totals)
+
+    # when batch B sells 1 more unit, runs into A, and A commits
+    result_a, result_b = _race([event("a", qty=5, amount="0")], [event("b", qty=1, amount="0")])
+
+    # then B was checked unlocked, then again with the totals locked (the premise), and its sale rejected
+    assert reads == [False, False, True]
+    assert result_a.accepted == 1
+    assert (result_b.accepted, result_b.rejected) == (
+        0,
+        [
+            {
+                "index": 0,
+                "id": "b",
+                "error": f"the lifetime units of product p1 would pass {MAX_PRODUCT_TOTAL}, "
+                "the most a ranking can count exactly",
+            }
+        ],
+    )
+    assert ProductTotal.objects.get(product_id="p1").units == MAX_PRODUCT_TOTAL
+    assert not Sale.objects.filter(event_id="b").exists()
 
 
 @pytest.mark.django_db

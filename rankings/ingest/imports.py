@@ -7,6 +7,7 @@ reason, to a file beside the input, so it can be fixed and imported again.
 """
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -19,6 +20,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from rankings.conf import rankings_settings
+from rankings.ingest.events import json_decoded
 from rankings.ingest.sales import sales_ingest
 
 # The API's batch limit: one transaction per chunk, and a chunk is the unit the
@@ -158,18 +160,29 @@ def _decode(data: bytes) -> str | None:
 def _json_lines(raw) -> Iterator[_Line]:
     """One JSON object per line; blank lines are skipped, a line that is not JSON is rejected."""
     for number, data in enumerate(raw, start=1):
-        text = _decode(data.removeprefix(b"\xef\xbb\xbf") if number == 1 else data)
-        if text is None:
-            yield _Line(number, error="line is not valid UTF-8")
-            continue
-        if not text.strip():
-            continue
-        try:
-            yield _Line(number, event=json.loads(text.rstrip("\r\n")))
-        except RecursionError:
-            yield _Line(number, error="line is not valid JSON: nested too deeply")
-        except ValueError as error:  # also an integer too long to convert
-            yield _Line(number, error=f"line is not valid JSON: {error}")
+        if number == 1:
+            data = data.removeprefix(b"\xef\xbb\xbf")
+        value = json_decoded(data, functools.partial(_json_line, number, data))
+        if value is not _BLANK:
+            yield value if isinstance(value, _Line) else _Line(number, event=value)
+
+
+_BLANK = _Line(0)
+
+
+def _json_line(number: int, data: bytes) -> object:
+    """What json.loads makes of a line: its value, or a _Line saying why it has none (_BLANK: blank)."""
+    text = _decode(data)
+    if text is None:
+        return _Line(number, error="line is not valid UTF-8")
+    if not text.strip():
+        return _BLANK
+    try:
+        return json.loads(text.rstrip("\r\n"))
+    except RecursionError:
+        return _Line(number, error="line is not valid JSON: nested too deeply")
+    except ValueError as error:  # also an integer too long to convert
+        return _Line(number, error=f"line is not valid JSON: {error}")
 
 
 def _csv_lines(raw) -> Iterator[_Line]:

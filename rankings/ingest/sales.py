@@ -7,9 +7,10 @@ and committed before the caller replies. A bad event is rejected with its
 index and reason and costs the others nothing.
 
 Concurrent batches take their locks in one order (returned originals, then
-product totals, then categories, products and sales, each sorted by key), so
-they wait for each other rather than deadlock; a deadlock or serialization
-failure that happens all the same is retried here, never shown to a client.
+categories, products and sales, and last the product totals, each sorted by
+key), so they wait for each other rather than deadlock; a deadlock or
+serialization failure that happens all the same is retried here, never shown
+to a client.
 """
 
 import datetime as dt
@@ -131,10 +132,13 @@ class _Rejection(Exception):
 
 
 class _Raced(Exception):
-    """An original of this batch was stored first by a concurrent batch, perhaps as something else.
+    """A concurrent batch changed what this one was checked against; the attempt is rolled back and
+    made again, with the product totals locked from the start.
 
-    Returns of it were checked against this batch's copy; the attempt is
-    rolled back and made again, and then sees the original as stored.
+    Either an original of this batch was stored first by the other batch,
+    perhaps as something else (returns of it were checked against this
+    batch's copy, and are checked again against the stored one), or its sales
+    took a product's lifetime total past the bound since this batch read it.
     """
 
 
@@ -147,8 +151,15 @@ def _pro_rata_cents(amount_cents: int, part: int, whole: int) -> int:
     return (2 * amount_cents * part + whole) // (2 * whole)
 
 
-# json.dumps with its defaults, without its per-call argument handling.
-_canonical_json = json.JSONEncoder().encode
+# json.dumps with its defaults, through one C encoder made once (json.dumps makes one a call):
+# the digests of the sales stored already must come out the same.
+_encoder = json.encoder.c_make_encoder(
+    None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+)
+
+
+def _canonical_json(value: list) -> str:
+    return "".join(_encoder(value, 0))
 
 
 def event_digest(data: dict) -> str:
@@ -191,7 +202,7 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
         result = IngestResult(rejected=list(invalid))
         try:
             with transaction.atomic():
-                _ingest_valid(valid, result, source, now)
+                _ingest_valid(valid, result, source, now, lock_totals=attempt > 1)
             break
         except _Raced:
             if attempt == ATTEMPTS:
@@ -204,9 +215,11 @@ def sales_ingest(*, events: list, source: str = "api", now: dt.datetime | None =
     return result
 
 
-def _ingest_valid(valid: list[tuple[int, dict]], result: IngestResult, source: str, now: dt.datetime) -> None:
+def _ingest_valid(
+    valid: list[tuple[int, dict]], result: IngestResult, source: str, now: dt.datetime, *, lock_totals: bool
+) -> None:
     """One attempt at storing the valid events, inside the caller's transaction."""
-    resolved = _resolve(valid, result)
+    resolved = _resolve(valid, result, lock_totals=lock_totals)
     inserted, late_duplicates = _store(resolved.rows, result)
     # A return checked against an original of this batch holds only if that
     # original is the one stored; else try again against the stored one.
@@ -290,12 +303,13 @@ class _Resolved:
     dependent: set[str] = field(default_factory=set)
 
 
-def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> _Resolved:
+def _resolve(valid: list[tuple[int, dict]], result: IngestResult, *, lock_totals: bool) -> _Resolved:
     """Check each event against stored sales and earlier events of the batch, in order."""
     resolved = _Resolved()
     if not valid:
         return resolved
-    known = _known_of(valid)
+    known = _known_of(valid, lock_totals=lock_totals)
+    returns = any(data.get("returnOf") for _, data in valid)
     seen: dict[str, str] = {}  # id -> digest of events accepted earlier in this batch
     for index, data in valid:
         digest = event_digest(data)
@@ -316,15 +330,16 @@ def _resolve(valid: list[tuple[int, dict]], result: IngestResult) -> _Resolved:
             continue
         seen[event_id] = digest
         resolved.rows.append(row)
-        _remember(row, known.originals, resolved.dependent)
+        if returns:  # what a later return of the batch checks itself against
+            _remember(row, known.originals, resolved.dependent)
     return resolved
 
 
-def _known_of(valid: list[tuple[int, dict]]) -> _Known:
+def _known_of(valid: list[tuple[int, dict]], *, lock_totals: bool) -> _Known:
     """Lock what the batch's events depend on, then read it."""
     returned_ids = {data["returnOf"] for _, data in valid if data.get("returnOf")}
     _lock_originals(returned_ids)
-    totals = _ledger_lock({data["productId"] for _, data in valid if data["qty"] > 0})
+    totals = _ledger_totals({data["productId"] for _, data in valid if data["qty"] > 0}, lock=lock_totals)
     # Read after the locks, so a concurrent batch that held them has committed;
     # the originals after the ids, so an original stored in between is seen as
     # this batch's own, whose returns are then checked again (see _Raced).
@@ -417,6 +432,18 @@ def _stored_originals(event_ids: set[str]) -> dict[str, _Original]:
 
 
 # --- the ledger of lifetime totals: what keeps every board sum exact -------------------------
+#
+# Every batch sells the best sellers, so a lock on their totals held from the
+# first read to the commit would make concurrent batches take turns. A batch
+# reads the totals unlocked and checks its sales against them; the one
+# statement that adds to them, the last before the commit, returns the new
+# totals, and if a concurrent batch's sales have taken one past the bound
+# meanwhile, the attempt is made again with the totals locked from the start.
+
+_LEDGER_READ = f"""
+SELECT product_id, units, revenue_cents FROM {ProductTotal._meta.db_table}
+WHERE product_id IN (SELECT unnest(%s::text[]))
+"""
 
 _LEDGER_LOCK = f"""
 INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents)
@@ -425,25 +452,30 @@ ON CONFLICT (product_id) DO UPDATE SET units = total.units
 RETURNING product_id, units, revenue_cents
 """
 
+# In product id order, so that two batches adding to the same products queue rather than deadlock.
 _LEDGER_ADD = f"""
-UPDATE {ProductTotal._meta.db_table} AS total
-SET units = total.units + sold.units, revenue_cents = total.revenue_cents + sold.revenue_cents
-FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS sold(product_id, units, revenue_cents)
-WHERE total.product_id = sold.product_id
+INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents)
+SELECT product_id, units, revenue_cents
+FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS sold(product_id, units, revenue_cents, n)
+ORDER BY n
+ON CONFLICT (product_id) DO UPDATE
+SET units = total.units + excluded.units, revenue_cents = total.revenue_cents + excluded.revenue_cents
+RETURNING units, revenue_cents
 """
 
 
-def _ledger_lock(product_ids: set[str]) -> dict[str, list[int]]:
-    """product id -> [units, revenue cents] so far, each row locked until the batch commits.
+def _ledger_totals(product_ids: set[str], *, lock: bool) -> dict[str, list[int]]:
+    """product id -> [units, revenue cents] so far, for every product in `product_ids`.
 
-    One statement creates the missing rows and locks every row, in product id
-    order, so two batches selling the same products queue rather than deadlock.
+    With `lock`, one statement creates the missing rows and locks every row, in
+    product id order, until the batch commits.
     """
     if not product_ids:
         return {}
     with connection.cursor() as cursor:
-        cursor.execute(_LEDGER_LOCK, [sorted(product_ids)])
-        return {product_id: [units, revenue] for product_id, units, revenue in cursor.fetchall()}
+        cursor.execute(_LEDGER_LOCK if lock else _LEDGER_READ, [sorted(product_ids)])
+        totals = {product_id: [units, revenue] for product_id, units, revenue in cursor.fetchall()}
+    return {product_id: totals.get(product_id, [0, 0]) for product_id in product_ids}
 
 
 def _ledger_check(row: _Row, totals: dict[str, list[int]]) -> None:
@@ -464,7 +496,8 @@ def _ledger_check(row: _Row, totals: dict[str, list[int]]) -> None:
 
 
 def _ledger_add(rows: list[_Row], inserted: set[str]) -> None:
-    """Add the sales this batch stored (not its returns) to their products' totals, in one statement."""
+    """Add the sales this batch stored (not its returns) to their products' totals, in one statement;
+    raises _Raced if concurrent batches took a total past the bound since it was read."""
     sold: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for row in rows:
         if row.return_of is None and row.event_id in inserted:
@@ -478,6 +511,8 @@ def _ledger_add(rows: list[_Row], inserted: set[str]) -> None:
             _LEDGER_ADD,
             [product_ids, [sold[p][0] for p in product_ids], [sold[p][1] for p in product_ids]],
         )
+        if any(max(totals) > MAX_PRODUCT_TOTAL for totals in cursor.fetchall()):
+            raise _Raced
 
 
 def _row(index: int, data: dict, digest: str, originals: dict[str, _Original], catalogue: dict) -> _Row:
@@ -589,26 +624,27 @@ _STAGE_TYPES = [
     "int4", "varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar", "timestamptz", "varchar",
     "text",
 ]  # fmt: skip
+# Created once per database session and emptied after each use: creating and
+# dropping it for every batch would write the system catalogues each time.
 _STAGE = """
-DROP TABLE IF EXISTS ingest_stage;
-CREATE TEMPORARY TABLE ingest_stage (
+CREATE TEMPORARY TABLE IF NOT EXISTS ingest_stage (
     ord integer, event_id varchar(128), ts timestamptz, product_id varchar(64),
     categories text, qty integer, amount_cents bigint, return_of varchar(128),
     counted_at timestamptz, digest varchar(32), queue text
-) ON COMMIT DROP
+) ON COMMIT DELETE ROWS
 """
 
 # Unknown products become placeholders, linked to the categories their first
-# sales name, before the sales that refer to them are inserted.
+# sales name, before the sales that refer to them are inserted. Each of the
+# batch's distinct product ids is looked up in the index (a subquery per id):
+# NOT EXISTS let the planner hash the whole catalogue for every batch instead.
 _PLACEHOLDER_PRODUCTS = f"""
 WITH created AS (
     INSERT INTO {Product._meta.db_table} (product_id, name, price_cents, is_placeholder)
-    SELECT DISTINCT stage.product_id, stage.product_id, 0, true
-    FROM ingest_stage stage
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {Product._meta.db_table} known WHERE known.product_id = stage.product_id
-    )
-    ORDER BY stage.product_id  -- a fixed order: concurrent batches wait rather than deadlock
+    SELECT wanted.product_id, wanted.product_id, 0, true
+    FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(product_id, n)
+    WHERE (SELECT known.id FROM {Product._meta.db_table} known WHERE known.product_id = wanted.product_id) IS NULL
+    ORDER BY wanted.n  -- sorted ids: concurrent batches wait rather than deadlock
     ON CONFLICT (product_id) DO NOTHING
     RETURNING id, product_id
 )
@@ -674,12 +710,12 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
     with connection.cursor() as cursor:
         cursor.execute(_STAGE)
         _stage(cursor, rows, layout)
-        cursor.execute(_PLACEHOLDER_PRODUCTS)
+        cursor.execute(_PLACEHOLDER_PRODUCTS, [sorted({row.product_id for row in rows})])
         cursor.execute(_INSERT)
         inserted = {event_id for (event_id,) in cursor.fetchall()}
-        # Dropped now rather than at commit, so that a caller's outer transaction
+        # Emptied now rather than at commit, so that a caller's outer transaction
         # can ingest again.
-        cursor.execute("DROP TABLE ingest_stage")
+        cursor.execute("DELETE FROM ingest_stage")
     return inserted, _late_duplicates(rows, inserted, result)
 
 

@@ -1,6 +1,8 @@
 """The HTTP API under /v1/: DRF views that call services (ingest) and selectors only."""
 
 import datetime as dt
+import functools
+import io
 import logging
 import threading
 from decimal import Decimal
@@ -15,6 +17,7 @@ from django.views import defaults
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -24,7 +27,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from catalogue.money import cents_text, to_cents
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import ShardCountMismatch
-from rankings.ingest.events import SaleEventSerializer
+from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.status import liveness_read, status_cached
 from rankings.serving import selectors
@@ -128,10 +131,24 @@ class IngestRequest(serializers.Serializer):
         ref_name = "SalesIngestInput"
 
 
+class _BatchParser(JSONParser):
+    """JSON of a batch, read by the compiled decoder; what it refuses, DRF's parser reads as before,
+    so the events and every parse error stay what they were."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        data = stream.read()
+        encoding = (parser_context or {}).get("encoding") or settings.DEFAULT_CHARSET
+        slow = functools.partial(super().parse, io.BytesIO(data), media_type, parser_context)
+        if encoding.lower().replace("-", "") != "utf8":
+            return slow()
+        return json_decoded(data, slow)
+
+
 class SalesIngestApi(APIView):
     """Accept a batch of sale events; valid events are stored even when others are rejected."""
 
     permission_classes = [CanAddSales]
+    parser_classes = [_BatchParser]
     throttle_scope = "ingest"
 
     @extend_schema(
