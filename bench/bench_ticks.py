@@ -66,7 +66,7 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
     with override_settings(
         RANKINGS={**settings.RANKINGS, "TICK_QUEUES": queues, "TICK_EXPIRES_SECONDS": 600}
     ):
-        cpu, own = _cpu_jiffies(), _process_cpu(watch)
+        cpu, own = harness.cpu_jiffies(), harness.process_cpu(watch)
         started = time.perf_counter()
         tasks.tick()
         processes.wait_until(
@@ -76,8 +76,8 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
             watch=watch,
         )
         elapsed = time.perf_counter() - started
-        busy, total = (after - before for after, before in zip(_cpu_jiffies(), cpu, strict=True))
-        own = _process_cpu(watch) - own
+        busy, total = (after - before for after, before in zip(harness.cpu_jiffies(), cpu, strict=True))
+        own = harness.process_cpu(watch) - own
     assert not PendingSale.objects.exists(), "a tick left sales pending"
     return {
         "seconds": elapsed,
@@ -85,23 +85,6 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
         "busy cores": round(busy / total * os.cpu_count(), 2),
         "worker cpu s": round(own, 1),
     }
-
-
-def _cpu_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU time of the whole machine since boot, from /proc/stat."""
-    with open("/proc/stat") as stat:
-        user, nice, system, idle, iowait, *rest = (int(n) for n in stat.readline().split()[1:])
-    return user + nice + system + sum(rest), user + nice + system + idle + iowait + sum(rest)
-
-
-def _process_cpu(started: list[processes.Process]) -> float:
-    """CPU seconds the processes have used so far (user and system), from /proc/<pid>/stat."""
-    ticks = 0
-    for process in started:
-        with open(f"/proc/{process.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _setups(logs: str) -> tuple[dict[int, list[str]], list[processes.Process]]:

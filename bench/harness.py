@@ -80,6 +80,23 @@ def percentile(values, p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, *rest = (int(n) for n in stat.readline().split()[1:])
+    return user + nice + system + sum(rest), user + nice + system + idle + iowait + sum(rest)
+
+
+def process_cpu(started: list[processes.Process]) -> float:
+    """CPU seconds the processes have used so far (user and system), from /proc/<pid>/stat."""
+    ticks = 0
+    for process in started:
+        with open(f"/proc/{process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Row:
     benchmark: str
