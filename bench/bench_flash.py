@@ -4,7 +4,7 @@ hashed with the others and on a shard (and a worker) of its own.
 The flash sale: 100,000 sales in one hour in cat0, replayed at 10x speed (278 sales/s), of
 which a slice of SIMULATED_MINUTES is replayed; beside it, steady traffic of STEADY_RATE
 sales/s spread over the 49 other categories of the demo catalogue. Both go through
-POST /v1/sales of a gunicorn, a few batches a second, while the beat ticks every 2 s and
+POST /v1/sales of a gunicorn, ten batches a second, while the beat ticks every 2 s and
 two Celery workers (one process each) consume the tick queues.
 
 The lag is measured on probes: every PROBE_SECONDS one sale of a product only the probes sell,
@@ -17,6 +17,10 @@ The set-ups, same load:
   b) cat0 pinned (rankings_rebuild --pin cat0 --activate): 4 hashed shards and cat0's, one tick
      queue per shard, one worker for cat0's queue and one for the four others;
   c) cat0 and `all` pinned: the board that counts every sale, flash included, goes with cat0.
+The default queue (where the beat's tick is fanned out) is on the worker of ticks.0 in a), as in
+the runbook's two-machine example, and on the others' worker in b) and c).
+
+    make bench BENCH_ARGS="--only flash"
 """
 
 import http.client
@@ -366,15 +370,20 @@ def _measure(setup: Setup) -> dict:
 
 def _summary(result: dict) -> str:
     lags = result["lags"]
-    hot, others = result["ticks"]["hot"], result["ticks"]["others"]
+    names = {"hot": "with cat0's or all's shard", "others": "of the other shards only"}
+    ticks = [
+        f"{count} tick tasks {names[group]}, median {median:.2f} s, max {longest:.2f} s"
+        for group, (count, median, longest) in result["ticks"].items()
+        if count
+    ]
     return (
         f"{len(lags)} probes, p50 {harness.percentile(lags, 50):.2f} s, p99 {harness.percentile(lags, 99):.2f} s, "
         f"max {max(lags):.2f} s; sent {result['hot'] / REPLAY_SECONDS:.0f} hot + "
         f"{result['steady'] / REPLAY_SECONDS:.0f} steady sales/s; {result['busy_cores']:.2f} of "
-        f"{os.cpu_count()} cores busy, load {result['load']:.1f}; tick workers "
+        f"{os.cpu_count()} cores busy, load {result['load']:.1f}; the tick workers used "
         + " and ".join(f"{c:.2f}" for c in result["worker_cores"])
-        + f" cores; ticks with cat0's or all's shard {hot[0]} of median {hot[1]:.2f} s (max {hot[2]:.2f} s), "
-        f"others {others[0]} of median {others[1]:.2f} s (max {others[2]:.2f} s)"
+        + " of a core; "
+        + "; ".join(ticks)
     )
 
 
