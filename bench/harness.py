@@ -12,6 +12,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 from tests import processes
 
@@ -79,6 +80,23 @@ def percentile(values, p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, *rest = (int(n) for n in stat.readline().split()[1:])
+    return user + nice + system + sum(rest), user + nice + system + idle + iowait + sum(rest)
+
+
+def process_cpu(started: list[processes.Process]) -> float:
+    """CPU seconds the processes have used so far (user and system), from /proc/<pid>/stat."""
+    ticks = 0
+    for process in started:
+        with open(f"/proc/{process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Row:
     benchmark: str
@@ -110,6 +128,32 @@ class Table:
             if n == 0:
                 lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def boards_on_cluster():
+    """The boards on a Redis Cluster of their own (three primaries, three replicas) for this process and
+    every process it starts; the Django cache and Celery's broker stay on the plain Redis."""
+    from django.conf import settings
+
+    from rankings.engine import store
+
+    plain = {
+        "CACHE_URL": settings.CACHES["default"]["LOCATION"],
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+    }
+    before = settings.REDIS_URL, settings.REDIS_CLUSTER
+    with tempfile.TemporaryDirectory(prefix="salesrank-bench-cluster-") as logs:
+        cluster = processes.redis_cluster(logs)
+        with mock.patch.dict(os.environ, REDIS_URL=cluster.url, REDIS_CLUSTER="true", **plain):
+            settings.REDIS_URL, settings.REDIS_CLUSTER = cluster.url, True
+            store.reset_clients()
+            try:
+                yield cluster
+            finally:
+                cluster.stop()
+                settings.REDIS_URL, settings.REDIS_CLUSTER = before
+                store.reset_clients()
 
 
 @contextlib.contextmanager
