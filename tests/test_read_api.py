@@ -72,6 +72,43 @@ def test_rank_of_a_product_with_percentile(api, shop):
     assert body["percentile"] == 75.0
 
 
+@pytest.mark.parametrize("window", ["1d", "30d"])
+@pytest.mark.parametrize("metric", ["units", "revenue"])
+def test_ranks_read_from_a_copy_of_the_board_are_those_redis_gives(api, shop, monkeypatch, window, metric):
+    """A board asked for many products is copied into the process; its answers are Redis's own."""
+    # given equal scores on the board (a tie ordered by product id) and a product without sales
+    shop.send(shop.sale("p3", qty=4, amount="12.50"), shop.sale("p9", categories=["gifts"]))
+    shop.tick()
+    products = ["p0", "p1", "p2", "p3", "p9", "p404"]
+
+    def ranks() -> list:
+        selectors.answers_forget()
+        return [
+            api.get(f"/v1/products/{p}/rank?category=toys&window={window}&metric={metric}") for p in products
+        ]
+
+    # when the same ranks are read with no copy, then with a copy made at the first read
+    direct = ranks()
+    monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
+    copied = ranks()
+    # then the copy was really made, and every answer (404 for an unknown product) is the same
+    assert selectors._board_copies, "no board was copied"
+    assert [(r.status_code, r.json()) for r in copied] == [(r.status_code, r.json()) for r in direct]
+    assert [r.status_code for r in direct] == [200] * 5 + [404]
+    assert direct[0].json()["rank"] is not None and direct[4].json()["rank"] is None
+
+
+def test_a_board_larger_than_a_copy_is_read_from_redis(api, shop, monkeypatch):
+    monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
+    monkeypatch.setattr(selectors, "BOARD_COPY_MEMBERS", 3)  # the toys board has 4
+    selectors.answers_forget()
+
+    reply = api.get("/v1/products/p2/rank?category=toys&window=30d")
+
+    assert reply.json()["rank"] == 3
+    assert list(selectors._board_copies.values()) == [None]
+
+
 def test_a_product_without_sales_on_a_board_is_unranked_not_an_error(api, shop):
     body = api.get("/v1/products/p1/rank?category=gifts").json()
 

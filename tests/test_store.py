@@ -66,6 +66,7 @@ CALLS = {
     "keyspace_survey": lambda: store.keyspace_survey(),
     "keys_delete": lambda: store.keys_delete([KEY]),
     "board_slice": lambda: store.board_slice(**BOARD, start=0, stop=9),
+    "board_copy": lambda: store.board_copy(**BOARD, most=10),
     "member_rank": lambda: store.member_rank(**BOARD, product_id="p1"),
     "members_ranks": lambda: store.members_ranks(
         version=1, window="7d", metric="units", product_id="p1", boards=[(0, "toys")]

@@ -922,6 +922,46 @@ def member_rank(
     return MemberRank.from_reply(version, shard, reply)
 
 
+@dataclass
+class BoardCopy:
+    """A whole board as of one instant: each member's 0-based rank, score and other metric's score."""
+
+    as_of: float | None
+    members: dict[str, tuple[int, int, int]]
+
+    def member(self, product_id: str) -> MemberRank:
+        """What member_rank would have answered at the copy's instant."""
+        rank, score, other = self.members.get(product_id, (None, 0, 0))
+        return MemberRank(as_of=self.as_of, total=len(self.members), rank=rank, score=score, other=other)
+
+
+# KEYS: the board, the other metric's board, the shard's state. ARGV: the most members to copy,
+# then the state's fields (_STATE_READ). One script, so the boards and the state are of one batch.
+_BOARD_COPY = """
+if redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[1]) then return false end
+return {redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES'),
+        redis.call('HMGET', KEYS[3], unpack(ARGV, 2))}
+"""
+
+
+@_translated
+def board_copy(
+    *, version: int, shard: int, window: str, metric: str, category: str, most: int
+) -> BoardCopy | None:
+    """A board of at most `most` members, whole, in one round trip; None for a larger one."""
+    keys = _member_keys(version, shard, window, metric, category)
+    reply = _script(_BOARD_COPY)(keys=keys, args=[most, *_STATE_READ], client=fast())
+    if reply is None:
+        return None
+    board, other, state = reply
+    others = {other[i]: int(-float(other[i + 1])) for i in range(0, len(other), 2)}
+    members = {
+        board[i].decode(): (i // 2, int(-float(board[i + 1])), others.get(board[i], 0))
+        for i in range(0, len(board), 2)
+    }
+    return BoardCopy(as_of=_as_of(version, shard, state), members=members)
+
+
 @_translated
 def members_ranks(
     *, version: int, window: str, metric: str, product_id: str, boards: list[tuple[int, str]]

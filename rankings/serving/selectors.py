@@ -44,12 +44,22 @@ FRESH_SECONDS = 0.5  # seconds
 # Last known answers kept per process, served (flagged stale) while Redis is down.
 LAST_KNOWN_SIZE = 20_000  # answers
 
+# A board whose ranks are asked for many different products within FRESH_SECONDS (a reader of
+# random products: product pages of the long tail) is copied whole into the process, when it is
+# small enough, and answered from the copy for FRESH_SECONDS, as fresh as a remembered answer.
+# Otherwise each such read costs a Redis round trip, more than the rest of the request.
+BOARD_COPY_AFTER = 16  # uncached rank reads of one board within FRESH_SECONDS
+BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time, a few MB here
+BOARD_COPIES = 8  # boards copied at once, per process
+
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 _products: TTLCache = TTLCache(maxsize=PRODUCT_CACHE_SIZE, ttl=PRODUCT_CACHE_SECONDS)
+_board_copies: TTLCache = TTLCache(maxsize=BOARD_COPIES, ttl=FRESH_SECONDS)
+_board_reads: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _cache_lock = threading.Lock()
 # Set while an answer is computed without the catalogue (PostgreSQL did not
 # answer): names fall back to ids, and the answer is marked stale, not remembered.
@@ -174,6 +184,8 @@ def answers_forget() -> None:
         _last_known.clear()
         _product_categories.clear()
         _products.clear()
+        _board_copies.clear()
+        _board_reads.clear()
 
 
 def caches_clear() -> None:
@@ -565,14 +577,7 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
     version, shard = _placed(category)
-    found = store.member_rank(
-        version=version,
-        shard=shard,
-        window=window,
-        metric=metric,
-        category=category,
-        product_id=product_id,
-    )
+    found = _member_rank((version, shard, window, metric, category), product_id)
     if found.rank is None:
         # Only an unranked product needs the catalogue to tell "not ranked" from "no such
         # product": a ranked one has sales, and a product with sales cannot be deleted.
@@ -589,6 +594,37 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         found.total,
         _percentile(rank, found.total),
     )
+
+
+def _member_rank(board: tuple[int, int, str, str, str], product_id: str) -> store.MemberRank:
+    """A product's rank on a board (version, shard, window, metric, category): from the board's
+    copy when it has one, else from Redis."""
+    copy = _board_copy(board)
+    if copy is not None:
+        return copy.member(product_id)
+    version, shard, window, metric, category = board
+    return store.member_rank(
+        version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
+    )
+
+
+def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None:
+    """The board's copy, made once its rank reads within FRESH_SECONDS reach BOARD_COPY_AFTER;
+    None before, and for a board too large to copy."""
+    with _cache_lock:
+        if board in _board_copies:
+            return _board_copies[board]
+        reads = _board_reads[board] = _board_reads.get(board, 0) + 1
+    if reads < BOARD_COPY_AFTER:
+        return None
+    version, shard, window, metric, category = board
+    copy = store.board_copy(
+        version=version, shard=shard, window=window, metric=metric, category=category, most=BOARD_COPY_MEMBERS
+    )
+    with _cache_lock:
+        _board_copies[board] = copy
+        _board_reads.pop(board, None)
+    return copy
 
 
 @_reading
