@@ -223,13 +223,20 @@ RANKINGS = {
     # A tick queued longer than a few intervals is dropped: the next one does its work, and
     # a backlog of ticks queued while the workers were down is not run one after another.
     "TICK_EXPIRES_SECONDS": _TICK_SECONDS * 3,  # seconds
+    # Sales that commit wake their shards' tick at once (one pending wake per tick queue at a
+    # time); the beat's tick remains, for expiry and as the safety net.
+    "TICK_WAKE": env.bool("RANKINGS_TICK_WAKE", default=True),
     # Boards are split by a stable hash of the category; one tick at a time works a shard.
     # The count of a fresh install only: then it belongs to the active version, and a
     # setting that disagrees is refused (sales queued under another count would be lost).
     "SHARDS": env.int("RANKINGS_SHARDS", default=4),
-    # A tick claims at most this many pending sales per batch, so a backlog is
-    # worked through in steps that each commit and reach Redis quickly.
+    # A tick claims at most this many pending sales in its first batch, so that a few
+    # sales commit and reach Redis quickly; each batch it fills, the next may take four times
+    # as many, up to BATCH_SIZE_MAX: a backlog is worked in a few large set-based steps. The
+    # claimed sales stay in PostgreSQL; what a batch holds in the worker's memory is its
+    # change, at most one entry per board member it touches (about 200 bytes each).
     "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=5000),
+    "BATCH_SIZE_MAX": env.int("RANKINGS_BATCH_SIZE_MAX", default=200_000),
     # One window transition (after a long outage every member may leave every window) is
     # applied in steps of at most this many board changes: each step is one Lua call that
     # blocks Redis readers for roughly 1 ms per 1,000 changes, and one JSON row of about

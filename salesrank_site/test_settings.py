@@ -15,7 +15,8 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed; tests only
 DATABASES["default"]["TEST"] = {"NAME": f"test_salesrank_{RUN_ID}"}
-RANKINGS = {**RANKINGS, "KEY_PREFIX": f"test-{RUN_ID}-{WORKER}"}
+# No wake on commit in this process: nothing consumes its tasks (tests of the wake turn it on).
+RANKINGS = {**RANKINGS, "KEY_PREFIX": f"test-{RUN_ID}-{WORKER}", "TICK_WAKE": False}
 CACHES["default"]["KEY_PREFIX"] = RANKINGS["KEY_PREFIX"] + ":cache"
 CELERY_TASK_DEFAULT_QUEUE = RANKINGS["KEY_PREFIX"] + ":tasks"
 RANKINGS["TICK_QUEUES"] = tick_queue_names(RANKINGS["KEY_PREFIX"], len(RANKINGS["TICK_QUEUES"]))

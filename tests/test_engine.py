@@ -4,13 +4,16 @@ import datetime as dt
 
 import pytest
 
-from rankings.models import ShardState
+from rankings.engine import aggregate
+from rankings.engine.shards import ALL, Layout, shard_of
+from rankings.models import Bucket, ShardState
 
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOUR = dt.timedelta(hours=1)
+MINUTE = dt.timedelta(minutes=1)
 
 
 def test_ordering_is_score_descending_then_product_id_ascending():
@@ -151,13 +154,41 @@ def test_a_sale_ahead_of_the_clock_enters_the_window_when_its_bucket_does():
 
 def test_a_backlog_is_worked_in_bounded_batches(settings):
     """Incremental in batches of 3 equals the recompute."""
-    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3}
+    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3, "BATCH_SIZE_MAX": 3}
     shop = Shop()
     shop.send(
         *[shop.sale(f"p{i % 4}", categories=[f"c{i % 3}"], qty=1 + i % 5, ago=i * HOUR) for i in range(40)]
     )
     report = shop.tick()
     assert report.batches >= 40 // 3
+    shop.assert_exact()
+
+
+def test_a_backlog_is_claimed_in_batches_that_grow_up_to_the_maximum(settings, monkeypatch):
+    """3, then 12, then 48 (the maximum), then 48 again: each full claim lets the next take four times as many."""
+    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3, "BATCH_SIZE_MAX": 48}
+    claims = []
+    real_claim = aggregate._claim
+
+    def claim(*, shard, limit):
+        claimed = real_claim(shard=shard, limit=limit)
+        claims.append((shard, limit, claimed))
+        return claimed
+
+    monkeypatch.setattr(aggregate, "_claim", claim)
+    shop = Shop()
+    shop.send(
+        *[shop.sale(f"p{i % 7}", categories=["toys"], qty=1 + i % 5, ago=i * MINUTE) for i in range(120)]
+    )
+    shop.tick()
+    every = shard_of(ALL, Layout(4))
+    assert [(limit, claimed) for shard, limit, claimed in claims if shard == every] == [
+        (3, 3),
+        (12, 12),
+        (48, 48),
+        (48, 48),
+        (48, 9),
+    ]
     shop.assert_exact()
 
 
@@ -192,4 +223,14 @@ def test_revenue_is_exact_to_the_cent_and_net_of_refunds():
     shop.tick()
     assert shop.top(metric="revenue") == [("p1", 667), ("p2", 667)]
     assert shop.top(metric="units") == [("p1", 2), ("p2", 1)]
+    shop.assert_exact()
+
+
+def test_the_fold_writes_no_bucket_that_pruning_would_delete():
+    """Minute buckets are kept 2 hours: a sale 3 hours old goes into its hour bucket only."""
+    shop = Shop()
+    shop.send(shop.sale("old", ago=3 * HOUR), shop.sale("new", ago=30 * MINUTE))
+    shop.tick()
+    folded = set(Bucket.objects.filter(category="toys").values_list("product_id", "size"))
+    assert folded == {("old", 3600), ("new", 3600), ("new", 60)}
     shop.assert_exact()

@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
+from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import ALL, Layout, layout_checked, shard_count_checked, version_layout
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
 from rankings.models import Batch, RankingVersion, ShardState, TickLog
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 
 # A failing shard's error is kept this long on its row (a traceback can be huge).
 ERROR_TEXT_KEPT = 500  # characters
+
+# PostgreSQL's memory for one sort or hash of a tick's transaction (a claim of BATCH_SIZE_MAX
+# sales and its fold each need a few tens of MB).
+TICK_WORK_MEM = "64MB"
 
 # Not a shard's failure but the whole tick's: the task's time is up.
 _NOT_ISOLATED = (SoftTimeLimitExceeded,)
@@ -191,7 +196,7 @@ def _write_version() -> tuple[int, Layout]:
 def _tick_shard(
     *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
-    """Bring one shard's boards to `now`, a batch of at most BATCH_SIZE claimed sales at a time."""
+    """Bring one shard's boards to `now`, a batch of claimed sales at a time (see batch_size_next)."""
     ShardState.objects.get_or_create(shard=shard)
     _redis_recover(shard=shard, version=version, gen=gen, report=report)
     limit = rankings_settings.BATCH_SIZE
@@ -202,6 +207,25 @@ def _tick_shard(
         _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
         if step.claimed < limit:
             return
+        limit = batch_size_next(limit)
+
+
+def batch_size_next(limit: int) -> int:
+    """The claim after a full one: four times as large, up to BATCH_SIZE_MAX (never below BATCH_SIZE).
+    Each claim scans the shard's queue and the sales' months once, so a backlog costs a few scans."""
+    ceiling = max(rankings_settings.BATCH_SIZE, rankings_settings.BATCH_SIZE_MAX)
+    return min(limit * 4, ceiling)
+
+
+def shards_pending(shards: Iterable[int]) -> list[int]:
+    """Those of `shards` with a sale in their queue (committed, not yet claimed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s FROM unnest(%s::smallint[]) AS s"
+            " WHERE EXISTS (SELECT 1 FROM rankings_pendingsale WHERE shard = s)",
+            [sorted(set(shards))],
+        )
+        return [shard for (shard,) in cursor.fetchall()]
 
 
 @dataclass
@@ -247,7 +271,7 @@ def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: in
         if claimed == 0 and state.as_of == now:
             return None
         changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
-        _fold(shard=shard)
+        _fold(shard=shard, now=now)
         batches = (
             _record(state=state, changes=changes, claimed=claimed, now=now) if claimed or changes else []
         )
@@ -361,6 +385,8 @@ SELECT count(*) FROM claimed
 def _claim(*, shard: int, limit: int) -> int:
     """Move up to `limit` of the shard's pending sales into tick_facts; return how many."""
     with connection.cursor() as cursor:
+        # A large claim sorts, hashes and groups its sales in memory rather than in temporary files.
+        cursor.execute("SELECT set_config('work_mem', %s, true)", [TICK_WORK_MEM])
         cursor.execute(_FACTS_TABLE)
         cursor.execute(_CLAIM, {"shard": shard, "limit": limit})
         (claimed,) = cursor.fetchone()
@@ -426,18 +452,24 @@ _FOLD = """
 INSERT INTO rankings_bucket AS b (size, start, category, product_id, shard, units, revenue_cents)
 SELECT sizes.size, t - ((t %% sizes.size) + sizes.size) %% sizes.size, category, product_id, %(shard)s,
        sum(qty), sum(cents)
-FROM tick_facts CROSS JOIN unnest(%(sizes)s::integer[]) AS sizes(size)
+FROM tick_facts CROSS JOIN unnest(%(sizes)s::integer[], %(cutoffs)s::bigint[]) AS sizes(size, cutoff)
+WHERE t >= sizes.cutoff
 GROUP BY 1, 2, category, product_id
 ON CONFLICT (size, category, start, product_id) DO UPDATE
 SET units = b.units + excluded.units, revenue_cents = b.revenue_cents + excluded.revenue_cents
 """
 
 
-def _fold(*, shard: int) -> None:
-    """Add the claimed sales to their buckets, every bucket size at once: one upsert per batch."""
+def _fold(*, shard: int, now: dt.datetime) -> None:
+    """Add the claimed sales to their buckets, every bucket size at once: one upsert per batch.
+
+    A bucket that pruning would delete as of `now` is not written: no window reads it again,
+    and a backlog of old sales (a first tick over imported history) skips most minute buckets.
+    """
     sizes = bucket_sizes(rankings_settings.windows.values())
+    cutoffs = [bucket_cutoff(size, now) for size in sizes]
     with connection.cursor() as cursor:
-        cursor.execute(_FOLD, {"sizes": sizes, "shard": shard})
+        cursor.execute(_FOLD, {"sizes": sizes, "cutoffs": cutoffs, "shard": shard})
 
 
 def clock_reset(*, to: dt.datetime) -> list[int]:

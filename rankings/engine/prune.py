@@ -100,16 +100,24 @@ def buckets_prune() -> int:
     deleted = 0
     for shard, as_of in ShardState.objects.filter(as_of__isnull=False).values_list("shard", "as_of"):
         for size in sizes:
-            keep = bucket_keep_seconds(size)
-            if keep is None:
+            if bucket_keep_seconds(size) is None:
                 continue
-            # Buckets are aligned to their size: everything that starts before this one has left.
-            cutoff = int(_believable(as_of).timestamp()) - keep
-            cutoff -= cutoff % size
             deleted += _delete_chunks(
-                Bucket._meta.db_table, "shard = %s AND size = %s AND start < %s", [shard, size, cutoff]
+                Bucket._meta.db_table,
+                "shard = %s AND size = %s AND start < %s",
+                [shard, size, bucket_cutoff(size, as_of)],
             )
     return deleted
+
+
+def bucket_cutoff(size: int, as_of: dt.datetime) -> int:
+    """The start of the oldest bucket of `size` kept at a shard's instant `as_of` (epoch seconds;
+    buckets are aligned to their size, so everything that starts before it has left every window)."""
+    keep = bucket_keep_seconds(size)
+    if keep is None:
+        return -(2**63)
+    cutoff = int(_believable(as_of).timestamp()) - keep
+    return cutoff - cutoff % size
 
 
 def _older_than(table: str, column: str, keep_seconds: int, now: dt.datetime, where: str = "TRUE") -> int:

@@ -422,6 +422,23 @@ def active_ensure(version: int, epoch: int) -> int:
     return int(_script(_ACTIVE_SET)(keys=[active_key()], args=[version, epoch], client=patient()))
 
 
+def wake_key(group: int) -> str:
+    return f"{prefix()}:wake:{group}"
+
+
+@_translated
+def wake_claim(group: int, *, ttl: float) -> bool:
+    """Mark a wake of tick group `group` pending, unless one is: True when this caller marked it
+    (and is to send the tick). The mark lapses after `ttl` seconds should the tick never start."""
+    return bool(fast().set(wake_key(group), "1", nx=True, px=max(1, int(ttl * 1000))))
+
+
+@_translated
+def wake_release(group: int) -> None:
+    """The group's woken tick has started: a sale committed from now on wakes it again."""
+    fast().delete(wake_key(group))
+
+
 # A version's layout never changes, so a reader asks Redis once per version.
 _layouts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
 

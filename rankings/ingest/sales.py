@@ -39,6 +39,7 @@ from rankings.ingest.events import (
 )
 from rankings.ingest.partitions import sale_partitions_ensure
 from rankings.models import IngestLog, PendingSale, ProductTotal, Sale, SaleId
+from rankings.tasks import tick_wake_on_commit
 
 DUPLICATE_ID = "id already used by a different event"
 
@@ -716,6 +717,8 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
         # Emptied now rather than at commit, so that a caller's outer transaction
         # can ingest again.
         cursor.execute("DELETE FROM ingest_stage")
+    # Once committed, these sales wake their shards' ticks rather than wait for the beat.
+    tick_wake_on_commit(layout, {tuple(row.categories) for row in rows if row.event_id in inserted})
     return inserted, _late_duplicates(rows, inserted, result)
 
 
