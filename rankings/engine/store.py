@@ -939,17 +939,31 @@ def member_rank(
     return MemberRank.from_reply(version, shard, reply)
 
 
-@dataclass
 class BoardCopy:
-    """A whole board as of one instant: each member's 0-based rank, score and other metric's score."""
+    """A whole board as of one instant, as Redis sent it: a member's rank is its place in the
+    board's ZRANGE; scores are parsed only for the members asked about."""
 
-    as_of: float | None
-    members: dict[str, tuple[int, int, int]]
+    def __init__(self, as_of: float | None, board: list[bytes], other: list[bytes]):
+        self.as_of = as_of
+        self.total = len(board) // 2
+        self._scores = board
+        self._places = dict(zip(board[::2], range(0, len(board), 2), strict=True))
+        self._others = dict(zip(other[::2], other[1::2], strict=True))
 
     def member(self, product_id: str) -> MemberRank:
         """What member_rank would have answered at the copy's instant."""
-        rank, score, other = self.members.get(product_id, (None, 0, 0))
-        return MemberRank(as_of=self.as_of, total=len(self.members), rank=rank, score=score, other=other)
+        key = product_id.encode()
+        place = self._places.get(key)
+        if place is None:
+            return MemberRank(as_of=self.as_of, total=self.total, rank=None, score=0, other=0)
+        other = self._others.get(key)
+        return MemberRank(
+            as_of=self.as_of,
+            total=self.total,
+            rank=place // 2,
+            score=int(-float(self._scores[place + 1])),
+            other=int(-float(other)) if other is not None else 0,
+        )
 
 
 # KEYS: the board, the other metric's board, the shard's state. ARGV: the most members to copy,
@@ -971,12 +985,7 @@ def board_copy(
     if reply is None:
         return None
     board, other, state = reply
-    others = {other[i]: int(-float(other[i + 1])) for i in range(0, len(other), 2)}
-    members = {
-        board[i].decode(): (i // 2, int(-float(board[i + 1])), others.get(board[i], 0))
-        for i in range(0, len(board), 2)
-    }
-    return BoardCopy(as_of=_as_of(version, shard, state), members=members)
+    return BoardCopy(_as_of(version, shard, state), board, other)
 
 
 @_translated

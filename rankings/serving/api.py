@@ -7,6 +7,7 @@ import logging
 import threading
 from decimal import Decimal
 
+import msgspec
 from cachetools import LRUCache
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -398,7 +399,9 @@ class ProductNeighborsReply(_BoardAnswer):
 # request. Keyed by identity, and holding the answer, so that an id is never reused meanwhile.
 _encoded: LRUCache = LRUCache(maxsize=1_000)
 _encoded_lock = threading.Lock()
-_json = JSONRenderer()
+# A reply's wire form holds only strings, numbers, booleans and None: msgspec writes the same
+# compact UTF-8 JSON as DRF's renderer, several times faster.
+_json_encode = msgspec.json.Encoder().encode
 
 
 def _encode(reply_class: type[_Reply], answer) -> bytes:
@@ -406,7 +409,7 @@ def _encode(reply_class: type[_Reply], answer) -> bytes:
         known = _encoded.get(id(answer))
     if known is not None and known[0] is answer:
         return known[1]
-    body = _json.render(reply_class.wire(answer))
+    body = _json_encode(reply_class.wire(answer))
     with _encoded_lock:
         _encoded[id(answer)] = (answer, body)
     return body
@@ -420,7 +423,7 @@ def _selected(reply_class: type[_Reply], call, **kwargs) -> HttpResponse:
         raise exceptions.NotFound(str(missing)) from missing
     except selectors.Unavailable as down:
         raise ServiceUnavailable(str(down)) from down
-    response = HttpResponse(_encode(reply_class, answer), content_type=_json.media_type)
+    response = HttpResponse(_encode(reply_class, answer), content_type=JSONRenderer.media_type)
     patch_cache_control(response, max_age=READ_MAX_AGE, public=True)
     if answer.stale:
         response["Warning"] = '110 - "Response is Stale"'
