@@ -24,6 +24,7 @@ WITHOUT_REDIS = {
     "state_key",
     "board_key",
     "blob_key",
+    "wake_key",
     "eviction_policy_safe",
     "eviction_policy_check",
 }
@@ -66,6 +67,8 @@ CALLS = {
     "keyspace_survey": lambda: store.keyspace_survey(),
     "keys_delete": lambda: store.keys_delete([KEY]),
     "board_slice": lambda: store.board_slice(**BOARD, start=0, stop=9),
+    "wake_claim": lambda: store.wake_claim(0, ttl=1),
+    "wake_release": lambda: store.wake_release(0),
     "board_copy": lambda: store.board_copy(**BOARD, most=10),
     "member_rank": lambda: store.member_rank(**BOARD, product_id="p1"),
     "members_ranks": lambda: store.members_ranks(
