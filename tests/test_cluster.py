@@ -12,15 +12,13 @@ from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cluster]
 
 CATEGORIES = [f"c{i}" for i in range(12)]
 
 
 @pytest.fixture
-def cluster(redis_cluster_session, redis_client):
-    if redis_cluster_session is None:
-        pytest.skip("runs with --redis-cluster")
+def cluster(redis_client):
     assert store.clustered() and isinstance(store.patient(), RedisCluster)
     return redis_client
 

@@ -146,7 +146,8 @@ def _many_categories(count: int, *, sold: bool = True) -> None:
     shop.tick()
 
 
-def test_home_reads_every_leader_in_one_redis_round_trip(client, monkeypatch, single_redis):
+@pytest.mark.single_redis
+def test_home_reads_every_leader_in_one_redis_round_trip(client, monkeypatch):
     """Fifty categories' leaders, and the overall ones, come from one pipelined call to Redis."""
     # given fifty categories with sellers, the active version already known
     _many_categories(50)

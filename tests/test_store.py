@@ -148,7 +148,8 @@ def test_scripts_are_loaded_once_and_called_by_their_sha(own_redis):
     assert store.board_read_all(KEY) == [("p1", 6)]
 
 
-def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_client, single_redis):
+@pytest.mark.single_redis
+def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_client):
     # given the shard count and the pointer of a version written through one pipeline
     with store.pipeline() as pipe:
         store.shard_layout_set(7, 3, pipe=pipe)
@@ -161,7 +162,8 @@ def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_cli
     assert store.active_version(fresh=True) == 7
 
 
-def test_a_pipeline_whose_block_raises_writes_nothing(redis_client, single_redis):
+@pytest.mark.single_redis
+def test_a_pipeline_whose_block_raises_writes_nothing(redis_client):
     with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
         store.shard_layout_set(8, 3, pipe=pipe)
         raise ZeroDivisionError
