@@ -52,27 +52,24 @@ def _primaries(cluster: processes.RedisCluster) -> tuple[list[processes.Process]
 
 def _bytes_per_member(url: str, clustered: bool, primaries, replicas=()) -> tuple[float, float, int]:
     """(bytes per member on the primaries, on the replicas, members) of one rebuild of every board."""
-    from django.conf import settings
-
     from rankings.engine import store
     from rankings.operations.backfill import version_build
 
-    settings.REDIS_URL, settings.REDIS_CLUSTER = url, clustered
-    store.reset_clients()
-    before, before_replicas = _used_memory(primaries), _used_memory(list(replicas))
-    version = version_build()
-    if replicas:
-        processes.wait_until(
-            lambda: _replicas_caught_up(primaries), timeout=30, what="the replicas to catch up"
-        )
-    grown = _used_memory(primaries) - before
-    grown_replicas = _used_memory(list(replicas)) - before_replicas
-    members = sum(entry["members"] for entry in store.boards_summary(version.number).values())
-    store.version_delete(version.number)
-    if replicas:
-        processes.wait_until(
-            lambda: _replicas_caught_up(primaries), timeout=30, what="the replicas to catch up"
-        )
+    with processes.boards_on(url, clustered=clustered):
+        before, before_replicas = _used_memory(primaries), _used_memory(list(replicas))
+        version = version_build()
+        if replicas:
+            processes.wait_until(
+                lambda: _replicas_caught_up(primaries), timeout=30, what="the replicas to catch up"
+            )
+        grown = _used_memory(primaries) - before
+        grown_replicas = _used_memory(list(replicas)) - before_replicas
+        members = sum(entry["members"] for entry in store.boards_summary(version.number).values())
+        store.version_delete(version.number)
+        if replicas:
+            processes.wait_until(
+                lambda: _replicas_caught_up(primaries), timeout=30, what="the replicas to catch up"
+            )
     print(f"  {'cluster' if clustered else 'single node'}: {grown / members:.1f} B per member", flush=True)
     return grown / members, grown_replicas / members, members
 

@@ -12,7 +12,6 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest import mock
 
 from tests import processes
 
@@ -134,26 +133,13 @@ class Table:
 def boards_on_cluster():
     """The boards on a Redis Cluster of their own (three primaries, three replicas) for this process and
     every process it starts; the Django cache and Celery's broker stay on the plain Redis."""
-    from django.conf import settings
-
-    from rankings.engine import store
-
-    plain = {
-        "CACHE_URL": settings.CACHES["default"]["LOCATION"],
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-    }
-    before = settings.REDIS_URL, settings.REDIS_CLUSTER
     with tempfile.TemporaryDirectory(prefix="salesrank-bench-cluster-") as logs:
         cluster = processes.redis_cluster(logs)
-        with mock.patch.dict(os.environ, REDIS_URL=cluster.url, REDIS_CLUSTER="true", **plain):
-            settings.REDIS_URL, settings.REDIS_CLUSTER = cluster.url, True
-            store.reset_clients()
-            try:
+        try:
+            with processes.boards_on(cluster.url, clustered=True):
                 yield cluster
-            finally:
-                cluster.stop()
-                settings.REDIS_URL, settings.REDIS_CLUSTER = before
-                store.reset_clients()
+        finally:
+            cluster.stop()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,6 @@
 """Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
 
 import datetime as dt
-import os
 
 import pytest
 import redis as redis_lib
@@ -40,20 +39,15 @@ def redis_cluster_session(request, tmp_path_factory):
     if not request.config.getoption("--redis-cluster"):
         yield None
         return
-    from rankings.engine import store
 
     from . import processes
 
     cluster = processes.redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
-    plain = {
-        "CACHE_URL": settings.CACHES["default"]["LOCATION"],
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-    }
-    os.environ.update(REDIS_URL=cluster.url, REDIS_CLUSTER="true", **plain)
-    settings.REDIS_URL, settings.REDIS_CLUSTER = cluster.url, True
-    store.reset_clients()
-    yield cluster
-    cluster.stop()
+    try:
+        with processes.boards_on(cluster.url, clustered=True):
+            yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

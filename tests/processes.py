@@ -8,6 +8,7 @@ that runs out, or a process that exits while it is waited on, raises
 goes on against a service that did not come up.
 """
 
+import contextlib
 import http.client
 import os
 import random
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -356,6 +358,30 @@ class RedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.kill()
+
+
+@contextlib.contextmanager
+def boards_on(url: str, *, clustered: bool):
+    """The boards of this process, and of every process it starts meanwhile, on the Redis at `url`
+    (a node of a Redis Cluster when `clustered`); the Django cache and Celery's broker stay on the
+    plain Redis they were on. Everything is as before once the block ends."""
+    from django.conf import settings
+
+    from rankings.engine import store
+
+    plain = {
+        "CACHE_URL": settings.CACHES["default"]["LOCATION"],
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+    }
+    before = settings.REDIS_URL, settings.REDIS_CLUSTER
+    with mock.patch.dict(os.environ, REDIS_URL=url, REDIS_CLUSTER=str(clustered).lower(), **plain):
+        settings.REDIS_URL, settings.REDIS_CLUSTER = url, clustered
+        store.reset_clients()
+        try:
+            yield
+        finally:
+            settings.REDIS_URL, settings.REDIS_CLUSTER = before
+            store.reset_clients()
 
 
 def redis_cluster(log_dir: Path, *, primaries: int = 3, replicas: int = 1) -> RedisCluster:

@@ -502,12 +502,26 @@ end
 
 # Apply one batch of a shard, exactly once: the batch's sequence number must be
 # the next one and the shard's generation must match, or nothing is written.
+# Add a batch's changes, ARGV's triples (board index in KEYS, member, increment) from ARGV[first]
+# on; a member whose score is no longer positive (scores are stored negated) leaves its board.
+_CHANGES = """
+local function add_changes(first)
+    for i = first, #ARGV, 3 do
+        local key = KEYS[tonumber(ARGV[i])]
+        local member = ARGV[i + 1]
+        local score = tonumber(redis.call('ZINCRBY', key, ARGV[i + 2], member))
+        if score >= 0 then redis.call('ZREM', key, member) end
+    end
+end
+"""
+
 # KEYS: state, then triples (board, other metric's board, blob).
 # ARGV: seq, as_of, gen, blob size, then triples (board index, member, increment).
 # Returns 1 = applied, 0 = already applied (a replay), -1 = the shard must be
 # rebuilt (Redis lost it, or a batch is missing).
 _APPLY = (
     _BLOBS
+    + _CHANGES
     + """
 local state = KEYS[1]
 local seq = tonumber(ARGV[1])
@@ -515,12 +529,7 @@ local cur = tonumber(redis.call('HGET', state, 'seq') or '0')
 local gen = redis.call('HGET', state, 'gen')
 if cur >= seq and gen == ARGV[3] then return 0 end
 if cur ~= seq - 1 or (seq > 1 and gen ~= ARGV[3]) then return -1 end
-for i = 5, #ARGV, 3 do
-    local key = KEYS[tonumber(ARGV[i])]
-    local member = ARGV[i + 1]
-    local score = tonumber(redis.call('ZINCRBY', key, ARGV[i + 2], member))
-    if score >= 0 then redis.call('ZREM', key, member) end
-end
+add_changes(5)
 write_blobs(2, #KEYS, tonumber(ARGV[4]))
 redis.call('HSET', state, 'seq', seq, 'asof', ARGV[2], 'gen', ARGV[3])
 return 1
@@ -544,17 +553,13 @@ return 1
 # blob size, triples). Returns 1 = applied, 0 = already applied, -1 = the generation differs.
 _APPLY_ROUTED = (
     _BLOBS
+    + _CHANGES
     + """
 local state = KEYS[1]
 if redis.call('HGET', state, 'gen') ~= ARGV[4] then return -1 end
 local seen = tonumber(redis.call('HGET', state, ARGV[1]) or '0')
 if seen >= tonumber(ARGV[2]) then return 0 end
-for i = 6, #ARGV, 3 do
-    local key = KEYS[tonumber(ARGV[i])]
-    local member = ARGV[i + 1]
-    local score = tonumber(redis.call('ZINCRBY', key, ARGV[i + 2], member))
-    if score >= 0 then redis.call('ZREM', key, member) end
-end
+add_changes(6)
 write_blobs(2, #KEYS, tonumber(ARGV[5]))
 redis.call('HINCRBY', state, 'seq', 1)
 redis.call('HSET', state, ARGV[1], ARGV[2], 'asof', ARGV[3])

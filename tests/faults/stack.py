@@ -340,6 +340,17 @@ def redis_caught_up() -> bool:
     return True
 
 
+def rebuilt_while_flowing(stack: "Stack", stream: "SaleStream", *, interval: float) -> float:
+    """Wait until the ticks have brought Redis level with PostgreSQL again, then until sales are
+    still being accepted after that: the instant Redis was level again."""
+    wait_for(redis_caught_up, 60, interval=interval, what="the rebuild", watch=stack.running())
+    rebuilt = time.monotonic()
+    wait_for(
+        lambda: stream.accepted_between(rebuilt, time.monotonic()) >= 5, 30, what="sales after the rebuild"
+    )
+    return rebuilt
+
+
 def settle(timeout: float = 90, watch=()) -> float:
     """Wait until no sale is pending, every batch is applied and Redis holds it; return the seconds waited."""
     started = time.monotonic()

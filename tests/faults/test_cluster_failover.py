@@ -31,6 +31,7 @@ from .stack import (
     SaleStream,
     Stack,
     assert_exact,
+    rebuilt_while_flowing,
     redis_caught_up,
     show,
     token_for_ingest,
@@ -127,13 +128,7 @@ def test_a_primary_killed_mid_stream_loses_writes_that_the_ticks_rebuild_exactly
         promoted_at = time.monotonic()
         _node_client(replica).config_set("masterauth", "")
         # and the ticks find the shard behind PostgreSQL and rebuild it from the buckets
-        wait_for(redis_caught_up, 60, interval=0.05, what="the rebuild", watch=stack.running())
-        rebuilt_at = time.monotonic()
-        wait_for(
-            lambda: stream.accepted_between(rebuilt_at, time.monotonic()) >= 5,
-            30,
-            what="sales after the rebuild",
-        )
+        rebuilt_at = rebuilt_while_flowing(stack, stream, interval=0.05)
         result, caught_up = stack.wind_down(stream, reader)
         result.update(
             **{
