@@ -106,7 +106,34 @@ def test_a_board_larger_than_a_copy_is_read_from_redis(api, shop, monkeypatch):
     reply = api.get("/v1/products/p2/rank?category=toys&window=30d")
 
     assert reply.json()["rank"] == 3
-    assert list(selectors._board_copies.values()) == [None]
+    assert [copy for copy, _ in selectors._board_copies.values()] == [None]
+
+
+def test_a_board_copy_is_kept_while_its_shard_is_unwritten_and_made_again_after_a_tick(
+    api, shop, monkeypatch
+):
+    monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
+    monkeypatch.setattr(selectors, "FRESH_SECONDS", 0.0)  # every read checks the copy against Redis
+    selectors.answers_forget()
+
+    def rank(product):
+        return api.get(f"/v1/products/{product}/rank?category=toys").json()["rank"]
+
+    # when a copy is made and read again with no tick in between
+    assert rank("p3") == 4
+    (first,) = [copy for copy, _ in selectors._board_copies.values()]
+    assert rank("p3") == 4
+    # then the same copy answered
+    assert [copy for copy, _ in selectors._board_copies.values()] == [first]
+
+    # when a tick moves p3 to the top, the next read (of a product not asked before: no
+    # remembered answer) sees it from a new copy: p0 went from 2nd to 3rd
+    shop.advance(seconds=1)
+    shop.send(shop.sale("p3", qty=20))
+    shop.tick()
+    assert rank("p0") == 3
+    (second,) = [copy for copy, _ in selectors._board_copies.values()]
+    assert second is not first
 
 
 def test_a_product_without_sales_on_a_board_is_unranked_not_an_error(api, shop):

@@ -948,8 +948,9 @@ class BoardCopy:
     """A whole board as of one instant, as Redis sent it: a member's rank is its place in the
     board's ZRANGE; scores are parsed only for the members asked about."""
 
-    def __init__(self, as_of: float | None, board: list[bytes], other: list[bytes]):
+    def __init__(self, as_of: float | None, stamp: tuple, board: list[bytes], other: list[bytes]):
         self.as_of = as_of
+        self.stamp = stamp  # the shard's (asof, seq, gen) as read with the board (shard_stamp)
         self.total = len(board) // 2
         self._scores = board
         self._places = dict(zip(board[::2], range(0, len(board), 2), strict=True))
@@ -990,7 +991,14 @@ def board_copy(
     if reply is None:
         return None
     board, other, state = reply
-    return BoardCopy(_as_of(version, shard, state), board, other)
+    return BoardCopy(_as_of(version, shard, state), tuple(state), board, other)
+
+
+@_translated
+def shard_stamp(*, version: int, shard: int) -> tuple:
+    """A shard's state fields (asof, seq, gen) as stored. Every write to the shard's boards writes them (a batch its
+    seq, a tick its asof, a rebuild all three), so equal fields mean boards unchanged in between."""
+    return tuple(fast().hmget(state_key(version, shard), _STATE_READ))
 
 
 @_translated

@@ -46,7 +46,8 @@ LAST_KNOWN_SIZE = 20_000  # answers
 
 # A board whose ranks are asked for many different products within FRESH_SECONDS (a reader of
 # random products: product pages of the long tail) is copied whole into the process, when it is
-# small enough, and answered from the copy for FRESH_SECONDS, as fresh as a remembered answer.
+# small enough, and answered from the copy until a tick writes the board's shard (checked every
+# FRESH_SECONDS, so a copy is as fresh as a remembered answer).
 # Otherwise each such read costs a Redis round trip, more than the rest of the request.
 BOARD_COPY_AFTER = 16  # uncached rank reads of one board within FRESH_SECONDS
 BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time, a few MB here
@@ -58,7 +59,8 @@ _last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 _products: TTLCache = TTLCache(maxsize=PRODUCT_CACHE_SIZE, ttl=PRODUCT_CACHE_SECONDS)
-_board_copies: TTLCache = TTLCache(maxsize=BOARD_COPIES, ttl=FRESH_SECONDS)
+# Each copied board's (copy, when it was last known current); None for a board too large to copy.
+_board_copies: LRUCache = LRUCache(maxsize=BOARD_COPIES)
 _board_reads: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _cache_lock = threading.Lock()
 # Set while an answer is computed without the catalogue (PostgreSQL did not
@@ -610,19 +612,31 @@ def _member_rank(board: tuple[int, int, str, str, str], product_id: str) -> stor
 
 def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None:
     """The board's copy, made once its rank reads within FRESH_SECONDS reach BOARD_COPY_AFTER;
-    None before, and for a board too large to copy."""
+    None before, and for a board too large to copy. Every FRESH_SECONDS a copy is checked against
+    its shard's state, one small read, and kept for as long as no tick has written the shard."""
+    now = time.monotonic()
+    version, shard, window, metric, category = board
     with _cache_lock:
-        if board in _board_copies:
-            return _board_copies[board]
+        held = _board_copies.get(board)
+    if held is not None:
+        copy, checked = held
+        if now - checked < FRESH_SECONDS:
+            return copy
+        if copy is not None and store.shard_stamp(version=version, shard=shard) == copy.stamp:
+            with _cache_lock:
+                _board_copies[board] = (copy, now)
+            return copy
+        with _cache_lock:
+            _board_copies.pop(board, None)
+    with _cache_lock:
         reads = _board_reads[board] = _board_reads.get(board, 0) + 1
     if reads < BOARD_COPY_AFTER:
         return None
-    version, shard, window, metric, category = board
     copy = store.board_copy(
         version=version, shard=shard, window=window, metric=metric, category=category, most=BOARD_COPY_MEMBERS
     )
     with _cache_lock:
-        _board_copies[board] = copy
+        _board_copies[board] = (copy, now)
         _board_reads.pop(board, None)
     return copy
 
