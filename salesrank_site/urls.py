@@ -12,6 +12,7 @@ urlpatterns = [
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/categories", api.CategoryListApi.as_view(), name="categories"),
     path("v1/categories/<str:slug>/top", api.BoardTopApi.as_view(), name="board-top"),
+    path("v1/categories/<str:slug>/thresholds", api.ThresholdsApi.as_view(), name="board-thresholds"),
     path("v1/products/<str:product_id>/rank", api.ProductRankApi.as_view(), name="product-rank"),
     path("v1/products/<str:product_id>/ranks", api.ProductRanksApi.as_view(), name="product-ranks"),
     path(

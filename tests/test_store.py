@@ -80,6 +80,9 @@ CALLS = {
     "blob_read": lambda: store.blob_read(store.blob_key(1, 0, "7d", "units", "toys")),
     "boards_heads": lambda: store.boards_heads(1, 0, 10),
     "memory_by_window": lambda: store.memory_by_window(1),
+    "shard_stamp": lambda: store.shard_stamp(version=1, shard=0),
+    "ordered_before": lambda: store.ordered_before(**BOARD, score=3, product_id="p1"),
+    "board_thresholds": lambda: store.board_thresholds(**BOARD, ranks=[1], edges=[1, 2]),
 }
 
 

@@ -1001,6 +1001,98 @@ def shard_stamp(*, version: int, shard: int) -> tuple:
     return tuple(fast().hmget(state_key(version, shard), _STATE_READ))
 
 
+# --- what it takes to climb ---------------------------------------------------------
+
+# Lua compares strings by the server's locale; ids are ordered by their bytes, so compared here.
+_BYTES_BEFORE = """
+local function bytes_before(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+"""
+
+# KEYS: a board. ARGV: a score as stored (negated), a member. The members ordered before
+# (score, member): a higher score, or the same score and a smaller member. ZCOUNT on the score alone would miss the second
+# kind; a tie group (its members sorted by bytes) is searched by halves, O(log² n).
+_ORDERED_BEFORE = (
+    _BYTES_BEFORE
+    + """
+local higher = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
+local ties = redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[1])
+local low, high = 0, ties  -- members of the tie group before ARGV[2] number `low` once low == high
+while low < high do
+  local mid = math.floor((low + high) / 2)
+  local member = redis.call('ZRANGE', KEYS[1], higher + mid, higher + mid)[1]
+  if bytes_before(member, ARGV[2]) then low = mid + 1 else high = mid end
+end
+return higher + low
+"""
+)
+
+
+@_translated
+def ordered_before(
+    *, version: int, shard: int, window: str, metric: str, category: str, score: int, product_id: str
+) -> int:
+    """How many members of a board are ordered before a product with `score` (it excluded when its
+    own score is lower): its rank, were its score `score`, is one more."""
+    key = board_key(version, shard, window, metric, category)
+    return _script(_ORDERED_BEFORE)(keys=[key], args=[-score, product_id], client=fast())
+
+
+# KEYS: a board, its shard's state. ARGV: how many ranks, the ranks (1-based), how many edges,
+# the edges (ascending scores, as stored: negated), then the state's fields. Returns the board's size, each rank's
+# member and score (while the board is that deep), the members scoring from each edge up to the
+# next (the last: and above), and the state.
+_THRESHOLDS = """
+local total = redis.call('ZCARD', KEYS[1])
+local ranks, at = {}, 2
+for i = 1, tonumber(ARGV[1]) do
+  local rank = tonumber(ARGV[at])
+  at = at + 1
+  if rank <= total then
+    local row = redis.call('ZRANGE', KEYS[1], rank - 1, rank - 1, 'WITHSCORES')
+    ranks[#ranks + 1] = {rank, row[1], row[2]}
+  end
+end
+local edges = tonumber(ARGV[at])
+local counts = {}
+for i = 1, edges do
+  local above = i < edges and '(' .. ARGV[at + i + 1] or '-inf'
+  counts[i] = redis.call('ZCOUNT', KEYS[1], above, ARGV[at + i])
+end
+return {total, ranks, counts, redis.call('HMGET', KEYS[2], unpack(ARGV, at + edges + 1))}
+"""
+
+
+@dataclass
+class Thresholds:
+    as_of: float | None
+    total: int
+    ranks: list[tuple[int, str, int]]  # (rank, the member there, its score), while the board is that deep
+    counts: list[int]  # members scoring from each edge up to the next (the last edge: and above)
+
+
+@_translated
+def board_thresholds(
+    *, version: int, shard: int, window: str, metric: str, category: str, ranks: list[int], edges: list[int]
+) -> Thresholds:
+    """The members and scores at `ranks` and the board's histogram over `edges`, in one round trip."""
+    keys = [board_key(version, shard, window, metric, category), state_key(version, shard)]
+    args = [len(ranks), *ranks, len(edges), *(-edge for edge in edges), *_STATE_READ]
+    total, rows, counts, state = _script(_THRESHOLDS)(keys=keys, args=args, client=fast())
+    return Thresholds(
+        as_of=_as_of(version, shard, state),
+        total=total,
+        ranks=[(int(rank), member.decode(), int(-float(score))) for rank, member, score in rows],
+        counts=[int(count) for count in counts],
+    )
+
+
 @_translated
 def members_ranks(
     *, version: int, window: str, metric: str, product_id: str, boards: list[tuple[int, str]]

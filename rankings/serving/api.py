@@ -15,7 +15,7 @@ from django.db import DatabaseError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views import defaults
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import JSONParser
@@ -32,6 +32,7 @@ from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.status import liveness_read, status_cached
 from rankings.serving import selectors
+from rankings.serving.thresholds import Thresholds, board_thresholds
 
 logger = logging.getLogger(__name__)
 
@@ -394,6 +395,55 @@ class ProductNeighborsReply(_BoardAnswer):
         ref_name = "ProductNeighbors"
 
 
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}]})
+class ScoreField(serializers.Field):
+    """A board's score: units (views, wishes) as an integer, revenue as money in a string."""
+
+
+def score_wire(score: int | Decimal) -> int | str:
+    return money_text(score) if isinstance(score, Decimal) else score
+
+
+class ThresholdReply(_Reply):
+    rank = serializers.IntegerField()
+    score = ScoreField()
+
+    class Meta:
+        ref_name = "Threshold"
+
+
+class ScoreBucketReply(_Reply):
+    min = ScoreField()
+    max = ScoreField()
+    count = serializers.IntegerField()
+
+    class Meta:
+        ref_name = "ScoreBucket"
+
+
+class ThresholdsReply(_BoardAnswer):
+    category = serializers.CharField()
+    total = serializers.IntegerField()
+    thresholds = ThresholdReply(many=True, help_text="the score at ranks 1, 10, 100, 1,000 and 10,000")
+    buckets = ScoreBucketReply(many=True, help_text="how many products score from min to max, low to high")
+
+    @staticmethod
+    def wire(found: Thresholds) -> dict:
+        return {
+            "category": found.category,
+            **_answer_wire(found),
+            "total": found.total,
+            "thresholds": [{"rank": rank, "score": score_wire(score)} for rank, score in found.thresholds],
+            "buckets": [
+                {"min": score_wire(low), "max": score_wire(high), "count": count}
+                for low, high, count in found.buckets
+            ],
+        }
+
+    class Meta:
+        ref_name = "Thresholds"
+
+
 # The JSON of the answers served last: a selector hands out the same answer
 # object for as long as it stays fresh, so each is encoded once, not once per
 # request. Keyed by identity, and holding the answer, so that an id is never reused meanwhile.
@@ -578,6 +628,18 @@ class ProductNeighborsApi(ReadApi):
             product_id=product_id,
             **_params(NeighborParams, request),
         )
+
+
+class ThresholdsApi(ReadApi):
+    """What it takes to climb a board: the scores at ranks 1, 10, 100, 1,000 and 10,000, and a histogram."""
+
+    @extend_schema(
+        operation_id="board_thresholds",
+        parameters=[RanksParams],
+        responses={200: ThresholdsReply, 400: _Error, 404: _Error, **_READ_ERRORS},
+    )
+    def get(self, request, slug):
+        return _selected(ThresholdsReply, board_thresholds, category=slug, **_params(RanksParams, request))
 
 
 class StatusApi(ReadApi):

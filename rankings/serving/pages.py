@@ -17,7 +17,7 @@ from django.views.decorators.cache import cache_control
 from catalogue.models import PRODUCT_ID_PATTERN
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import ALL
-from rankings.serving import selectors
+from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
 from rankings.serving.throttling import PageThrottle
 
@@ -52,6 +52,8 @@ WINDOW_LABELS = {"1h": "Last hour", "1d": "Last day", "7d": "Last 7 days", "30d"
 # Shorter, for the switch: four of them fit side by side on a phone.
 WINDOW_CHOICES = {"1h": "1 hour", "1d": "1 day", "7d": "7 days", "30d": "30 days"}
 METRIC_LABELS = {"units": "Units sold", "revenue": "Revenue"}
+# "3 more units this week would make it #9": a window as the end of that sentence.
+WINDOW_PERIODS = {"1h": "this hour", "1d": "today", "7d": "this week", "30d": "this month"}
 
 
 class BadRequest(ValueError):
@@ -312,8 +314,20 @@ def _percent(percentile: float | None) -> str | None:
 
 
 def _badge(rank, name: str, *, product_id: str, window: str, metric: str) -> dict:
-    """A rank (selectors.Rank or CategoryRank) as a link to the product's row on its board."""
+    """A rank (selectors.Rank or CategoryRank) as a link to the product's row on its board, with
+    what it would take to reach the next threshold rank above it."""
+    score = rank.units if metric == "units" else int(rank.revenue * 100)
+    climb = thresholds.product_climb(
+        product_id=product_id,
+        category=rank.category,
+        window=window,
+        metric=metric,
+        rank=rank.rank,
+        score=score,
+    )
     return {
+        "climb": climb,
+        "period": WINDOW_PERIODS.get(window, f"in the {WINDOW_LABELS.get(window, window).lower()}"),
         "category": rank.category,
         "name": name,
         "rank": rank.rank,
