@@ -1,6 +1,8 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|scale]
+
+`scale` (ten million products in a board, a million categories) runs only when asked for.
 """
 
 import argparse
@@ -13,7 +15,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
     parser.add_argument(
         "--only",
-        choices=["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash"],
+        choices=["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash", "scale"],
         help="run one group",
     )
     args = parser.parse_args()

@@ -33,6 +33,7 @@ def environment() -> dict:
         # One load generator on one address: per-client throttling would answer 429 to nearly all of it.
         "THROTTLE_READS": "",
         "THROTTLE_INGEST": "",
+        "THROTTLE_PAGES": "",
     }
 
 

@@ -294,7 +294,7 @@ def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now
                 seq=state.seq,
                 # Readers are told the new instant only when every step is in.
                 as_of=now if last or state.as_of is None else state.as_of,
-                changes=[[c.window, c.metric, c.category, c.product_id, c.delta] for c in step],
+                changes=step,
                 sales=claimed if last else 0,
             )
         )

@@ -1,0 +1,210 @@
+"""The seeds' scale: one board of ten million products, and a million categories (not in CI).
+
+The big board is loaded in bulk, not through the API: a Lua loop inside Redis writes the
+`all` board's 7-day units and revenue sorted sets, product p<i> with the demo's skew (a few
+best sellers, a long tail of ties at one and two units), after a tick has made the shop's
+version and shard states; one real sale and tick then write the board's top-100 blob as the
+engine does. The board is then read through gunicorn with wrk.
+
+The million categories are written with SQL (categories, five products each); a sample of
+them gets one sale per product through the ingest and a tick, to measure Redis's cost per
+category as the engine writes it; then a tick of 5,000 sales spread over all of them, and the
+home page and /v1/categories paged through the million.
+
+    python -m bench --only scale            (BENCH_SCALE_MEMBERS, BENCH_SCALE_CATEGORIES to resize)
+"""
+
+import datetime as dt
+import os
+import random
+import statistics
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench import harness
+from bench.bench_read import _wrk
+
+MEMBERS = int(os.environ.get("BENCH_SCALE_MEMBERS", "10000000"))
+CATEGORIES = int(os.environ.get("BENCH_SCALE_CATEGORIES", "1000000"))
+SAMPLED = min(CATEGORIES, 20_000)  # categories whose boards the engine writes for the memory figure
+CHUNK = 200_000  # members written per Lua call: Redis answers others between calls
+
+# Units of product p<i> (0-based popularity order): about 40,000 for the best seller, a long tail
+# of ties; revenue a per-product price in cents times the units.
+_LOAD = """
+local units_key, revenue_key, first, last = KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = first, last do
+  local units = math.floor(40000 / ((i + 1) ^ 0.75)) + 1
+  local member = 'p' .. i
+  redis.call('ZADD', units_key, -units, member)
+  redis.call('ZADD', revenue_key, -(units * (199 + i % 9800)), member)
+end
+return last - first + 1
+"""
+
+
+def _random_script(tmp: str, path: str, count: int) -> str:
+    script = Path(tmp) / f"random-{abs(hash(path))}.lua"
+    script.write_text(
+        "math.randomseed(os.time())\n"
+        "request = function()\n"
+        f'    return wrk.format("GET", string.format("{path}", math.random(0, {count - 1})))\n'
+        "end\n"
+    )
+    return str(script)
+
+
+def _big_board() -> tuple[str, int]:
+    """The `all` 7d boards of MEMBERS products in Redis; (units board key, its memory in bytes)."""
+    from django.utils import timezone
+
+    from rankings.engine import store
+    from rankings.engine.aggregate import tick
+    from rankings.engine.shards import ALL, active_layout
+    from rankings.ingest.sales import sales_ingest
+
+    harness.reset()
+    now = timezone.now().replace(microsecond=0)
+    tick(now=now)  # the version, its layout and every shard's state
+    version = store.active_version(fresh=True)
+    shard = active_layout()[1].shard_of(ALL)
+    units = store.board_key(version, shard, "7d", "units", ALL)
+    revenue = store.board_key(version, shard, "7d", "revenue", ALL)
+    load = store.patient().register_script(_LOAD)
+    started = time.perf_counter()
+    for first in range(0, MEMBERS, CHUNK):
+        load(keys=[units, revenue], args=[first, min(MEMBERS, first + CHUNK) - 1])
+    print(
+        f"  loaded {MEMBERS:,} members into two boards in {time.perf_counter() - started:.0f} s", flush=True
+    )
+    # One real sale, ticked: the engine writes the board's top-100 blob as it always does.
+    sales_ingest(
+        events=[{"id": "scale-1", "ts": now.isoformat(), "productId": "p0", "qty": 1, "amount": "1.99"}],
+        now=now,
+    )
+    tick(now=now + dt.timedelta(seconds=1))
+    return units, store.patient().memory_usage(units, samples=0)
+
+
+def _board_reads(table: harness.Table, runs: int) -> None:
+    key, memory = _big_board()
+    table.add(
+        f"`all` board of {MEMBERS:,} products: Redis memory",
+        f"{memory / MEMBERS:.0f} bytes per member ({memory / 2**20:,.0f} MiB per board)",
+        note="goal ≤ 110 bytes per member",
+    )
+    reads = [
+        ("top-100", "/v1/categories/all/top?limit=100", None),
+        ("rank of a random product", "/v1/products/p%d/rank?category=all", "random"),
+        ("neighbours of a random product", "/v1/products/p%d/neighbors?category=all&n=5", "random"),
+    ]
+    with harness.services(worker=False) as url, tempfile.TemporaryDirectory() as tmp:
+        for label, path, kind in reads:
+            script = _random_script(tmp, path, MEMBERS) if kind else None
+            results = [_wrk(url + (path if not kind else path % 0), script) for _ in range(runs)]
+            rate, p50, p99 = (harness.median([r[i] for r in results]) for i in range(3))
+            table.add(
+                f"`all` board of {MEMBERS:,}: {label}",
+                f"{rate:,.0f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+                note="goal: rank p99 ≤ 10 ms" if "rank" in label else "",
+            )
+    harness.reset()
+
+
+_CATEGORIES_SQL = """
+INSERT INTO catalogue_category (slug, name, is_placeholder, has_sales)
+SELECT 'c' || lpad(g::text, 7, '0'), 'Category ' || g, false, false FROM generate_series(0, %(n)s - 1) AS g;
+INSERT INTO catalogue_product (product_id, name, price_cents, is_placeholder)
+SELECT 'q' || g, 'Product ' || g, 199 + g %% 9800, false FROM generate_series(0, %(n)s * 5 - 1) AS g;
+INSERT INTO catalogue_product_categories (product_id, category_id)
+SELECT p.id, c.id FROM catalogue_product p
+JOIN catalogue_category c ON c.slug = 'c' || lpad((substr(p.product_id, 2)::int / 5)::text, 7, '0');
+"""
+
+
+def _million_categories(table: harness.Table, runs: int) -> None:
+    from django.db import connection
+    from django.utils import timezone
+
+    from rankings.engine import store
+    from rankings.engine.aggregate import tick
+    from rankings.ingest.sales import sales_ingest
+    from rankings.serving import selectors
+
+    harness.reset()
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(_CATEGORIES_SQL, {"n": CATEGORIES})
+        cursor.execute("ANALYZE catalogue_category, catalogue_product, catalogue_product_categories")
+    print(
+        f"  wrote {CATEGORIES:,} categories, {5 * CATEGORIES:,} products in {time.perf_counter() - started:.0f} s"
+    )
+    selectors.caches_clear()
+    now = timezone.now().replace(microsecond=0)
+    tick(now=now)
+    before = store.patient().info("memory")["used_memory"]
+    # One sale per product of SAMPLED categories, with the catalogue's categories (left out of the event).
+    events = [
+        {"id": f"m{p}", "ts": now.isoformat(), "productId": f"q{p}", "qty": 1 + p % 3}
+        for p in range(5 * SAMPLED)
+    ]
+    for first in range(0, len(events), 5000):
+        sales_ingest(events=events[first : first + 5000], now=now)
+    now += dt.timedelta(seconds=1)
+    tick(now=now)
+    after = store.patient().info("memory")["used_memory"]
+    table.add(
+        f"{CATEGORIES:,} categories of 5 products: Redis memory per category",
+        f"{(after - before) / SAMPLED:,.0f} bytes (8 boards and their blobs, measured over {SAMPLED:,} categories)",
+        note=f"projected for {CATEGORIES:,}: {(after - before) / SAMPLED * CATEGORIES / 2**30:.1f} GiB",
+    )
+    seconds = []
+    for run in range(runs):
+        spread = random.Random(run).sample(range(CATEGORIES), 5000)
+        batch = [
+            {"id": f"t{run}-{c}", "ts": now.isoformat(), "productId": f"q{5 * c}", "qty": 1} for c in spread
+        ]
+        sales_ingest(events=batch, now=now)
+        now += dt.timedelta(seconds=1)
+        started = time.perf_counter()
+        tick(now=now)
+        seconds.append(time.perf_counter() - started)
+    table.add(
+        f"tick of 5,000 sales over {CATEGORIES:,} categories",
+        f"{harness.median(seconds):.2f} s = {5000 / harness.median(seconds):,.0f} sales/s",
+    )
+    with harness.services(worker=False) as url:
+        for label, path in (
+            ("home page, first page", "/"),
+            ("home page, a page deep in the list", f"/?page={CATEGORIES // 24 // 2}"),
+            ("/v1/categories, first page", "/v1/categories"),
+            ("/v1/categories, deep offset", f"/v1/categories?offset={CATEGORIES - 200}"),
+        ):
+            urllib.request.urlopen(url + path).read()  # each worker's first read loads what it caches
+            urllib.request.urlopen(url + path).read()
+            latencies = []
+            for _ in range(50):
+                started = time.perf_counter()
+                urllib.request.urlopen(url + path).read()
+                latencies.append((time.perf_counter() - started) * 1000)
+            table.add(
+                f"{CATEGORIES:,} categories: {label}",
+                f"p50 {statistics.median(latencies):.1f} ms, p99 {harness.percentile(latencies, 99):.1f} ms",
+            )
+    harness.reset()
+
+
+def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
+    table = table or harness.Table()
+    print(f"scale: one board of {MEMBERS:,} products…", flush=True)
+    _board_reads(table, runs)
+    print(f"scale: {CATEGORIES:,} categories…", flush=True)
+    _million_categories(table, runs)
+    return table
+
+
+if __name__ == "__main__":
+    harness.setup()
+    print(run().render())
