@@ -50,6 +50,20 @@ INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
 SELECT shard, sale_id, counted_at, categories FROM pending_rekeyed
 """
 
+# The engagement queue, split and merged the same way.
+_PENDING_ENGAGEMENT_CATEGORIES = "SELECT DISTINCT unnest(categories) FROM rankings_pendingengagement"
+_REKEY_PENDING_ENGAGEMENT = """
+DROP TABLE IF EXISTS pg_temp.pending_engagement_rekeyed;
+CREATE TEMPORARY TABLE pending_engagement_rekeyed ON COMMIT DROP AS
+SELECT m.shard, p.engagement_id, p.product_id, p.ts, p.kind, array_agg(u.category ORDER BY u.category) AS categories
+FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS u(category)
+JOIN layout_map m ON m.category = u.category
+GROUP BY m.shard, p.engagement_id, p.product_id, p.ts, p.kind;
+DELETE FROM rankings_pendingengagement;
+INSERT INTO rankings_pendingengagement (shard, engagement_id, product_id, ts, kind, categories)
+SELECT shard, engagement_id, product_id, ts, kind, categories FROM pending_engagement_rekeyed
+"""
+
 
 def _map_add(cursor, layout: Layout, categories_query: str) -> None:
     """Put the categories the query finds, and not yet mapped, in layout_map with their new shard."""
@@ -88,3 +102,5 @@ def state_rekey(*, layout: Layout, positions: dict[int, int], as_of: dt.datetime
         locks.layout_change_lock()
         _map_add(cursor, layout, _PENDING_CATEGORIES)
         cursor.execute(_REKEY_PENDING)
+        _map_add(cursor, layout, _PENDING_ENGAGEMENT_CATEGORIES)
+        cursor.execute(_REKEY_PENDING_ENGAGEMENT)
