@@ -1,0 +1,247 @@
+"""Engagement: POST /v1/engagements, import_engagements, the views and wishes boards, the retention."""
+
+import datetime as dt
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from rankings.engine.prune import engine_now, prune
+from rankings.ingest.partitions import engagement_partitions
+from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
+from rankings.operations.backfill import version_build
+
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = dt.timedelta(days=1)
+
+
+@pytest.fixture
+def engage_api(db):
+    user = get_user_model().objects.create_user("engage-test")
+    user.user_permissions.add(
+        Permission.objects.get(codename="add_engagement", content_type__app_label="rankings")
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def view(**overrides):
+    return {
+        "ts": "2026-11-30T08:53:20Z",
+        "productId": "p15",
+        "categories": ["toys"],
+        "kind": "view",
+        **overrides,
+    }
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+def test_a_batch_is_stored_and_bad_events_are_rejected_with_index_and_reason(engage_api):
+    events = [view(id="v-1"), view(kind="like"), view(id="w-1", kind="wish"), view(productId="a b"), view()]
+
+    reply = engage_api.post("/v1/engagements", {"events": events}, format="json")
+
+    assert reply.status_code == 200
+    assert reply.json() == {
+        "accepted": 3,
+        "duplicates": 0,
+        "rejected": [
+            {"index": 1, "id": None, "error": "kind must be 'view' or 'wish'"},
+            {"index": 3, "id": None, "error": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -"},
+        ],
+    }
+    assert sorted(Engagement.objects.values_list("kind", flat=True)) == ["view", "view", "wish"]
+
+
+def test_an_id_deduplicates_and_no_id_counts_every_event(engage_api):
+    engage_api.post("/v1/engagements", {"events": [view(id="v-1"), view()]}, format="json")
+
+    reply = engage_api.post(
+        "/v1/engagements", {"events": [view(id="v-1"), view(), view(id="v-1", kind="wish")]}, format="json"
+    ).json()
+
+    assert reply["accepted"] == 1 and reply["duplicates"] == 1
+    assert reply["rejected"] == [{"index": 2, "id": "v-1", "error": "id already used by a different event"}]
+    assert Engagement.objects.count() == 3
+
+
+def test_an_id_longer_than_128_characters_is_rejected(engage_api):
+    reply = engage_api.post("/v1/engagements", {"events": [view(id="x" * 129)]}, format="json").json()
+
+    assert reply["rejected"] == [
+        {"index": 0, "id": None, "error": "id must be a string of 1 to 128 characters"}
+    ]
+
+
+def test_a_batch_over_10000_events_is_413(engage_api):
+    reply = engage_api.post("/v1/engagements", {"events": [view()] * 10_001}, format="json")
+
+    assert reply.status_code == 413
+    assert "error" in reply.json()
+    assert not Engagement.objects.exists()
+
+
+def test_a_batch_of_10000_events_is_taken(engage_api):
+    reply = engage_api.post("/v1/engagements", {"events": [view()] * 10_000}, format="json")
+
+    assert reply.status_code == 200 and reply.json()["accepted"] == 10_000
+
+
+def test_without_a_token_or_the_permission_the_batch_is_refused(api, django_user_model):
+    assert api.post("/v1/engagements", {"events": [view()]}, format="json").status_code == 401
+    # given a user who may add sales but not engagement
+    user = django_user_model.objects.create_user("sales-only")
+    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+
+    reply = api.post("/v1/engagements", {"events": [view()]}, format="json")
+
+    assert reply.status_code == 403 and set(reply.json()) == {"error"}
+    assert not Engagement.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b"{}",
+        b'{"events": 3}',
+        b'{"events": [1, "x", null, [], {"kind": "view"}]}',
+        b"{not json",
+        b'{"events": [{"ts": "2026-11-30T08:53:20", "productId": "p", "kind": "view"}]}',
+        b'{"events": [{"ts": 1e400, "productId": "p", "kind": "view", "categories": "toys"}]}',
+        b'{"events": [{"ts": 1, "productId": "p", "kind": "view", "id": 7}]}',
+    ],
+)
+def test_bad_input_is_never_a_500(engage_api, body):
+    reply = engage_api.generic("POST", "/v1/engagements", body, content_type="application/json")
+
+    assert reply.status_code in (200, 400)
+    assert "error" in reply.json() or "rejected" in reply.json()
+
+
+def test_engagement_never_counts_as_a_sale(engage_api):
+    engage_api.post("/v1/engagements", {"events": [view()]}, format="json")
+
+    assert not Sale.objects.exists()
+
+
+# --- the boards --------------------------------------------------------------------------
+
+
+def test_views_and_wishes_rank_products_apart_from_sales():
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=5))
+    shop.engage(
+        *[shop.engagement("p2") for _ in range(3)],
+        shop.engagement("p1"),
+        shop.engagement("p1", kind="wish"),
+        shop.engagement("p3", kind="wish", categories=()),
+    )
+
+    shop.tick()
+
+    assert shop.top(metric="views") == [("p2", 3), ("p1", 1)]
+    assert shop.top(metric="wishes") == [("p1", 1)]
+    assert shop.top(category="all", metric="wishes") == [("p1", 1), ("p3", 1)]
+    assert shop.top(metric="units") == [("p1", 5)]
+    shop.assert_exact()
+
+
+def test_an_event_older_than_the_retention_is_counted_too_old_and_not_stored():
+    # given an engine clock
+    shop = Shop()
+    shop.tick()
+
+    result = shop.engage(shop.engagement("p1", ago=36 * DAY), shop.engagement("p1", ago=34 * DAY))
+
+    assert result.accepted == 2
+    assert Engagement.objects.count() == 1
+    assert IngestLog.objects.get().too_old == 1
+
+
+def test_retention_drops_old_days_and_boards_stay_exact():
+    """Moving the engine's clock past the retention drops whole days of raw events (and their ids);
+    every board still equals the recompute, and a rebuild from what is left matches the live one."""
+    # given views spread over 40 days, some with ids, boards built
+    shop = Shop()
+    shop.engage(
+        *[
+            shop.engagement(
+                f"p{d % 3}", ago=d * DAY, event_id=f"v{d}" if d % 2 else None, categories=["toys"]
+            )
+            for d in range(40)
+        ]
+    )
+    shop.tick()
+    shop.assert_exact()
+    days_before = len(engagement_partitions())
+
+    # when the clock passes the retention of the oldest days, and the prune runs
+    shop.advance(days=10)
+    shop.tick()
+    report = prune()
+
+    # then the days older than 35 days behind the engine's clock are gone, whole
+    cutoff = engine_now() - dt.timedelta(days=35)
+    assert report.dropped
+    assert len(engagement_partitions()) == days_before - len(report.dropped)
+    assert all(day is None or day + DAY > cutoff for _, day in engagement_partitions())
+    assert not Engagement.objects.filter(ts__lt=cutoff - DAY).exists()
+    assert not EngagementId.objects.filter(ts__lt=cutoff).exists()
+    shop.assert_exact()
+    # and a rebuild from the raw events kept matches the live boards
+    version = version_build(activate=True)
+    assert version.state == "active"
+    shop.assert_exact()
+
+
+def test_a_resend_within_the_retention_is_a_duplicate():
+    shop = Shop()
+    event = shop.engagement("p1", event_id="v-1", ago=30 * DAY)
+    shop.engage(event)
+    shop.tick()
+
+    result = shop.engage(event)
+
+    assert (result.accepted, result.duplicates) == (0, 1)
+
+
+def test_a_burst_of_views_is_one_write_per_board_member():
+    """Coalesced: 1,000 views of one product make one change per board of it, not 1,000."""
+    shop = Shop()
+    shop.engage(*[shop.engagement("hot") for _ in range(1000)])
+
+    report = shop.tick()
+
+    windows = 4
+    boards = 2  # toys and all, views only
+    assert report.redis_writes == windows * boards
+    assert not PendingEngagement.objects.exists()
+
+
+# --- the import --------------------------------------------------------------------------
+
+
+def test_import_engagements_reads_json_lines_and_csv(tmp_path):
+    jsonl = tmp_path / "views.jsonl"
+    jsonl.write_text("\n".join(json.dumps(view(id=f"v{i}")) for i in range(3)) + "\n" + '{"kind": "x"}\n')
+    csv = tmp_path / "wishes.csv"
+    csv.write_text("ts,productId,kind,categories\n2026-11-30T08:00:00Z,p1,wish,toys|gifts\n")
+
+    call_command("import_engagements", str(jsonl), "--no-progress")
+    call_command("import_engagements", str(csv), "--no-progress")
+
+    assert Engagement.objects.count() == 4
+    assert (tmp_path / "views.jsonl.rejected.jsonl").exists()
+    assert Engagement.objects.get(kind="wish").categories == ["toys", "gifts"]
