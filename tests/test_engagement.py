@@ -245,3 +245,48 @@ def test_import_engagements_reads_json_lines_and_csv(tmp_path):
     assert Engagement.objects.count() == 4
     assert (tmp_path / "views.jsonl.rejected.jsonl").exists()
     assert Engagement.objects.get(kind="wish").categories == ["toys", "gifts"]
+
+
+# --- reads and pages ---------------------------------------------------------------------
+
+
+def _viewed_shop():
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=2, amount="10.00"), shop.sale("p2", qty=1, amount="3.00"))
+    shop.engage(
+        *[shop.engagement("p2") for _ in range(5)],
+        *[shop.engagement("p1") for _ in range(2)],
+        shop.engagement("p1", kind="wish"),
+    )
+    shop.tick()
+    return shop
+
+
+def test_every_read_takes_metric_views_or_wishes(api):
+    _viewed_shop()
+
+    top = api.get("/v1/categories/toys/top?metric=views&window=1h").json()
+    rank = api.get("/v1/products/p1/rank?category=toys&metric=wishes&window=1h").json()
+    ranks = api.get("/v1/products/p1/ranks?metric=views&window=1h").json()
+    neighbors = api.get("/v1/products/p1/neighbors?category=toys&metric=views&window=1h&n=1").json()
+
+    assert [(i["productId"], i["views"], i["wishes"], i["units"], i["revenue"]) for i in top["items"]] == [
+        ("p2", 5, 0, 1, "3.00"),
+        ("p1", 2, 1, 2, "10.00"),
+    ]
+    assert (rank["rank"], rank["wishes"], rank["views"], rank["units"]) == (1, 1, 2, 2)
+    assert ranks["metric"] == "views"
+    assert [i["productId"] for i in neighbors["items"]] == ["p2", "p1"]
+    sales_top = api.get("/v1/categories/toys/top?window=1h").json()
+    assert "views" not in sales_top["items"][0]
+
+
+def test_the_category_page_switches_to_most_viewed_and_the_product_page_shows_view_ranks(client):
+    _viewed_shop()
+
+    category = client.get("/c/toys/?metric=views&window=1h").content.decode()
+    product = client.get("/p/p1/?window=1h").content.decode()
+
+    assert "Most viewed" in category and "Most wished for" in category
+    assert category.index("p2") < category.index("p1")
+    assert "Most viewed" in product and "#2</strong> in" in product

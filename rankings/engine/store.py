@@ -1018,6 +1018,27 @@ def members_ranks(
 
 
 @_translated
+def members_scores(
+    *, version: int, lookups: list[tuple[int, str, str, str, list[str]]]
+) -> list[dict[str, int]]:
+    """For each (shard, window, metric, category, product ids): those products' scores on that board
+    (0 when not on it), in one round trip. An engagement board's answers show units and revenue too."""
+    pipe = fast().pipeline(transaction=False)
+    asked = [(lookup, lookup[4]) for lookup in lookups if lookup[4]]
+    for (shard, window, metric, category, _), members in asked:
+        pipe.zmscore(board_key(version, shard, window, metric, category), members)
+    replies = iter(pipe.execute() if asked else [])
+    found = []
+    for *_, members in lookups:
+        if not members:
+            found.append({})
+            continue
+        reply = next(replies)
+        found.append({m: int(-float(s)) if s is not None else 0 for m, s in zip(members, reply, strict=True)})
+    return found
+
+
+@_translated
 def shard_as_of(*, version: int, shard: int) -> float | None:
     """The instant a shard's boards were last brought up to date (None: Redis holds no state for it)."""
     return _as_of(version, shard, fast().hmget(state_key(version, shard), _STATE_READ))
