@@ -290,3 +290,20 @@ def test_the_category_page_switches_to_most_viewed_and_the_product_page_shows_vi
     assert "Most viewed" in category and "Most wished for" in category
     assert category.index("p2") < category.index("p1")
     assert "Most viewed" in product and "#2</strong> in" in product
+
+
+def test_the_demo_sends_views_and_wishes_with_the_sales_skew():
+    from rankings.operations.demo import DemoShape, demo_seed
+
+    shape = DemoShape(sales=1000, days=1, categories=5, products=100)
+
+    report = demo_seed(shape=shape, seed=1, now=dt.datetime(2026, 3, 2, tzinfo=dt.UTC))
+
+    events = Engagement.objects.count()
+    assert report.engagement.accepted == events == round(1000 * 20.1)
+    assert 50 <= Engagement.objects.filter(kind="wish").count() <= 150  # 100 expected
+    hot = Engagement.objects.filter(categories__contains=["cat0"]).count() / events
+    assert 0.37 <= hot <= 0.43  # 40% drawn in the hot category, as the sales are
+    # a second run finds only duplicates
+    again = demo_seed(shape=shape, seed=1, now=dt.datetime(2026, 3, 2, tzinfo=dt.UTC))
+    assert again.engagement.duplicates == events
