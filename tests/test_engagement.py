@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
+from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -307,3 +308,24 @@ def test_the_demo_sends_views_and_wishes_with_the_sales_skew():
     # a second run finds only duplicates
     again = demo_seed(shape=shape, seed=1, now=dt.datetime(2026, 3, 2, tzinfo=dt.UTC))
     assert again.engagement.duplicates == events
+
+
+def test_the_status_shows_engagement_rate_lag_and_retention(admin_client):
+    from rankings.operations.status import status_forget
+
+    shop = Shop(dt.datetime.now(dt.UTC))  # the status's rates are by the wall clock
+    shop.engage(*[shop.engagement("p1", ago=d * DAY) for d in range(3)])
+    shop.tick()
+    shop.engage(shop.engagement("p2"))
+    status_forget()
+
+    figures = admin_client.get("/v1/status").json()
+
+    engagement = figures["engagement"]
+    assert engagement["pending"] == 1 and engagement["lagSeconds"] >= 0
+    assert engagement["accepted"] == 4 and figures["accepted"] == 0  # sales' figures count no views
+    assert engagement["retentionDays"] == 35
+    assert engagement["oldestDayKept"] == (shop.now - 2 * DAY).date().isoformat()
+    assert (
+        "Engagement (views and wishes)" in admin_client.get(reverse("admin:rankings_status")).content.decode()
+    )

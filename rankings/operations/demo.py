@@ -233,7 +233,7 @@ def demo_seed(
     events = demo_engagement_events(shape=shape, seed=seed, now=now, catalogue=catalogue)
     with tqdm(unit="ev", unit_scale=True, desc="demo views and wishes", disable=not progress) as bar:
         for chunk in chunked(events, rankings_settings.MAX_ENGAGEMENT_BATCH_EVENTS):
-            engagement.merge(engagements_ingest(events=chunk, source="demo"), offset=engaged)
+            engagement.merge(engagements_ingest(events=chunk, source="engage-demo"), offset=engaged)
             engaged += len(chunk)
             bar.update(len(chunk))
     return DemoReport(

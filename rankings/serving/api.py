@@ -610,7 +610,8 @@ class StatusApi(ReadApi):
                     "ok: the boards were brought up to date moments ago; stale: not for a minute or more "
                     "(the ticks stopped); down: Redis does not answer. A token or staff session with the "
                     "permission rankings.view_status also gets the backlog, lag, last tick, ingest rate "
-                    "and totals, and the boards per window."
+                    "and totals, the boards per window, and under `engagement` the same for views and "
+                    "wishes with the retention (oldest day of raw events kept)."
                 ),
             ),
             304: _READ_ERRORS[304],
