@@ -329,3 +329,12 @@ def test_the_status_shows_engagement_rate_lag_and_retention(admin_client):
     assert (
         "Engagement (views and wishes)" in admin_client.get(reverse("admin:rankings_status")).content.decode()
     )
+
+
+def test_the_admin_lists_engagement_events(admin_client):
+    shop = Shop()
+    shop.engage(shop.engagement("p-admin", kind="wish"))
+
+    page = admin_client.get(reverse("admin:rankings_engagement_changelist") + "?kind=wish")
+
+    assert page.status_code == 200 and "p-admin" in page.content.decode()
