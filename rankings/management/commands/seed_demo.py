@@ -28,6 +28,11 @@ class Command(BaseCommand):
             default=default.engagement_days,
             help="days of views and wishes before now (default 1)",
         )
+        parser.add_argument(
+            "--no-engagement",
+            action="store_true",
+            help="sales only: no views or wishes (for benchmarks of sales)",
+        )
         parser.add_argument("--now", type=instant, help="end of the history, ISO-8601 (default: the clock)")
         parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
 
@@ -37,7 +42,8 @@ class Command(BaseCommand):
             days=options["days"],
             categories=options["categories"],
             products=options["products"],
-            views_per_sale=options["views_per_sale"],
+            views_per_sale=0 if options["no_engagement"] else options["views_per_sale"],
+            wishes_per_sale=0 if options["no_engagement"] else DemoShape().wishes_per_sale,
             engagement_days=options["engagement_days"],
         )
         report = demo_seed(
