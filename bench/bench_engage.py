@@ -2,8 +2,9 @@
 
 (a) ingest: POST /v1/engagements in batches of 10,000 (one client, then four at once), against
     PostgreSQL's own binary COPY of the same rows into the same table (rankings_engagement),
-    measured in the same run; medians of `runs`. Views carry no id, as most views do not; one
-    more figure sends them with ids (de-duplicated).
+    measured in the same run; medians of `runs`. Views are live clicks (stamped within the last
+    two seconds) and carry no id, as most views do not; one more figure sends them with ids
+    (de-duplicated).
 (b) lag accept→visible, p50/p99: two clients post 20,000 views/s between them while a third posts
     2,000 sales/s, for PACED_SECONDS, through gunicorn with the worker and beat running. Each view
     batch carries a probe: a product of its own in a category of its own, viewed more often than
@@ -56,13 +57,14 @@ def _product(rng: random.Random, category: int) -> str:
 
 
 def _views(count: int, rng: random.Random, *, ids: str | None = None, now: float | None = None) -> list[dict]:
-    """`count` views (a tenth of them wishes) of the last hour, HOT_SHARE in cat0, the rest spread."""
+    """`count` views (a tenth of them wishes) stamped within the last two seconds, as live clicks
+    arrive, HOT_SHARE in cat0, the rest spread."""
     now = now or time.time()
     events = []
     for i in range(count):
         category = 0 if rng.random() < HOT_SHARE else rng.randrange(1, CATEGORIES)
         event = {
-            "ts": int(now - rng.randrange(3600)),
+            "ts": int(now) - rng.randrange(2),
             "productId": _product(rng, category),
             "categories": [f"cat{category}"],
             "kind": "wish" if rng.random() < 0.1 else "view",

@@ -342,17 +342,24 @@ class EngagementId(models.Model):
 
 
 class PendingEngagement(models.Model):
-    """An engagement event not yet folded into one shard's buckets: the tick's second work queue.
+    """Engagement events not yet folded into one shard's buckets: the tick's second work queue.
 
-    Carries all the tick needs (product, time, kind, the boards of this shard
-    it counts in), so the claim reads no raw event, and a day dropped by the
-    retention can never strand a queued one.
+    One row per batch's group of events of one product, second, and list of
+    categories (with how many of them are views and wishes), not per event: a
+    burst of views of a hot product is a few rows to write and claim, and the
+    tick counts whole seconds anyway. A row carries all the tick needs, so the
+    claim reads no raw event, and a day dropped by the retention can never
+    strand a queued one. Raw events less these rows is what a shard's boards hold.
     """
 
-    pk = models.CompositePrimaryKey("shard", "engagement_id")
+    pk = models.CompositePrimaryKey("shard", "entry")
     shard = models.PositiveSmallIntegerField()
-    engagement_id = models.BigIntegerField()
+    # Drawn from the raw events' sequence: one per group, the same on each shard the group is queued for.
+    entry = models.BigIntegerField()
     product_id = models.CharField(max_length=64)
-    ts = models.DateTimeField()
-    kind = models.CharField(max_length=4, choices=Engagement.Kind.choices)
+    ts = models.DateTimeField(help_text="the events' time, to the whole second")
+    # The boards of this shard the events count in (with `all` in its shard).
     categories = ArrayField(models.CharField(max_length=50))
+    views = models.IntegerField()
+    wishes = models.IntegerField()
+    queued_at = models.DateTimeField()

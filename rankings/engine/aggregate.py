@@ -206,7 +206,7 @@ def _tick_shard(
         if step is None:
             return
         _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
-        if max(step.claimed, step.engaged) < limit:
+        if max(step.claimed, step.engaged_rows) < limit:
             return
         limit = batch_size_next(limit)
 
@@ -236,6 +236,7 @@ class _Step:
 
     claimed: int
     engaged: int  # engagement events claimed
+    engaged_rows: int  # in this many rows of their queue
     too_old: int
     seq: int  # the shard's batch sequence number after it
     batches: list[Batch]
@@ -271,7 +272,7 @@ def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: in
         if state.as_of is not None and now < state.as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
         claimed = _claim(shard=shard, limit=limit)
-        engaged = _claim_engagements(shard=shard, limit=limit)
+        engaged_rows, engaged = _claim_engagements(shard=shard, limit=limit)
         if claimed == 0 and engaged == 0 and state.as_of == now:
             return None
         changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
@@ -284,7 +285,14 @@ def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: in
         state.as_of = now
         state.too_old += too_old
         state.save()
-    return _Step(claimed=claimed, engaged=engaged, too_old=too_old, seq=state.seq, batches=batches)
+    return _Step(
+        claimed=claimed,
+        engaged=engaged,
+        engaged_rows=engaged_rows,
+        too_old=too_old,
+        seq=state.seq,
+        batches=batches,
+    )
 
 
 def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now: dt.datetime) -> list[Batch]:
@@ -389,24 +397,24 @@ WITH claimed AS (
 SELECT count(*) FROM claimed
 """
 
-# Engagement events: the queue row carries everything, so no raw event is read. A burst of views
-# of a few hot products is grouped here already, into one fact per product, category and second.
+# Engagement events: a queue row is a group of them (one product, second and list of boards) and
+# carries everything, so no raw event is read; groups of one product and second are summed again.
 _CLAIM_ENGAGEMENT = """
 WITH claimed AS (
     DELETE FROM rankings_pendingengagement p
-    WHERE p.shard = %(shard)s AND p.engagement_id IN (
-        SELECT engagement_id FROM rankings_pendingengagement WHERE shard = %(shard)s
-        ORDER BY engagement_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    WHERE p.shard = %(shard)s AND p.entry IN (
+        SELECT entry FROM rankings_pendingengagement WHERE shard = %(shard)s
+        ORDER BY entry LIMIT %(limit)s FOR UPDATE SKIP LOCKED
     )
-    RETURNING p.product_id, p.ts, p.kind, p.categories
+    RETURNING p.product_id, p.ts, p.categories, p.views, p.wishes
 ), counted AS (
     INSERT INTO tick_facts (category, product_id, t, qty, cents, views, wishes)
     SELECT u.category, claimed.product_id, floor(extract(epoch FROM claimed.ts))::bigint, 0, 0,
-           count(*) FILTER (WHERE claimed.kind = 'view'), count(*) FILTER (WHERE claimed.kind = 'wish')
+           sum(claimed.views), sum(claimed.wishes)
     FROM claimed CROSS JOIN LATERAL unnest(claimed.categories) AS u(category)
     GROUP BY 1, 2, 3
 )
-SELECT count(*) FROM claimed
+SELECT count(*), coalesce(sum(views + wishes), 0) FROM claimed
 """
 
 
@@ -421,15 +429,15 @@ def _claim(*, shard: int, limit: int) -> int:
     return claimed
 
 
-def _claim_engagements(*, shard: int, limit: int) -> int:
-    """Move up to `limit` of the shard's pending engagement events into tick_facts (after _claim made
-    it); return how many."""
+def _claim_engagements(*, shard: int, limit: int) -> tuple[int, int]:
+    """Move up to `limit` of the shard's queue rows of engagement into tick_facts (after _claim made
+    it); return how many rows, and how many events they hold."""
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_ENGAGEMENT, {"shard": shard, "limit": limit})
-        (claimed,) = cursor.fetchone()
+        rows, events = cursor.fetchone()
         # Statistics for the planner: without them it guesses the batch's size and groups badly.
         cursor.execute("ANALYZE tick_facts")
-    return claimed
+    return rows, int(events)
 
 
 _BUCKET_SUMS = """

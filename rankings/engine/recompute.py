@@ -25,16 +25,23 @@ WHERE s.counted_at >= to_timestamp(%(first)s) AND s.counted_at < to_timestamp(%(
 GROUP BY c.category, s.product_id
 """
 
-# Views and wishes, from the raw engagement events the retention keeps (every window's).
+# Views and wishes, from the raw engagement events the retention keeps (every window's), less those
+# the shard has not claimed yet (its queue rows count them by product, second and boards).
 _RECOMPUTE_ENGAGEMENT = """
-SELECT c.category, e.product_id, count(*) FILTER (WHERE e.kind = 'view'), count(*) FILTER (WHERE e.kind = 'wish')
-FROM rankings_engagement e
-CROSS JOIN LATERAL unnest(e.categories || ARRAY[%(all)s]::varchar[]) AS c(category)
-WHERE e.ts >= to_timestamp(%(first)s) AND e.ts < to_timestamp(%(stop)s)
-  AND NOT EXISTS (
-      SELECT 1 FROM rankings_pendingengagement p WHERE p.engagement_id = e.id AND p.shard = %(shard)s
-  )
-GROUP BY c.category, e.product_id
+SELECT category, product_id, sum(views), sum(wishes) FROM (
+    SELECT c.category, e.product_id,
+           count(*) FILTER (WHERE e.kind = 'view') AS views, count(*) FILTER (WHERE e.kind = 'wish') AS wishes
+    FROM rankings_engagement e
+    CROSS JOIN LATERAL unnest(e.categories || ARRAY[%(all)s]::varchar[]) AS c(category)
+    WHERE e.ts >= to_timestamp(%(first)s) AND e.ts < to_timestamp(%(stop)s)
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT c.category, p.product_id, -sum(p.views), -sum(p.wishes)
+    FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS c(category)
+    WHERE p.shard = %(shard)s AND p.ts >= to_timestamp(%(first)s) AND p.ts < to_timestamp(%(stop)s)
+    GROUP BY 1, 2
+) AS counted
+GROUP BY 1, 2
 """
 
 

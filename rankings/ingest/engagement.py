@@ -217,7 +217,9 @@ ON CONFLICT DO NOTHING
 """
 
 # An id is claimed in EngagementId first (a concurrent batch's same id waits, then is skipped);
-# events without an id and those whose id was claimed are stored, each with its queue rows.
+# events without an id and those whose id was claimed are stored, and queued grouped: one row
+# per product, whole second and list of categories, on each shard they count in, with how many
+# views and wishes the group holds.
 _INSERT = f"""
 WITH claimed AS (
     INSERT INTO {EngagementId._meta.db_table} (event_id, digest, ts)
@@ -226,17 +228,23 @@ WITH claimed AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
 ), chosen AS MATERIALIZED (
-    SELECT nextval('{Engagement._meta.db_table}_id_seq') AS id, stage.*
-    FROM engagement_stage stage
+    SELECT stage.* FROM engagement_stage stage
     WHERE stage.event_id IS NULL OR stage.event_id IN (SELECT event_id FROM claimed)
 ), inserted AS (
-    INSERT INTO {Engagement._meta.db_table} (id, event_id, ts, product_id, kind, categories, received_at)
-    SELECT id, event_id, ts, product_id, kind, string_to_array(categories, ','), now() FROM chosen
+    INSERT INTO {Engagement._meta.db_table} (event_id, ts, product_id, kind, categories, received_at)
+    SELECT event_id, ts, product_id, kind, string_to_array(categories, ','), now() FROM chosen
+), grouped AS MATERIALIZED (
+    SELECT nextval('{Engagement._meta.db_table}_id_seq') AS entry, g.*
+    FROM (
+        SELECT product_id, to_timestamp(floor(extract(epoch FROM ts))) AS second, queue,
+               count(*) FILTER (WHERE kind = 'view') AS views, count(*) FILTER (WHERE kind = 'wish') AS wishes
+        FROM chosen GROUP BY 1, 2, 3
+    ) AS g
 ), queued AS (
-    INSERT INTO {PendingEngagement._meta.db_table} (shard, engagement_id, product_id, ts, kind, categories)
-    SELECT split_part(entry, ':', 1)::smallint, chosen.id, chosen.product_id, chosen.ts, chosen.kind,
-           string_to_array(split_part(entry, ':', 2), ',')
-    FROM chosen, unnest(string_to_array(chosen.queue, ';')) AS entry
+    INSERT INTO {PendingEngagement._meta.db_table} (shard, entry, product_id, ts, categories, views, wishes, queued_at)
+    SELECT split_part(item, ':', 1)::smallint, grouped.entry, grouped.product_id, grouped.second,
+           string_to_array(split_part(item, ':', 2), ','), grouped.views, grouped.wishes, now()
+    FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
 )
 SELECT ord FROM chosen
 """

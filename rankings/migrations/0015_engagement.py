@@ -78,25 +78,22 @@ class Migration(migrations.Migration):
                 (
                     "pk",
                     models.CompositePrimaryKey(
-                        "shard",
-                        "engagement_id",
-                        blank=True,
-                        editable=False,
-                        primary_key=True,
-                        serialize=False,
+                        "shard", "entry", blank=True, editable=False, primary_key=True, serialize=False
                     ),
                 ),
                 ("shard", models.PositiveSmallIntegerField()),
-                ("engagement_id", models.BigIntegerField()),
+                ("entry", models.BigIntegerField()),
                 ("product_id", models.CharField(max_length=64)),
-                ("ts", models.DateTimeField()),
-                ("kind", models.CharField(choices=[("view", "View"), ("wish", "Wish")], max_length=4)),
+                ("ts", models.DateTimeField(help_text="the events' time, to the whole second")),
                 (
                     "categories",
                     django.contrib.postgres.fields.ArrayField(
                         base_field=models.CharField(max_length=50), size=None
                     ),
                 ),
+                ("views", models.IntegerField()),
+                ("wishes", models.IntegerField()),
+                ("queued_at", models.DateTimeField()),
             ],
         ),
         migrations.AddField(

@@ -17,7 +17,8 @@ WHERE e.ts >= %(oldest)s AND e.ts < %(stop)s
 GROUP BY 1, 2
 """
 
-# The queue row names the boards of its shard (`all` among them where it lives there).
+# A queue row names the boards of its shard (`all` among them where it lives there) and counts
+# its group's views and wishes.
 _PENDING = """
 SELECT e.shard, u.category, e.product_id, {sums}
 FROM rankings_pendingengagement e CROSS JOIN LATERAL unnest(e.categories) AS u(category)
@@ -26,11 +27,11 @@ GROUP BY 1, 2, 3
 """
 
 
-def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
-    """The select list of every window's views and wishes as of `as_of` (views first), and its
-    parameters, with `oldest` and `stop` bounding all windows together."""
+def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, str, dict]:
+    """The select lists of every window's views and wishes as of `as_of` (views first), of raw
+    events and of queue rows, and their parameters, with `oldest` and `stop` bounding all windows."""
     t = int(as_of.timestamp())
-    sums, starts, stops = [], [], []
+    sums, queued, starts, stops = [], [], [], []
     params: dict = {"all": ALL}
     for i, w in enumerate(windows):
         first, last = w.bounds(t)
@@ -39,10 +40,11 @@ def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict
         starts.append(params[f"f{i}"])
         stops.append(params[f"t{i}"])
         inside = f"e.ts >= %(f{i})s AND e.ts < %(t{i})s"
-        for kind in ("view", "wish"):
+        for kind, column in (("view", "views"), ("wish", "wishes")):
             sums.append(f"count(*) FILTER (WHERE {inside} AND e.kind = '{kind}')")
+            queued.append(f"coalesce(sum(e.{column}) FILTER (WHERE {inside}), 0)")
     params.update(oldest=min(starts), stop=max(stops))
-    return ", ".join(sums), params
+    return ", ".join(sums), ", ".join(queued), params
 
 
 def engagement_totals(
@@ -50,13 +52,13 @@ def engagement_totals(
 ) -> dict[tuple[str, str], list[int]]:
     """(category, product id) -> [views, wishes] of each window in turn, as the boards of the active
     layout's shards hold them at `as_of`: counted, less what their shard has not claimed."""
-    sums, params = _window_counts(windows, as_of)
+    sums, queued, params = _window_counts(windows, as_of)
     totals: dict[tuple[str, str], list[int]] = {}
     cursor.execute(_TOTALS.format(sums=sums), params)
     while rows := cursor.fetchmany(20_000):
         for category, product_id, *values in rows:
             totals[(category, product_id)] = values
-    cursor.execute(_PENDING.format(sums=sums), params)
+    cursor.execute(_PENDING.format(sums=queued), params)
     for shard, category, product_id, *values in cursor.fetchall():
         counted = totals.get((category, product_id))
         if counted is not None and live.shard_of(category) == shard:

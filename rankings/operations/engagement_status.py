@@ -2,32 +2,29 @@
 
 import datetime as dt
 
-from django.db.models import Sum
+from django.db.models import F, Sum
 
 from rankings.conf import engagement_retention_seconds
 from rankings.engine.shards import ALL, Layout
 from rankings.ingest.partitions import engagement_partitions
-from rankings.models import Engagement, IngestLog, PendingEngagement
+from rankings.models import IngestLog, PendingEngagement
 
 # What the ingest log records for engagement: its sources all start so (engage-api, engage-import, …).
 SOURCE_PREFIX = "engage"
 
 
 def _oldest_pending(shards: int) -> dt.datetime | None:
-    """When the oldest engagement event that some shard has yet to count was received: each shard's
-    lowest id (through the queue's primary key), then that event in its own day's partition."""
+    """When the oldest engagement event that some shard has yet to count was queued: each shard's
+    lowest entry, through the queue's primary key (to within a commit's reordering)."""
     firsts = [
         PendingEngagement.objects.filter(shard=shard)
-        .order_by("engagement_id")
-        .values_list("engagement_id", "ts")
+        .order_by("entry")
+        .values_list("queued_at", flat=True)
         .first()
         for shard in range(shards)
     ]
     known = [first for first in firsts if first is not None]
-    if not known:
-        return None
-    engagement_id, ts = min(known)
-    return Engagement.objects.filter(id=engagement_id, ts=ts).values_list("received_at", flat=True).first()
+    return min(known) if known else None
 
 
 def engagement_status(
@@ -47,7 +44,10 @@ def engagement_status(
     days = [day for _, day in engagement_partitions() if day is not None]
     return {
         "eventsPerSecond": round(recent / rate_span.total_seconds(), 2),
-        "pending": PendingEngagement.objects.filter(shard=layout.shard_of(ALL)).count(),
+        "pending": PendingEngagement.objects.filter(shard=layout.shard_of(ALL)).aggregate(
+            n=Sum(F("views") + F("wishes"))
+        )["n"]
+        or 0,
         "lagSeconds": (now - oldest).total_seconds() if oldest else 0.0,
         "accepted": totals["accepted"] or 0,
         "duplicates": totals["duplicates"] or 0,
