@@ -30,7 +30,9 @@ FLOOD_BATCH = 1000
 def _seed_demo(sales: int = 200_000) -> None:
     from django.core.management import call_command
 
-    call_command("seed_demo", "--seed", "1", "--sales", str(sales), "--no-progress", verbosity=0)
+    call_command(
+        "seed_demo", "--seed", "1", "--sales", str(sales), "--no-engagement", "--no-progress", verbosity=0
+    )
 
 
 def _uncoalesced_writes(now: dt.datetime) -> int:

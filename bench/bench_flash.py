@@ -270,7 +270,14 @@ def _shop(setup: Setup):
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE rankings_rankingversion")
     call_command(
-        "seed_demo", "--seed", "1", "--sales", str(BACKGROUND_SALES), "--no-progress", stdout=io.StringIO()
+        "seed_demo",
+        "--seed",
+        "1",
+        "--sales",
+        str(BACKGROUND_SALES),
+        "--no-engagement",
+        "--no-progress",
+        stdout=io.StringIO(),
     )
     tick()
     if setup.pins:

@@ -21,7 +21,16 @@ def _shop() -> int:
     harness.reset()
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE rankings_rankingversion")
-    call_command("seed_demo", "--seed", "1", "--sales", str(DEMO_SALES), "--no-progress", verbosity=0)
+    call_command(
+        "seed_demo",
+        "--seed",
+        "1",
+        "--sales",
+        str(DEMO_SALES),
+        "--no-engagement",
+        "--no-progress",
+        verbosity=0,
+    )
     tick()
     return Bucket.objects.count()
 

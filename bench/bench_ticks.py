@@ -48,7 +48,16 @@ def _backlog(sales: int = SALES) -> tuple[int, list[int]]:
     from rankings.models import PendingSale, Sale
 
     harness.reset()
-    call_command("seed_demo", "--seed", "1", "--sales", str(sales), "--no-progress", stdout=io.StringIO())
+    call_command(
+        "seed_demo",
+        "--seed",
+        "1",
+        "--sales",
+        str(sales),
+        "--no-engagement",
+        "--no-progress",
+        stdout=io.StringIO(),
+    )
     rows = dict(PendingSale.objects.values_list("shard").annotate(n=Count("*")))
     groups = tasks.tick_groups(shard_count(), [f"group {n}" for n in range(QUEUES)])
     return Sale.objects.count(), [sum(rows.get(s, 0) for s in shards) for _, shards in groups]

@@ -60,6 +60,7 @@ def reset() -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
+            " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
             " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
             " catalogue_category RESTART IDENTITY CASCADE"
         )
@@ -162,12 +163,16 @@ def services(*, web_workers: int = 2, tick_seconds: float | None = None, worker:
 
 
 def ingest_token() -> str:
-    """A token of a user allowed to post sales, in the benchmark's database."""
+    """A token of a user allowed to post sales and engagement events, in the benchmark's database."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Permission
     from rest_framework.authtoken.models import Token
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
-    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            codename__in=["add_sale", "add_engagement"], content_type__app_label="rankings"
+        )
+    )
     token, _ = Token.objects.get_or_create(user=user)
     return token.key

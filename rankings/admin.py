@@ -1,4 +1,4 @@
-"""The admin: raw sales and ingest calls (read-only for everyone), versions and the operator's view."""
+"""The admin: raw sales, engagement events and ingest calls (read-only for everyone), versions and the operator's view."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from catalogue.money import cents_text
 from rankings import tasks
 from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan
-from rankings.models import IngestLog, RankingVersion, Sale, SaleId
+from rankings.models import Engagement, IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
 
@@ -50,6 +50,22 @@ class KindFilter(admin.SimpleListFilter):
 
 # Sales an event id prefix finds at most: a page of the list, many times over.
 EVENT_ID_MATCHES = 1000
+
+
+@admin.register(Engagement)
+class EngagementAdmin(ReadOnlyAdmin):
+    """Raw views and wishes, kept for the retention (RANKINGS_ENGAGEMENT_RETENTION_DAYS) and then
+    dropped a day at a time."""
+
+    list_display = ["ts", "kind", "product_id", "categories", "event_id", "received_at"]
+    # Exact matches only: the partitioned table's one index is its key, and days are read whole.
+    search_fields = ["=product_id"]
+    search_help_text = "A product id."
+    date_hierarchy = "ts"
+    list_filter = ["kind"]
+    ordering = ["-ts"]
+    show_full_result_count = False
+    list_per_page = 100
 
 
 @admin.register(Sale)

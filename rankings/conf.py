@@ -19,9 +19,27 @@ class _RankingsSettings:
 
 rankings_settings = _RankingsSettings()
 
-METRICS = ("units", "revenue")
+# Sales make the first two, engagement events (rankings.ingest.engagement) the last two.
+SALES_METRICS = ("units", "revenue")
+ENGAGEMENT_METRICS = ("views", "wishes")
+METRICS = SALES_METRICS + ENGAGEMENT_METRICS
+
+_COMPANION = {"units": "revenue", "revenue": "units", "views": "wishes", "wishes": "views"}
 
 
 def other_metric(metric: str) -> str:
-    """A sales board's companion: the blobs and lists show units beside revenue and the other way round."""
-    return "revenue" if metric == "units" else "units"
+    """A board's companion: the blobs and lists show units beside revenue, views beside wishes,
+    and the other way round."""
+    return _COMPANION[metric]
+
+
+def metric_pair(metric: str) -> tuple[str, str]:
+    """The two metrics of one kind of event that `metric` is one of, in METRICS order."""
+    return SALES_METRICS if metric in SALES_METRICS else ENGAGEMENT_METRICS
+
+
+def engagement_retention_seconds() -> int:
+    """How long raw engagement events are kept behind the engine's clock: the setting, but never
+    less than the longest window plus a day (a rebuild reads every window from them)."""
+    longest = max(w.bucket_seconds * w.buckets for w in rankings_settings.windows.values())
+    return max(rankings_settings.ENGAGEMENT_RETENTION_DAYS * 86400, longest + 86400)

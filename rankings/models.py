@@ -103,7 +103,7 @@ class PendingSale(models.Model):
 
 
 class Bucket(models.Model):
-    """Net units and revenue of one product in one category during one bucket of time."""
+    """Net units and revenue, views and wishes of one product in one category during one bucket of time."""
 
     pk = models.CompositePrimaryKey("size", "category", "start", "product_id")
     size = models.IntegerField(help_text="bucket length in seconds")
@@ -113,6 +113,10 @@ class Bucket(models.Model):
     shard = models.PositiveSmallIntegerField()
     units = models.BigIntegerField(default=0)
     revenue_cents = models.BigIntegerField(default=0)
+    # Engagement events (rankings.ingest.engagement); a default in the database too, so that a
+    # statement written for sales alone leaves them at 0.
+    views = models.BigIntegerField(default=0, db_default=0)
+    wishes = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         indexes = [
@@ -224,6 +228,8 @@ class IngestLog(models.Model):
     accepted = models.IntegerField()
     duplicates = models.IntegerField()
     rejected = models.IntegerField()
+    # Engagement events already older than the retention on arrival: accepted, not stored.
+    too_old = models.IntegerField(default=0, db_default=0)
 
 
 class RankingVersion(models.Model):
@@ -312,3 +318,66 @@ class ProductTotal(models.Model):
 
     def __str__(self):
         return self.product_id
+
+
+class Engagement(models.Model):
+    """One accepted engagement event (a product viewed or wished for; docs/api.md, POST /v1/engagements).
+
+    The table is partitioned by UTC day of `ts` (rankings.ingest.partitions) and
+    a day is dropped whole once it is older than the retention, measured against
+    the engine's clock (rankings.conf.engagement_retention_seconds): boards and
+    rebuilds never read older events. Its primary key in PostgreSQL is (id, ts).
+    Event ids, which are optional, are kept unique by EngagementId.
+    """
+
+    class Kind(models.TextChoices):
+        VIEW = "view"
+        WISH = "wish"
+
+    event_id = models.CharField("event id", max_length=128, null=True, blank=True)
+    ts = models.DateTimeField("event time")
+    product_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=4, choices=Kind.choices)
+    # The categories the event counts in: the event's, or the product's at ingest.
+    categories = ArrayField(models.CharField(max_length=50))
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.kind} {self.product_id}"
+
+
+class EngagementId(models.Model):
+    """The id of a stored engagement event that came with one: where those ids are unique.
+
+    Rows older than the retention are pruned with their events' partitions; an
+    event that old is dropped on arrival, so de-duplication holds within it.
+    """
+
+    event_id = models.CharField(max_length=128, primary_key=True)
+    # Hash of the event as sent, so a resend is told apart from a reuse of its id.
+    digest = models.CharField(max_length=32)
+    ts = models.DateTimeField(db_index=True)
+
+
+class PendingEngagement(models.Model):
+    """Engagement events not yet folded into one shard's buckets: the tick's second work queue.
+
+    One row per batch's group of events of one product, second, and list of
+    categories (with how many of them are views and wishes), not per event: a
+    burst of views of a hot product is a few rows to write and claim, and the
+    tick counts whole seconds anyway. A row carries all the tick needs, so the
+    claim reads no raw event, and a day dropped by the retention can never
+    strand a queued one. Raw events less these rows is what a shard's boards hold.
+    """
+
+    pk = models.CompositePrimaryKey("shard", "entry")
+    shard = models.PositiveSmallIntegerField()
+    # Drawn from the raw events' sequence: one per group, the same on each shard the group is queued for.
+    entry = models.BigIntegerField()
+    product_id = models.CharField(max_length=64)
+    ts = models.DateTimeField(help_text="the events' time, to the whole second")
+    # The boards of this shard the events count in (with `all` in its shard).
+    categories = ArrayField(models.CharField(max_length=50))
+    views = models.IntegerField()
+    wishes = models.IntegerField()
+    queued_at = models.DateTimeField()

@@ -289,6 +289,11 @@ RANKINGS = {
     # Events whose ts is further ahead of the server clock are rejected.
     "MAX_FUTURE_SECONDS": 300,  # seconds
     "MAX_BATCH_EVENTS": 5000,
+    # Engagement (views, wish-list adds) arrives one to two orders of magnitude faster than sales.
+    "MAX_ENGAGEMENT_BATCH_EVENTS": 10_000,
+    # Raw engagement events are kept this many days behind the engine's clock, then dropped a
+    # day's partition at a time; raised to the longest window plus a day if set shorter.
+    "ENGAGEMENT_RETENTION_DAYS": env.int("RANKINGS_ENGAGEMENT_RETENTION_DAYS", default=35),  # days
     # Categories one event may name (a count). Each unknown one becomes a
     # placeholder, so this bounds what one batch can add to the catalogue.
     "MAX_EVENT_CATEGORIES": 20,

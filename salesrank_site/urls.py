@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from rankings.serving import api, pages
+from rankings.serving import api, engagement_api, pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("c/<slug:slug>/", pages.category, name="category"),
     path("p/<str:product_id>/", pages.product, name="product"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
+    path("v1/engagements", engagement_api.EngagementsIngestApi.as_view(), name="engagements-ingest"),
     path("v1/categories", api.CategoryListApi.as_view(), name="categories"),
     path("v1/categories/<str:slug>/top", api.BoardTopApi.as_view(), name="board-top"),
     path("v1/categories/<str:slug>/thresholds", api.ThresholdsApi.as_view(), name="board-thresholds"),

@@ -4,6 +4,7 @@ import datetime as dt
 
 from rankings.engine import store
 from rankings.engine.aggregate import tick
+from rankings.ingest.engagement import engagements_ingest
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.verify import rankings_verify
 
@@ -33,6 +34,23 @@ class Shop:
 
     def send(self, *events):
         result = sales_ingest(events=list(events), now=self.now)
+        assert not result.rejected, result.rejected
+        return result
+
+    def engagement(self, product, kind="view", categories=("toys",), ago=dt.timedelta(0), event_id=None):
+        """An engagement event; without `event_id` it carries no id (every such event counts)."""
+        event = {
+            "ts": (self.now - ago).isoformat(),
+            "productId": product,
+            "categories": list(categories),
+            "kind": kind,
+        }
+        if event_id is not None:
+            event["id"] = event_id
+        return event
+
+    def engage(self, *events):
+        result = engagements_ingest(events=list(events), now=self.now)
         assert not result.rejected, result.rejected
         return result
 

@@ -1,6 +1,8 @@
 """Crash safety: a tick process really killed at chosen points, concurrent ticks, lost Redis.
 
-After each fault, one normal tick must leave every board equal to the recompute.
+The histories mix sales with engagement events (views and wishes, with and
+without ids). After each fault, one normal tick must leave every board of every
+metric equal to the recompute.
 """
 
 import signal
@@ -9,7 +11,7 @@ import subprocess
 import pytest
 
 from rankings.engine import store
-from rankings.models import Batch, PendingSale, ShardState
+from rankings.models import Batch, PendingEngagement, PendingSale, ShardState
 
 from .processes import django_env, manage, python, wait_until
 from .rankings_helpers import Shop
@@ -59,6 +61,18 @@ def _history(shop: Shop, n: int = 60):
             for i in range(n)
         ]
     )
+    shop.engage(
+        *[
+            shop.engagement(
+                f"p{i % 9}",
+                kind="wish" if i % 4 == 0 else "view",
+                categories=[f"c{i % 5}"],
+                ago=shop_ago(i // 3),
+                event_id=f"v{shop.now.timestamp():.0f}-{i}" if i % 2 else None,
+            )
+            for i in range(3 * n)
+        ]
+    )
 
 
 def shop_ago(i):
@@ -85,6 +99,7 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point):
     assert report.rebuilt_shards == 0
     assert not Batch.objects.filter(applied=False).exists()
     assert not PendingSale.objects.exists()
+    assert not PendingEngagement.objects.exists()
     shop.assert_exact()
 
 

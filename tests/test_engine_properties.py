@@ -1,9 +1,11 @@
 """Random histories against the batch recompute: after every tick, every board is exact.
 
 A hypothesis state machine sends new sales (recent, late, too old, slightly
-ahead of the clock), resends, partial returns, moves the clock by minutes to
-weeks and ticks with batches of every size. After each tick every board in
-Redis must equal the GROUP BY over raw sales.
+ahead of the clock), resends, partial returns, engagement events (views and
+wishes, with and without ids, resent, late, too old, older than the retention),
+moves the clock by minutes to weeks (past the retention of engagement), prunes,
+and ticks with batches of every size. After each tick every board of every
+metric in Redis must equal the GROUP BY over raw sales and engagement events.
 """
 
 import datetime as dt
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from rankings.engine import store
+from rankings.engine.prune import engagement_prune, engine_now
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
@@ -31,6 +34,10 @@ ages = st.one_of(
     st.integers(1, 29 * 24).map(lambda h: dt.timedelta(hours=h)),  # late, still in some window
     st.integers(31 * 24, 40 * 24).map(lambda h: dt.timedelta(hours=h)),  # too old for every window
     st.integers(1, 299).map(lambda s: dt.timedelta(seconds=-s)),  # slightly ahead of the clock
+)
+engagement_ages = st.one_of(
+    ages,
+    st.integers(36 * 24, 60 * 24).map(lambda h: dt.timedelta(hours=h)),  # older than the retention
 )
 clock_steps = st.one_of(
     st.just(dt.timedelta(0)),
@@ -45,6 +52,7 @@ def _reset():
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
+            " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
             " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
             " catalogue_category RESTART IDENTITY CASCADE"
         )
@@ -62,6 +70,7 @@ class SalesHistory(RuleBasedStateMachine):
         self.shop = Shop()
         self.sent: list[dict] = []
         self.originals: dict[str, list] = {}  # id -> [product, qty, returned]
+        self.engagements: list[dict] = []
         self.n = 0
 
     def _id(self) -> str:
@@ -93,6 +102,39 @@ class SalesHistory(RuleBasedStateMachine):
         for event in events:
             self.sent.append(event)
             self.originals[event["id"]] = [event["productId"], event["qty"], 0]
+
+    @rule(data=st.data(), count=st.integers(1, 12))
+    def send_engagement(self, data, count):
+        events = []
+        for _ in range(count):
+            with_id = data.draw(st.booleans())
+            events.append(
+                self.shop.engagement(
+                    data.draw(st.sampled_from(PRODUCTS)),
+                    kind=data.draw(st.sampled_from(["view", "view", "wish"])),
+                    categories=data.draw(st.lists(st.sampled_from(CATEGORIES), max_size=3)),
+                    ago=data.draw(engagement_ages),
+                    event_id=self._id() if with_id else None,
+                )
+            )
+        result = self.shop.engage(*events)
+        assert result.accepted == len(events) and result.duplicates == 0
+        self.engagements.extend(events)
+
+    @precondition(lambda self: self.engagements)
+    @rule(data=st.data())
+    def resend_engagement(self, data):
+        """Events with an id are duplicates (or too old by now); those without count again."""
+        events = data.draw(st.lists(st.sampled_from(self.engagements), min_size=1, max_size=4))
+        result = self.shop.engage(*events)
+        assert result.accepted + result.duplicates == len(events)
+        assert result.accepted >= sum(1 for event in events if "id" not in event)
+
+    @rule()
+    def prune(self):
+        now = engine_now()
+        if now is not None:
+            engagement_prune(now)
 
     @precondition(lambda self: self.sent)
     @rule(data=st.data())

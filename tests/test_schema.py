@@ -133,11 +133,13 @@ def _sample_answers():
     from rankings.serving import selectors
 
     at = dt.datetime(2026, 3, 2, 12, tzinfo=dt.UTC)
-    item = selectors.RankedProduct(1, "p1", "Kite", 3, Decimal("12.30"))
-    ranked = selectors.CategoryRank("toys", 1, 3, Decimal("12.30"), 4, 25.0)
+    item = selectors.RankedProduct(1, "p1", "Kite", 3, Decimal("12.30"), views=40, wishes=2)
+    ranked = selectors.CategoryRank("toys", 1, 3, Decimal("12.30"), 4, 25.0, views=40, wishes=2)
     return {
         "BoardTopReply": selectors.Board("toys", "7d", "units", at, 4, (item,)),
-        "ProductRankReply": selectors.Rank("p1", "toys", "7d", "units", at, 1, 3, Decimal("12.30"), 4, 25.0),
+        "ProductRankReply": selectors.Rank(
+            "p1", "toys", "7d", "views", at, 1, 3, Decimal("12.30"), 4, 25.0, views=40, wishes=2
+        ),
         "ProductRanksReply": selectors.Ranks("p1", "7d", "units", at, (ranked,)),
         "ProductNeighborsReply": selectors.Neighbors("p1", "toys", "7d", "units", at, 1, (item,)),
     }

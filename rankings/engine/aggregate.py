@@ -64,6 +64,7 @@ class ClockWentBackwards(ValueError):
 class TickReport:
     as_of: dt.datetime
     sales: int = 0
+    engagements: int = 0
     batches: int = 0
     redis_writes: int = 0
     too_old: int = 0
@@ -205,7 +206,7 @@ def _tick_shard(
         if step is None:
             return
         _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
-        if step.claimed < limit:
+        if max(step.claimed, step.engaged_rows) < limit:
             return
         limit = batch_size_next(limit)
 
@@ -218,11 +219,12 @@ def batch_size_next(limit: int) -> int:
 
 
 def shards_pending(shards: Iterable[int]) -> list[int]:
-    """Those of `shards` with a sale in their queue (committed, not yet claimed)."""
+    """Those of `shards` with a sale or engagement event in their queue (committed, not yet claimed)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT s FROM unnest(%s::smallint[]) AS s"
-            " WHERE EXISTS (SELECT 1 FROM rankings_pendingsale WHERE shard = s)",
+            " WHERE EXISTS (SELECT 1 FROM rankings_pendingsale WHERE shard = s)"
+            " OR EXISTS (SELECT 1 FROM rankings_pendingengagement WHERE shard = s)",
             [sorted(set(shards))],
         )
         return [shard for (shard,) in cursor.fetchall()]
@@ -233,6 +235,8 @@ class _Step:
     """One committed transaction of a tick: the sales it claimed and the batches it recorded."""
 
     claimed: int
+    engaged: int  # engagement events claimed
+    engaged_rows: int  # in this many rows of their queue
     too_old: int
     seq: int  # the shard's batch sequence number after it
     batches: list[Batch]
@@ -268,17 +272,27 @@ def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: in
         if state.as_of is not None and now < state.as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
         claimed = _claim(shard=shard, limit=limit)
-        if claimed == 0 and state.as_of == now:
+        engaged_rows, engaged = _claim_engagements(shard=shard, limit=limit)
+        if claimed == 0 and engaged == 0 and state.as_of == now:
             return None
         changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
         _fold(shard=shard, now=now)
         batches = (
-            _record(state=state, changes=changes, claimed=claimed, now=now) if claimed or changes else []
+            _record(state=state, changes=changes, claimed=claimed, now=now)
+            if claimed or engaged or changes
+            else []
         )
         state.as_of = now
         state.too_old += too_old
         state.save()
-    return _Step(claimed=claimed, too_old=too_old, seq=state.seq, batches=batches)
+    return _Step(
+        claimed=claimed,
+        engaged=engaged,
+        engaged_rows=engaged_rows,
+        too_old=too_old,
+        seq=state.seq,
+        batches=batches,
+    )
 
 
 def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now: dt.datetime) -> list[Batch]:
@@ -307,6 +321,7 @@ def _apply_step(
 ) -> None:
     """Apply a committed step's batches to Redis; with none, move the shard's instant on all the same."""
     report.sales += step.claimed if shard == layout.shard_of(ALL) else 0
+    report.engagements += step.engaged if shard == layout.shard_of(ALL) else 0
     report.too_old += step.too_old
     for batch in step.batches:
         report.batches += 1
@@ -353,7 +368,8 @@ def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
 _FACTS_TABLE = """
 DROP TABLE IF EXISTS pg_temp.tick_facts;
 CREATE TEMPORARY TABLE tick_facts (
-    category varchar(50), product_id varchar(64), t bigint, qty bigint, cents bigint
+    category varchar(50), product_id varchar(64), t bigint, qty bigint, cents bigint,
+    views bigint DEFAULT 0, wishes bigint DEFAULT 0
 ) ON COMMIT DROP
 """
 
@@ -376,9 +392,29 @@ WITH claimed AS (
     CROSS JOIN LATERAL unnest(claimed.categories) AS u(category)
     WHERE s.counted_at BETWEEN (SELECT min(counted_at) FROM claimed) AND (SELECT max(counted_at) FROM claimed)
 ), counted AS (
-    INSERT INTO tick_facts SELECT * FROM facts
+    INSERT INTO tick_facts (category, product_id, t, qty, cents) SELECT * FROM facts
 )
 SELECT count(*) FROM claimed
+"""
+
+# Engagement events: a queue row is a group of them (one product, second and list of boards) and
+# carries everything, so no raw event is read; groups of one product and second are summed again.
+_CLAIM_ENGAGEMENT = """
+WITH claimed AS (
+    DELETE FROM rankings_pendingengagement p
+    WHERE p.shard = %(shard)s AND p.entry IN (
+        SELECT entry FROM rankings_pendingengagement WHERE shard = %(shard)s
+        ORDER BY entry LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    )
+    RETURNING p.product_id, p.ts, p.categories, p.views, p.wishes
+), counted AS (
+    INSERT INTO tick_facts (category, product_id, t, qty, cents, views, wishes)
+    SELECT u.category, claimed.product_id, floor(extract(epoch FROM claimed.ts))::bigint, 0, 0,
+           sum(claimed.views), sum(claimed.wishes)
+    FROM claimed CROSS JOIN LATERAL unnest(claimed.categories) AS u(category)
+    GROUP BY 1, 2, 3
+)
+SELECT count(*), coalesce(sum(views + wishes), 0) FROM claimed
 """
 
 
@@ -390,20 +426,31 @@ def _claim(*, shard: int, limit: int) -> int:
         cursor.execute(_FACTS_TABLE)
         cursor.execute(_CLAIM, {"shard": shard, "limit": limit})
         (claimed,) = cursor.fetchone()
-        # Statistics for the planner: without them it guesses the batch's size and groups badly.
-        cursor.execute("ANALYZE tick_facts")
     return claimed
 
 
+def _claim_engagements(*, shard: int, limit: int) -> tuple[int, int]:
+    """Move up to `limit` of the shard's queue rows of engagement into tick_facts (after _claim made
+    it); return how many rows, and how many events they hold."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_ENGAGEMENT, {"shard": shard, "limit": limit})
+        rows, events = cursor.fetchone()
+        # Statistics for the planner: without them it guesses the batch's size and groups badly.
+        cursor.execute("ANALYZE tick_facts")
+    return rows, int(events)
+
+
 _BUCKET_SUMS = """
-SELECT category, product_id, sum(units)::bigint, sum(revenue_cents)::bigint FROM rankings_bucket
+SELECT category, product_id, sum(units)::bigint, sum(revenue_cents)::bigint, sum(views)::bigint,
+       sum(wishes)::bigint
+FROM rankings_bucket
 WHERE shard = %s AND size = %s AND start BETWEEN %s AND %s
 GROUP BY category, product_id
 """
 
 _FACT_SUMS = """
-SELECT category, product_id, sum(qty)::bigint, sum(cents)::bigint FROM tick_facts
-WHERE t >= %s AND t < %s GROUP BY category, product_id
+SELECT category, product_id, sum(qty)::bigint, sum(cents)::bigint, sum(views)::bigint, sum(wishes)::bigint
+FROM tick_facts WHERE t >= %s AND t < %s GROUP BY category, product_id
 """
 
 
@@ -413,7 +460,7 @@ def _changes(
     """The net change of every board of the shard; read before the claimed sales are folded."""
     new_t = int(_epoch(new_now))
     old_t = int(_epoch(old_now)) if old_now is not None else None
-    net: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    net: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0] * len(METRICS))
     windows = rankings_settings.windows.values()
     with connection.cursor() as cursor:
         for w in windows:
@@ -422,20 +469,22 @@ def _changes(
                 if bucket_range is None:
                     continue
                 cursor.execute(_BUCKET_SUMS, [shard, w.bucket_seconds, *bucket_range])
-                for category, product_id, units, cents in cursor.fetchall():
+                for category, product_id, *values in cursor.fetchall():
                     totals = net[(w.name, category, product_id)]
-                    totals[0] += sign * units
-                    totals[1] += sign * cents
+                    for i, value in enumerate(values):
+                        totals[i] += sign * value
             first, last = w.bounds(new_t)
             cursor.execute(_FACT_SUMS, [first, last + w.bucket_seconds])
-            for category, product_id, units, cents in cursor.fetchall():
+            for category, product_id, *values in cursor.fetchall():
                 totals = net[(w.name, category, product_id)]
-                totals[0] += units
-                totals[1] += cents
+                for i, value in enumerate(values):
+                    totals[i] += value
         too_old = 0
         if shard == layout.shard_of(ALL):
             cursor.execute(
-                "SELECT count(*) FROM tick_facts WHERE category = %s AND t < %s",
+                # A fact of engagement counts its events (a sale's has none: one sale).
+                "SELECT coalesce(sum(greatest(views + wishes, 1)), 0) FROM tick_facts"
+                " WHERE category = %s AND t < %s",
                 [ALL, oldest_bucket_start(windows, new_t)],
             )
             (too_old,) = cursor.fetchone()
@@ -449,14 +498,15 @@ def _changes(
 
 
 _FOLD = """
-INSERT INTO rankings_bucket AS b (size, start, category, product_id, shard, units, revenue_cents)
+INSERT INTO rankings_bucket AS b (size, start, category, product_id, shard, units, revenue_cents, views, wishes)
 SELECT sizes.size, t - ((t %% sizes.size) + sizes.size) %% sizes.size, category, product_id, %(shard)s,
-       sum(qty), sum(cents)
+       sum(qty), sum(cents), sum(views), sum(wishes)
 FROM tick_facts CROSS JOIN unnest(%(sizes)s::integer[], %(cutoffs)s::bigint[]) AS sizes(size, cutoff)
 WHERE t >= sizes.cutoff
 GROUP BY 1, 2, category, product_id
 ON CONFLICT (size, category, start, product_id) DO UPDATE
-SET units = b.units + excluded.units, revenue_cents = b.revenue_cents + excluded.revenue_cents
+SET units = b.units + excluded.units, revenue_cents = b.revenue_cents + excluded.revenue_cents,
+    views = b.views + excluded.views, wishes = b.wishes + excluded.wishes
 """
 
 
@@ -516,9 +566,9 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
                 for w in rankings_settings.windows.values():
                     first, last = w.bounds(as_of_t)
                     cursor.execute(_BUCKET_SUMS, [shard, w.bucket_seconds, first, last])
-                    for category, product_id, units, cents in cursor.fetchall():
-                        boards[(w.name, "units", category)][product_id] = units
-                        boards[(w.name, "revenue", category)][product_id] = cents
+                    for category, product_id, *values in cursor.fetchall():
+                        for metric, value in zip(METRICS, values, strict=True):
+                            boards[(w.name, metric, category)][product_id] = value
         as_of = _epoch(state.as_of) if state.as_of else 0.0
         store.shard_replace(version=version, shard=shard, seq=state.seq, as_of=as_of, gen=gen, boards=boards)
         Batch.objects.filter(shard=shard, seq__lte=state.seq, applied=False).update(applied=True)

@@ -30,6 +30,9 @@ PARTITION_NAMESPACE = SHARD_NAMESPACE + 3
 # until it commits the sales it queued under it; a switch-over that re-lays out the shards holds it
 # exclusively while it re-keys the queue, so that no sale is queued under the layout it leaves.
 LAYOUT_NAMESPACE = SHARD_NAMESPACE + 4
+# Engagement ingests share this lock while they judge an event by the retention and store it;
+# dropping a day's partition takes it alone, so no ingest inserts into a day being dropped.
+RETENTION_NAMESPACE = SHARD_NAMESPACE + 20
 
 # How long a switch-over, a snapshot or a verify waits for a running tick to finish its batch.
 WAIT = "30s"
@@ -137,3 +140,15 @@ def layout_change_lock(*, timeout: str = WAIT) -> None:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [timeout])
         cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LAYOUT_NAMESPACE])
         cursor.execute("SELECT set_config('lock_timeout', '0', true)")
+
+
+def retention_read_lock() -> None:
+    """Share the retention lock until the current transaction ends (an engagement ingest)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, 0)", [RETENTION_NAMESPACE])
+
+
+def retention_change_lock() -> None:
+    """Hold the retention lock alone until the current transaction ends (dropping old days)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, 0)", [RETENTION_NAMESPACE])

@@ -13,9 +13,14 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.utils import timezone
 
-from rankings.conf import rankings_settings
-from rankings.ingest.partitions import month_of, next_month, sale_partitions_ensure
-from rankings.models import Batch, Bucket, IngestLog, ShardState, TickLog, VerifyLog
+from rankings.conf import engagement_retention_seconds, rankings_settings
+from rankings.ingest.partitions import (
+    engagement_partitions_drop,
+    month_of,
+    next_month,
+    sale_partitions_ensure,
+)
+from rankings.models import Batch, Bucket, EngagementId, IngestLog, ShardState, TickLog, VerifyLog
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,7 @@ class PruneReport:
     now: dt.datetime | None
     deleted: dict[str, int] = field(default_factory=dict)
     partitions: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # days of engagement events past the retention
 
 
 def engine_now() -> dt.datetime | None:
@@ -145,6 +151,16 @@ def batches_prune(now: dt.datetime) -> int:
     )
 
 
+def engagement_prune(now: dt.datetime) -> tuple[list[str], int]:
+    """Drop the days of engagement events past the retention behind `now` (the engine's clock), and
+    the ids of events that old: an event that old is dropped on arrival, so no id is needed for it.
+    Returns the partitions dropped and the ids deleted."""
+    cutoff = now - dt.timedelta(seconds=engagement_retention_seconds())
+    dropped = engagement_partitions_drop(cutoff)
+    ids = _delete_chunks(EngagementId._meta.db_table, "ts < %s", [cutoff])
+    return dropped, ids
+
+
 def partitions_prepare(now: dt.datetime) -> list[str]:
     """Create the sales partitions of this month and the next before a sale needs them.
 
@@ -169,6 +185,13 @@ def prune() -> PruneReport:
         "verify_log": verify_log_prune(now),
         "batches": batches_prune(now),
     }
-    if any(report.deleted.values()) or report.partitions:
-        log.info("pruned %s as of %s; new partitions %s", report.deleted, now.isoformat(), report.partitions)
+    report.dropped, report.deleted["engagement_ids"] = engagement_prune(now)
+    if any(report.deleted.values()) or report.partitions or report.dropped:
+        log.info(
+            "pruned %s as of %s; new partitions %s; dropped %s",
+            report.deleted,
+            now.isoformat(),
+            report.partitions,
+            report.dropped,
+        )
     return report

@@ -1,4 +1,4 @@
-"""The batch recompute: every board from raw sales with one obvious GROUP BY.
+"""The batch recompute: every board from raw sales and engagement events with one obvious GROUP BY each.
 
 Slow on purpose and independent of buckets and Redis: it is the reference the
 incremental engine is checked against (`rankings_verify`, and the tests).
@@ -25,14 +25,33 @@ WHERE s.counted_at >= to_timestamp(%(first)s) AND s.counted_at < to_timestamp(%(
 GROUP BY c.category, s.product_id
 """
 
+# Views and wishes, from the raw engagement events the retention keeps (every window's), less those
+# the shard has not claimed yet (its queue rows count them by product, second and boards).
+_RECOMPUTE_ENGAGEMENT = """
+SELECT category, product_id, sum(views), sum(wishes) FROM (
+    SELECT c.category, e.product_id,
+           count(*) FILTER (WHERE e.kind = 'view') AS views, count(*) FILTER (WHERE e.kind = 'wish') AS wishes
+    FROM rankings_engagement e
+    CROSS JOIN LATERAL unnest(e.categories || ARRAY[%(all)s]::varchar[]) AS c(category)
+    WHERE e.ts >= to_timestamp(%(first)s) AND e.ts < to_timestamp(%(stop)s)
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT c.category, p.product_id, -sum(p.views), -sum(p.wishes)
+    FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS c(category)
+    WHERE p.shard = %(shard)s AND p.ts >= to_timestamp(%(first)s) AND p.ts < to_timestamp(%(stop)s)
+    GROUP BY 1, 2
+) AS counted
+GROUP BY 1, 2
+"""
+
 
 def boards_recompute(
     *, shard: int, layout: Layout, now: float
 ) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
     """Every non-empty board of a shard (of `layout`) as of `now` (epoch seconds), in ranking order.
 
-    Counts the sales the shard has claimed (those still pending are not yet in
-    any board). Keys are (window, metric, category); values [(product_id, score)].
+    Counts the sales and engagement events the shard has claimed (those still
+    pending are not yet in any board). Keys are (window, metric, category); values [(product_id, score)].
     """
     boards: dict[tuple[str, str, str], list[tuple[str, int]]] = defaultdict(list)
     in_shard: dict[str, bool] = {}
@@ -52,6 +71,19 @@ def boards_recompute(
                     boards[(w.name, "units", category)].append((product_id, int(units)))
                 if cents > 0:
                     boards[(w.name, "revenue", category)].append((product_id, int(cents)))
+            cursor.execute(
+                _RECOMPUTE_ENGAGEMENT,
+                {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard},
+            )
+            for category, product_id, views, wishes in cursor.fetchall():
+                if category not in in_shard:
+                    in_shard[category] = layout.shard_of(category) == shard
+                if not in_shard[category]:
+                    continue
+                if views > 0:
+                    boards[(w.name, "views", category)].append((product_id, int(views)))
+                if wishes > 0:
+                    boards[(w.name, "wishes", category)].append((product_id, int(wishes)))
     for rows in boards.values():
         rows.sort(key=lambda row: (-row[1], row[0].encode()))
     return dict(boards)

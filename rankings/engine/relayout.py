@@ -50,6 +50,22 @@ INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
 SELECT shard, sale_id, counted_at, categories FROM pending_rekeyed
 """
 
+# The engagement queue, split and merged the same way (the rows of one group, one per old shard,
+# carry the same entry and counts: merged on a new shard, they count once).
+_PENDING_ENGAGEMENT_CATEGORIES = "SELECT DISTINCT unnest(categories) FROM rankings_pendingengagement"
+_REKEY_PENDING_ENGAGEMENT = """
+DROP TABLE IF EXISTS pg_temp.pending_engagement_rekeyed;
+CREATE TEMPORARY TABLE pending_engagement_rekeyed ON COMMIT DROP AS
+SELECT m.shard, p.entry, p.product_id, p.ts, p.views, p.wishes, p.queued_at,
+       array_agg(DISTINCT u.category ORDER BY u.category) AS categories
+FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS u(category)
+JOIN layout_map m ON m.category = u.category
+GROUP BY m.shard, p.entry, p.product_id, p.ts, p.views, p.wishes, p.queued_at;
+DELETE FROM rankings_pendingengagement;
+INSERT INTO rankings_pendingengagement (shard, entry, product_id, ts, categories, views, wishes, queued_at)
+SELECT shard, entry, product_id, ts, categories, views, wishes, queued_at FROM pending_engagement_rekeyed
+"""
+
 
 def _map_add(cursor, layout: Layout, categories_query: str) -> None:
     """Put the categories the query finds, and not yet mapped, in layout_map with their new shard."""
@@ -88,3 +104,5 @@ def state_rekey(*, layout: Layout, positions: dict[int, int], as_of: dt.datetime
         locks.layout_change_lock()
         _map_add(cursor, layout, _PENDING_CATEGORIES)
         cursor.execute(_REKEY_PENDING)
+        _map_add(cursor, layout, _PENDING_ENGAGEMENT_CATEGORIES)
+        cursor.execute(_REKEY_PENDING_ENGAGEMENT)

@@ -55,7 +55,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from rankings.conf import METRICS, other_metric, rankings_settings
+from rankings.conf import metric_pair, other_metric, rankings_settings
 
 log = logging.getLogger(__name__)
 
@@ -672,13 +672,15 @@ def _changes_args(version: int, shard: int, changes: Iterable[Change]) -> tuple[
     index: dict[tuple, int] = {}
     argv: list = []
     for c in changes:
-        if (c.window, c.category) not in index:
-            # Both metrics' blobs show both scores: a change to one rewrites both.
-            index[(c.window, c.category)] = len(keys) + 1
-            for metric in METRICS:
+        pair = metric_pair(c.metric)
+        if (c.window, c.category, pair) not in index:
+            # Both metrics' blobs of a pair show both scores: a change to one rewrites both. A batch
+            # of views alone rewrites no sales board's blob, and the other way round.
+            index[(c.window, c.category, pair)] = len(keys) + 1
+            for metric in pair:
                 keys.extend(_board_keys(version, shard, c.window, metric, c.category))
-        offset = 0 if c.metric == "units" else 3
-        argv.extend((index[(c.window, c.category)] + offset, c.product_id, -c.delta))
+        offset = 0 if c.metric == pair[0] else 3
+        argv.extend((index[(c.window, c.category, pair)] + offset, c.product_id, -c.delta))
     return keys, argv
 
 
@@ -1113,6 +1115,27 @@ def members_ranks(
         MemberRank.from_reply(version, shard, values[5 * i : 5 * i + 5])
         for i, (shard, _) in enumerate(boards)
     ]
+
+
+@_translated
+def members_scores(
+    *, version: int, lookups: list[tuple[int, str, str, str, list[str]]]
+) -> list[dict[str, int]]:
+    """For each (shard, window, metric, category, product ids): those products' scores on that board
+    (0 when not on it), in one round trip. An engagement board's answers show units and revenue too."""
+    pipe = fast().pipeline(transaction=False)
+    asked = [(lookup, lookup[4]) for lookup in lookups if lookup[4]]
+    for (shard, window, metric, category, _), members in asked:
+        pipe.zmscore(board_key(version, shard, window, metric, category), members)
+    replies = iter(pipe.execute() if asked else [])
+    found = []
+    for *_, members in lookups:
+        if not members:
+            found.append({})
+            continue
+        reply = next(replies)
+        found.append({m: int(-float(s)) if s is not None else 0 for m, s in zip(members, reply, strict=True)})
+    return found
 
 
 @_translated

@@ -324,18 +324,10 @@ class ReturnOfField(EventIdField):
         return super().validate_empty_values(data)
 
 
-class SaleEventSerializer(serializers.Serializer):
-    """One sale event of POST /v1/sales (docs/api.md); unknown keys are ignored."""
+class _EventSerializer(serializers.Serializer):
+    """What every kind of event's serializer shares: its fields read fast, one reason per event."""
 
     default_error_messages = {"invalid": "event must be a JSON object"}
-
-    id = EventIdField()
-    ts = TimestampField()
-    productId = ProductIdField()
-    categories = CategoriesField(required=False)
-    qty = QtyField()
-    amount = AmountField(required=False)
-    returnOf = ReturnOfField(required=False)
 
     def to_internal_value(self, data) -> dict:
         """The fields in order, stopping at the first error: one reason per rejected event.
@@ -370,6 +362,18 @@ class SaleEventSerializer(serializers.Serializer):
     def run_validators(self, value):
         pass  # no serializer-level validators; the cross-field rules are in validate()
 
+
+class SaleEventSerializer(_EventSerializer):
+    """One sale event of POST /v1/sales (docs/api.md); unknown keys are ignored."""
+
+    id = EventIdField()
+    ts = TimestampField()
+    productId = ProductIdField()
+    categories = CategoriesField(required=False)
+    qty = QtyField()
+    amount = AmountField(required=False)
+    returnOf = ReturnOfField(required=False)
+
     def validate(self, attrs):
         return_of = attrs.get("returnOf")
         if attrs["qty"] < 0 and return_of is None:
@@ -379,11 +383,48 @@ class SaleEventSerializer(serializers.Serializer):
         return attrs
 
 
+@extend_schema_field({"type": "string", "enum": ["view", "wish"]})
+class KindField(_EventField):
+    """What the shopper did: viewed the product or added it to a wish list."""
+
+    default_error_messages = {"invalid": "kind must be 'view' or 'wish'"}
+
+    def to_internal_value(self, data) -> str:
+        if not isinstance(data, str) or data not in ("view", "wish"):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class OptionalEventIdField(EventIdField):
+    """An engagement event's id: left out or null, the event counts without de-duplication."""
+
+    def validate_empty_values(self, data):
+        if data is None:
+            return True, None
+        return super().validate_empty_values(data)
+
+
+class EngagementEventSerializer(_EventSerializer):
+    """One engagement event of POST /v1/engagements (docs/api.md); unknown keys are ignored."""
+
+    id = OptionalEventIdField(required=False)
+    ts = TimestampField()
+    productId = ProductIdField()
+    categories = CategoriesField(required=False)
+    kind = KindField()
+
+    def validate(self, attrs):
+        return attrs
+
+
 class EventValidator:
     """Validates many events with one serializer, so its fields are built once per batch."""
 
-    def __init__(self):
-        self._serializer = SaleEventSerializer()
+    def __init__(self, serializer_class: type[_EventSerializer] = SaleEventSerializer):
+        self._serializer = serializer_class()
 
     def __call__(self, event) -> tuple[dict | None, str | None]:
         """(validated data, None) or (None, the reason)."""

@@ -1,7 +1,7 @@
-"""Import sale events from a file (JSON lines or CSV) through the same validation as the API.
+"""Import sale or engagement events from a file (JSON lines or CSV) through the same validation as the API.
 
-The file is read as a stream and handed to `sales_ingest` in chunks of the
-API's batch size, so a file of any size takes bounded memory and each chunk
+The file is read as a stream and handed to `sales_ingest` (or
+`engagements_ingest`) in chunks of the API's batch size, so a file of any size takes bounded memory and each chunk
 commits on its own. Every rejected line is written, with its line number and
 reason, to a file beside the input, so it can be fixed and imported again.
 """
@@ -12,7 +12,7 @@ import io
 import itertools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -20,6 +20,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from rankings.conf import rankings_settings
+from rankings.ingest.engagement import engagements_ingest
 from rankings.ingest.events import json_decoded
 from rankings.ingest.sales import sales_ingest
 
@@ -34,6 +35,25 @@ CSV_REQUIRED = ("id", "ts", "productId", "qty")
 _CATEGORY_SEPARATOR = re.compile(r"[|;]")
 _INTEGER = re.compile(r"[+-]?[0-9]{1,9}", re.ASCII)
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of bytes that are not UTF-8
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What differs between importing sales and engagement events."""
+
+    ingest: Callable
+    chunk: int
+    columns: tuple[str, ...]
+    required: tuple[str, ...]
+
+
+_SALES = _Kind(sales_ingest, CHUNK_EVENTS, CSV_COLUMNS, CSV_REQUIRED)
+_ENGAGEMENT = _Kind(
+    engagements_ingest,
+    rankings_settings.MAX_ENGAGEMENT_BATCH_EVENTS,
+    ("id", "ts", "productId", "categories", "kind"),
+    ("ts", "productId", "kind"),
+)
 
 
 class ImportFileError(ValueError):
@@ -75,6 +95,17 @@ def rejected_path_for(path: Path) -> Path:
 
 def sales_import(*, path: str | Path, file_format: str | None = None, progress: bool = False) -> ImportReport:
     """Import every event of `path`; `file_format` is "jsonl" or "csv" (default: from the name)."""
+    return _import(_SALES, path=path, file_format=file_format, progress=progress)
+
+
+def engagements_import(
+    *, path: str | Path, file_format: str | None = None, progress: bool = False
+) -> ImportReport:
+    """Import every engagement event of `path`, as sales_import does sales."""
+    return _import(_ENGAGEMENT, path=path, file_format=file_format, progress=progress)
+
+
+def _import(kind: _Kind, *, path: str | Path, file_format: str | None, progress: bool) -> ImportReport:
     path = Path(path)
     if not path.is_file():
         raise ImportFileError(f"no such file: {path}")
@@ -90,10 +121,10 @@ def sales_import(*, path: str | Path, file_format: str | None = None, progress: 
             total=path.stat().st_size, unit="B", unit_scale=True, desc=path.name, disable=not progress
         ) as bar,
     ):
-        lines = _csv_lines(raw) if file_format == "csv" else _json_lines(raw)
+        lines = _csv_lines(raw, kind) if file_format == "csv" else _json_lines(raw)
         try:
-            for chunk in chunked(lines, CHUNK_EVENTS):
-                rejections = _import_chunk(chunk, report)
+            for chunk in chunked(lines, kind.chunk):
+                rejections = _import_chunk(chunk, report, kind)
                 if rejections:
                     if rejected_out is None:
                         rejected_out = out_path.open("w", encoding="utf-8")
@@ -130,13 +161,14 @@ def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
-def _import_chunk(chunk: list[_Line], report: ImportReport) -> list[dict]:
+def _import_chunk(chunk: list[_Line], report: ImportReport, kind: _Kind = _SALES) -> list[dict]:
     """Ingest the parsed lines of one chunk; return the rejections, in line order."""
     rejections = [
         {"line": line.number, "id": None, "error": line.error} for line in chunk if line.error is not None
     ]
     parsed = [line for line in chunk if line.error is None]
-    result = sales_ingest(events=[line.event for line in parsed], source="import")
+    source = "import" if kind is _SALES else "engage-import"
+    result = kind.ingest(events=[line.event for line in parsed], source=source)
     rejections.extend(
         {"line": parsed[r["index"]].number, "id": r["id"], "error": r["error"]} for r in result.rejected
     )
@@ -185,16 +217,16 @@ def _json_line(number: int, data: bytes) -> object:
         return _Line(number, error=f"line is not valid JSON: {error}")
 
 
-def _csv_lines(raw) -> Iterator[_Line]:
+def _csv_lines(raw, kind: _Kind = _SALES) -> Iterator[_Line]:
     """Records of a CSV file with a header row; an empty cell means the field is absent."""
     text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
     try:
-        yield from _csv_records(csv.reader(text))
+        yield from _csv_records(csv.reader(text), kind)
     finally:
         text.detach()  # the caller owns (and closes) the file
 
 
-def _csv_records(reader) -> Iterator[_Line]:
+def _csv_records(reader, kind: _Kind = _SALES) -> Iterator[_Line]:
     try:
         header = next(reader)
     except StopIteration:
@@ -202,11 +234,12 @@ def _csv_records(reader) -> Iterator[_Line]:
     except csv.Error as error:
         raise ImportFileError(f"line 1: {error}") from error
     header = [name.strip() for name in header]
-    missing = [name for name in CSV_REQUIRED if name not in header]
+    missing = [name for name in kind.required if name not in header]
     if missing:
+        optional = [name for name in kind.columns if name not in kind.required]
         raise ImportFileError(
-            f"the CSV header needs the columns {', '.join(CSV_REQUIRED)}; missing: {', '.join(missing)}"
-            f" (optional: categories, amount, returnOf)"
+            f"the CSV header needs the columns {', '.join(kind.required)}; missing: {', '.join(missing)}"
+            f" (optional: {', '.join(optional)})"
         )
     while True:
         try:
@@ -224,14 +257,14 @@ def _csv_records(reader) -> Iterator[_Line]:
         elif any(_UNDECODABLE.search(cell) for cell in row):
             yield _Line(number, error="line is not valid UTF-8")
         else:
-            yield _Line(number, event=_csv_event(header, row))
+            yield _Line(number, event=_csv_event(header, row, kind.columns))
 
 
-def _csv_event(header: list[str], row: list[str]) -> dict:
+def _csv_event(header: list[str], row: list[str], columns: tuple[str, ...] = CSV_COLUMNS) -> dict:
     """The event a CSV record stands for, in the types JSON would give it."""
     event = {}
     for name, cell in zip(header, row, strict=True):
-        if name not in CSV_COLUMNS or cell == "":
+        if name not in columns or cell == "":
             continue
         if name == "categories":
             event[name] = [slug.strip() for slug in _CATEGORY_SEPARATOR.split(cell) if slug.strip()]

@@ -44,6 +44,7 @@ from rankings.engine.relayout import state_rekey
 from rankings.engine.shards import ALL, Layout, active_layout, version_layout
 from rankings.engine.windows import Window
 from rankings.models import Batch, RankingVersion, ShardState
+from rankings.operations.engagement_rebuild import engagement_totals
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +304,8 @@ def _aggregate_into(
     sums, params = _window_sums(windows, as_of)
     totals = _sale_totals(cursor, helper, sums, params)
     _subtract_pending(cursor, totals, sums, params, live)
-    _fill_boards(boards, totals, windows, set(shards), live, target)
+    engaged = engagement_totals(cursor, windows, as_of, live)
+    _fill_boards(boards, _with_engagement(totals, engaged, len(windows)), windows, set(shards), live, target)
 
 
 def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
@@ -344,6 +346,20 @@ def _sale_totals(cursor, helper, sums: str, params: dict) -> dict[tuple[str, str
     for category, product_id, *values in every_sale:
         totals[(category, product_id)] = values
     return totals
+
+
+def _with_engagement(sales: dict, engaged: dict, windows: int) -> dict[tuple[str, str], list[int]]:
+    """Each (category, product id)'s sums of every window in METRICS order: the sales' two, then the
+    engagement's two (rankings.operations.engagement_rebuild), a window after another."""
+    combined = {}
+    for key in sales.keys() | engaged.keys():
+        s, e = sales.get(key), engaged.get(key)
+        values = []
+        for i in range(windows):
+            values += s[2 * i : 2 * i + 2] if s is not None else [0, 0]
+            values += e[2 * i : 2 * i + 2] if e is not None else [0, 0]
+        combined[key] = values
+    return combined
 
 
 def _subtract_pending(cursor, totals: dict, sums: str, params: dict, live: Layout) -> None:

@@ -6,6 +6,11 @@ little; a share of the sales (20%) in two categories; and a few returns. Sales
 are spread evenly over the last days, never ahead of the clock. The same seed
 and `now` give the same events, so a second run finds only duplicates.
 Events go through `sales_ingest`, validated like any other.
+
+Engagement follows the sales' shape (the same hot category and skew): about
+20 views and a tenth of a wish per sale, over the last day only (at the sales'
+rate there), so that `make run`'s first tick folds a few hundred thousand
+events rather than millions. They go through `engagements_ingest`, with ids.
 """
 
 import bisect
@@ -22,6 +27,8 @@ from tqdm import tqdm
 
 from catalogue.models import Category, Product
 from catalogue.money import cents_text
+from rankings.conf import rankings_settings
+from rankings.ingest.engagement import engagements_ingest
 from rankings.ingest.imports import CHUNK_EVENTS, chunked
 from rankings.ingest.sales import IngestResult, sales_ingest
 
@@ -58,6 +65,9 @@ class DemoShape:
     hot_share: float = 0.40  # of sales in cat0
     two_category_share: float = 0.20  # of sales that also count in a second category
     return_share: float = 0.01  # of sales followed by a return of some of their units
+    views_per_sale: float = 20
+    wishes_per_sale: float = 0.1
+    engagement_days: float = 1  # views and wishes over the last this many days only (see above)
 
 
 @dataclass
@@ -66,13 +76,22 @@ class DemoReport:
     products: int
     events: int
     result: IngestResult
+    engagement_events: int = 0
+    engagement: IngestResult | None = None
 
     def summary(self) -> str:
         r = self.result
-        return (
+        text = (
             f"catalogue: {self.categories} categories, {self.products} products; "
             f"{self.events} events: {r.accepted} accepted, {r.duplicates} duplicates, {len(r.rejected)} rejected"
         )
+        if self.engagement is not None:
+            e = self.engagement
+            text += (
+                f"; {self.engagement_events} views and wishes: {e.accepted} accepted, {e.duplicates} duplicates, "
+                f"{len(e.rejected)} rejected"
+            )
+        return text
 
 
 def category_name(index: int) -> str:
@@ -145,6 +164,34 @@ def demo_events(
             }
 
 
+def demo_engagement_events(
+    *, shape: DemoShape, seed: int, now: dt.datetime, catalogue: dict[str, tuple[int, list[str]]]
+) -> Iterator[dict]:
+    """Views and wishes of the last `engagement_days`, drawn like the sales: the hot category's share,
+    each category's skewed popularity; as many per day as the sales' rate times views_per_sale."""
+    rng = random.Random(f"engagement-{seed}")
+    n = shape.categories
+    end = now.timestamp()
+    days = min(shape.engagement_days, shape.days)
+    per_sale = shape.views_per_sale + shape.wishes_per_sale
+    count = round(shape.sales * days / shape.days * per_sale) if shape.days else 0
+    wish_share = shape.wishes_per_sale / per_sale if per_sale else 0
+    by_category = _popularity_by_category(catalogue, n)
+    other_categories = list(range(1, n)) if n > 1 else [0]
+    anchor = int(end)
+    for i in range(count):
+        home = 0 if rng.random() < shape.hot_share else rng.choice(other_categories)
+        products, cumulative = by_category[home]
+        product_id = products[bisect.bisect_left(cumulative, rng.random() * cumulative[-1])]
+        yield {
+            "id": f"demo{seed}-{anchor}-e{i}",
+            "ts": int(end - rng.random() * days * 86400),
+            "productId": product_id,
+            "categories": [catalogue[product_id][1][0]],
+            "kind": "wish" if rng.random() < wish_share else "view",
+        }
+
+
 def _popularity_by_category(catalogue, n: int) -> dict[int, tuple[list[str], list[float]]]:
     """For each category, its products and their cumulative Zipf weights (by rank: product number)."""
     members: dict[int, list[str]] = {c: [] for c in range(n)}
@@ -181,7 +228,22 @@ def demo_seed(
             result.merge(sales_ingest(events=chunk, source="demo"), offset=count)
             count += len(chunk)
             bar.update(len(chunk))
-    return DemoReport(categories=shape.categories, products=shape.products, events=count, result=result)
+    engagement = IngestResult()
+    engaged = 0
+    events = demo_engagement_events(shape=shape, seed=seed, now=now, catalogue=catalogue)
+    with tqdm(unit="ev", unit_scale=True, desc="demo views and wishes", disable=not progress) as bar:
+        for chunk in chunked(events, rankings_settings.MAX_ENGAGEMENT_BATCH_EVENTS):
+            engagement.merge(engagements_ingest(events=chunk, source="engage-demo"), offset=engaged)
+            engaged += len(chunk)
+            bar.update(len(chunk))
+    return DemoReport(
+        categories=shape.categories,
+        products=shape.products,
+        events=count,
+        result=result,
+        engagement_events=engaged,
+        engagement=engagement,
+    )
 
 
 @transaction.atomic

@@ -13,6 +13,8 @@ from rankings.engine import store
 from rankings.engine.aggregate import shards_failing
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.models import IngestLog, PendingSale, RankingVersion, Sale, ShardState, TickLog
+from rankings.operations.engagement_status import SOURCE_PREFIX as ENGAGEMENT_SOURCE
+from rankings.operations.engagement_status import engagement_status
 
 # Sales per second is averaged over this span.
 RATE_SPAN = dt.timedelta(minutes=1)
@@ -94,8 +96,10 @@ def status_read() -> dict:
     pending = PendingSale.objects.filter(shard=layout.shard_of(ALL))
     oldest = _oldest_pending(layout.shards)
     last = TickLog.objects.first()
-    recent = IngestLog.objects.filter(at__gte=now - RATE_SPAN).aggregate(n=Sum("accepted"))["n"] or 0
-    totals = IngestLog.objects.filter(at__gte=now - TOTALS_SPAN).aggregate(
+    # Sales only: engagement has figures of its own (engagement_status).
+    sales_log = IngestLog.objects.exclude(source__startswith=ENGAGEMENT_SOURCE)
+    recent = sales_log.filter(at__gte=now - RATE_SPAN).aggregate(n=Sum("accepted"))["n"] or 0
+    totals = sales_log.filter(at__gte=now - TOTALS_SPAN).aggregate(
         accepted=Sum("accepted"), duplicates=Sum("duplicates"), rejected=Sum("rejected")
     )
     version = RankingVersion.active_number()
@@ -132,4 +136,5 @@ def status_read() -> dict:
         "windows": {
             name: boards.get(name, {"boards": 0, "members": 0}) for name in rankings_settings.WINDOWS
         },
+        "engagement": engagement_status(now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN),
     }

@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from catalogue.models import Category
-from rankings.conf import METRICS, rankings_settings
+from rankings.conf import METRICS, other_metric, rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.aggregate import shard_rebuild
 from rankings.engine.prune import engine_now
@@ -133,7 +133,7 @@ def _verify_shard(report: VerifyReport, version: int, shard: int, layout: Layout
 def _blob_check(version, shard, board, want, expected) -> Difference | None:
     """The board's blob must hold its first ranks with both metrics' scores, and its size."""
     window, metric, category = board
-    other = dict(expected.get((window, "revenue" if metric == "units" else "units", category), []))
+    other = dict(expected.get((window, other_metric(metric), category), []))
     blob = store.blob_read(store.blob_key(version, shard, window, metric, category))
     head = want[: store.BLOB_SIZE]
     rows = [[product_id, score, other.get(product_id, 0)] for product_id, score in head]
@@ -143,10 +143,11 @@ def _blob_check(version, shard, board, want, expected) -> Difference | None:
     return Difference((window, f"{metric} (top-{store.BLOB_SIZE} blob)", category), shard, head, got)
 
 
-# One board pair (both metrics) of one category and window, from the buckets, as
+# Every metric's board of one category and window, from the buckets, as
 # the tick's rebuild computes it: cheap, because the buckets are few per product.
 _CATEGORY_BUCKET_SUMS = """
-SELECT product_id, sum(units)::bigint, sum(revenue_cents)::bigint FROM rankings_bucket
+SELECT product_id, sum(units)::bigint, sum(revenue_cents)::bigint, sum(views)::bigint, sum(wishes)::bigint
+FROM rankings_bucket
 WHERE shard = %s AND size = %s AND category = %s AND start BETWEEN %s AND %s
 GROUP BY product_id
 """

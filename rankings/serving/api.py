@@ -264,13 +264,17 @@ class _Reply(serializers.Serializer):
 
 
 def _item_wire(item: selectors.RankedProduct) -> dict:
-    return {
+    wire = {
         "rank": item.rank,
         "productId": item.product_id,
         "name": item.name,
         "units": item.units,
         "revenue": money_text(item.revenue),
     }
+    if item.views is not None:  # an engagement board: its views and wishes beside its sales
+        wire["views"] = item.views
+        wire["wishes"] = item.wishes
+    return wire
 
 
 class RankedItemReply(_Reply):
@@ -279,6 +283,8 @@ class RankedItemReply(_Reply):
     name = serializers.CharField()
     units = serializers.IntegerField()
     revenue = serializers.CharField(help_text="money, two decimal places")
+    views = serializers.IntegerField(required=False, help_text="metric views or wishes only")
+    wishes = serializers.IntegerField(required=False, help_text="metric views or wishes only")
 
     wire = staticmethod(_item_wire)
 
@@ -332,10 +338,12 @@ class CategoryRankReply(_Reply):
     revenue = serializers.CharField()
     total = serializers.IntegerField()
     percentile = serializers.FloatField(allow_null=True)
+    views = serializers.IntegerField(required=False, help_text="metric views or wishes only")
+    wishes = serializers.IntegerField(required=False, help_text="metric views or wishes only")
 
     @staticmethod
     def wire(found: selectors.CategoryRank | selectors.Rank) -> dict:
-        return {
+        wire = {
             "category": found.category,
             "rank": found.rank,
             "units": found.units,
@@ -343,6 +351,10 @@ class CategoryRankReply(_Reply):
             "total": found.total,
             "percentile": found.percentile,
         }
+        if found.views is not None:
+            wire["views"] = found.views
+            wire["wishes"] = found.wishes
+        return wire
 
     class Meta:
         ref_name = "CategoryRank"
@@ -660,7 +672,8 @@ class StatusApi(ReadApi):
                     "ok: the boards were brought up to date moments ago; stale: not for a minute or more "
                     "(the ticks stopped); down: Redis does not answer. A token or staff session with the "
                     "permission rankings.view_status also gets the backlog, lag, last tick, ingest rate "
-                    "and totals, and the boards per window."
+                    "and totals, the boards per window, and under `engagement` the same for views and "
+                    "wishes with the retention (oldest day of raw events kept)."
                 ),
             ),
             304: _READ_ERRORS[304],

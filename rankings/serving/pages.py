@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 
 from catalogue.models import PRODUCT_ID_PATTERN
-from rankings.conf import METRICS, rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
@@ -51,7 +51,14 @@ RETRY_AFTER = 5  # seconds
 WINDOW_LABELS = {"1h": "Last hour", "1d": "Last day", "7d": "Last 7 days", "30d": "Last 30 days"}
 # Shorter, for the switch: four of them fit side by side on a phone.
 WINDOW_CHOICES = {"1h": "1 hour", "1d": "1 day", "7d": "7 days", "30d": "30 days"}
-METRIC_LABELS = {"units": "Units sold", "revenue": "Revenue"}
+METRIC_LABELS = {
+    "units": "Units sold",
+    "revenue": "Revenue",
+    "views": "Most viewed",
+    "wishes": "Most wished for",
+}
+# What a list ranks by, in a sentence ("Toys, last day, by views").
+METRIC_NOUNS = {"units": "units sold", "revenue": "revenue", "views": "views", "wishes": "wish-list adds"}
 # "3 more units this week would make it #9": a window as the end of that sentence.
 WINDOW_PERIODS = {"1h": "this hour", "1d": "today", "7d": "this week", "30d": "this month"}
 
@@ -291,6 +298,8 @@ def category(request, slug):
             "metric": metric,
             "window_label": WINDOW_LABELS.get(window, window),
             "metric_label": METRIC_LABELS.get(metric, metric),
+            "metric_noun": METRIC_NOUNS.get(metric, metric),
+            "engagement": metric in ENGAGEMENT_METRICS,
             "switches": _switches(lambda w, m: category_url(slug, window=w, metric=m), window, metric),
             "items": _ranked(board.items, window=window, metric=metric, highlight=highlight),
             "total": board.total,
@@ -316,14 +325,19 @@ def _percent(percentile: float | None) -> str | None:
 def _badge(rank, name: str, *, product_id: str, window: str, metric: str) -> dict:
     """A rank (selectors.Rank or CategoryRank) as a link to the product's row on its board, with
     what it would take to reach the next threshold rank above it."""
-    score = rank.units if metric == "units" else int(rank.revenue * 100)
+    score = {
+        "units": rank.units,
+        "revenue": int(rank.revenue * 100),
+        "views": rank.views,
+        "wishes": rank.wishes,
+    }.get(metric)
     climb = thresholds.product_climb(
         product_id=product_id,
         category=rank.category,
         window=window,
         metric=metric,
         rank=rank.rank,
-        score=score,
+        score=score or 0,
     )
     return {
         "climb": climb,
@@ -379,6 +393,34 @@ def _nearby(product_id: str, ranked: list, names: dict, window: str, metric: str
     return shown, found
 
 
+def _engagement_badges(product_id: str, names: dict, window: str, metric: str) -> list[dict]:
+    """Beside a sales metric's badges, the product's ranks by views and by wishes (each linking to
+    that board); none when the page already ranks by one of them."""
+    if metric in ENGAGEMENT_METRICS:
+        return []
+    shown = []
+    for m in ENGAGEMENT_METRICS:
+        overall, ranks = _product_ranks(product_id, window, m)
+        ranked = [r for r in (overall, *ranks.ranks) if r.rank]
+        if ranked:
+            shown.append(
+                {
+                    "label": METRIC_LABELS[m],
+                    "badges": [
+                        _badge(
+                            r,
+                            names.get(r.category, r.category),
+                            product_id=product_id,
+                            window=window,
+                            metric=m,
+                        )
+                        for r in ranked
+                    ],
+                }
+            )
+    return shown
+
+
 @page_view
 def product(request, product_id):
     """A product's name and price, its rank in each of its categories, its neighbours and daily sales."""
@@ -410,6 +452,9 @@ def product(request, product_id):
                 for r in ranked
             ],
             "unranked": [names.get(r.category, r.category) for r in ranks.ranks if not r.rank],
+            "engagement_badges": _engagement_badges(product_id, names, window, metric),
+            "metric_noun": METRIC_NOUNS.get(metric, metric),
+            "engagement": metric in ENGAGEMENT_METRICS,
             "nearby": nearby,
             "chart": bar_chart(daily.periods, width=CHART_WIDTH, height=CHART_HEIGHT),
             "freshness": freshness,

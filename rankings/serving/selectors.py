@@ -21,7 +21,7 @@ from cachetools import LRUCache, TLRUCache, TTLCache
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
-from rankings.conf import rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout
 
@@ -88,6 +88,9 @@ class RankedProduct:
     name: str  # the product id when the catalogue does not know it (or did not answer)
     units: int
     revenue: Decimal
+    # On an engagement board (metric views or wishes) only: its views and wishes beside its sales.
+    views: int | None = None
+    wishes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,8 @@ class Rank:
     total: int
     percentile: float | None
     stale: bool = False
+    views: int | None = None  # on an engagement board only, as below
+    wishes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,8 @@ class CategoryRank:
     revenue: Decimal
     total: int
     percentile: float | None
+    views: int | None = None  # on an engagement board only
+    wishes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,19 +471,55 @@ def _units_revenue(metric: str, score: int, other: int) -> tuple[int, Decimal]:
     return units, money(revenue)
 
 
+def _figures(metric: str, score: int, other: int, sales: tuple[int, int] | None) -> tuple:
+    """(units, revenue) of a sales board's member; of an engagement board's, (units, revenue, views,
+    wishes), its sales read beside (`sales`: units and revenue cents)."""
+    if metric not in ENGAGEMENT_METRICS:
+        return _units_revenue(metric, score, other)
+    views, wishes = (score, other) if metric == "views" else (other, score)
+    units, cents = sales or (0, 0)
+    return units, money(cents), views, wishes
+
+
+def _sales_beside(
+    version: int, window: str, metric: str, boards: list[tuple[int, str, list[str]]]
+) -> list[dict[str, tuple[int, int]]]:
+    """For an engagement metric, each (shard, category, product ids)'s units and revenue cents on the
+    sales boards of the same window, in one round trip; nothing to read for a sales metric."""
+    if metric not in ENGAGEMENT_METRICS:
+        return [{} for _ in boards]
+    lookups = [
+        (shard, window, m, category, members) for shard, category, members in boards for m in SALES_METRICS
+    ]
+    found = store.members_scores(version=version, lookups=lookups)
+    return [
+        {pid: (units.get(pid, 0), cents.get(pid, 0)) for pid in members}
+        for (_, _, members), units, cents in zip(boards, found[::2], found[1::2], strict=True)
+    ]
+
+
 def _items(
-    rows, first_rank: int, metric: str, names: dict[str, str] | None = None
+    rows, first_rank: int, metric: str, names: dict[str, str] | None = None, sales: dict | None = None
 ) -> tuple[RankedProduct, ...]:
     if names is None:
         names = _names([product_id for product_id, _, _ in rows])
+    sales = sales or {}
     return tuple(
-        RankedProduct(first_rank + i, pid, names.get(pid, pid), *_units_revenue(metric, score, other))
+        RankedProduct(
+            first_rank + i, pid, names.get(pid, pid), *_figures(metric, score, other, sales.get(pid))
+        )
         for i, (pid, score, other) in enumerate(rows)
     )
 
 
 def _board(
-    category: str, window: str, metric: str, offset: int, found: store.BoardSlice, names: dict | None = None
+    category: str,
+    window: str,
+    metric: str,
+    offset: int,
+    found: store.BoardSlice,
+    names: dict | None = None,
+    sales: dict | None = None,
 ) -> Board:
     return Board(
         category=category,
@@ -484,7 +527,7 @@ def _board(
         metric=metric,
         as_of=instant(found.as_of),
         total=found.total,
-        items=_items(found.rows, offset + 1, metric, names),
+        items=_items(found.rows, offset + 1, metric, names, sales),
     )
 
 
@@ -513,7 +556,8 @@ def _board_top(*, category: str, window: str, metric: str, limit: int, offset: i
         start=offset,
         stop=offset + limit - 1,
     )
-    return _board(category, window, metric, offset, found)
+    (sales,) = _sales_beside(version, window, metric, [(shard, category, [pid for pid, _, _ in found.rows])])
+    return _board(category, window, metric, offset, found, sales=sales)
 
 
 @_reading
@@ -537,7 +581,8 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
         if heads is None and category in wanted:
             raise store.Unreachable("the boards could not be read")
         found = (heads or {}).get(category)
-        if found is None:  # fresh a moment ago and no longer, or a blob to rebuild: read it alone
+        if found is None or metric in ENGAGEMENT_METRICS:
+            # fresh a moment ago and no longer, or a blob to rebuild, or sales to read beside: read it alone
             return _board_top(
                 category=category, window=window, metric=metric, limit=limits[category], offset=0
             )
@@ -585,6 +630,8 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         # product": a ranked one has sales, and a product with sales cannot be deleted.
         _product(product_id)
     rank = found.rank + 1 if found.rank is not None else None
+    (sales,) = _sales_beside(version, window, metric, [(shard, category, [product_id])])
+    units, revenue, *engagement = _figures(metric, found.score, found.other, sales.get(product_id))
     return Rank(
         product_id,
         category,
@@ -592,9 +639,12 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         metric,
         instant(found.as_of),
         rank,
-        *_units_revenue(metric, found.score, found.other),
+        units,
+        revenue,
         found.total,
         _percentile(rank, found.total),
+        False,
+        *engagement,
     )
 
 
@@ -668,11 +718,16 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
         boards=[(_shard(c, version), c) for c in categories],
     )
     known = [f.as_of for f in found if f.as_of]
+    sales = _sales_beside(
+        version, window, metric, [(_shard(c, version), c, [product_id]) for c in categories]
+    )
     ranks = []
-    for category, f in zip(categories, found, strict=True):
+    for category, f, beside in zip(categories, found, sales, strict=True):
         rank = f.rank + 1 if f.rank is not None else None
-        units, revenue = _units_revenue(metric, f.score, f.other)
-        ranks.append(CategoryRank(category, rank, units, revenue, f.total, _percentile(rank, f.total)))
+        units, revenue, *engagement = _figures(metric, f.score, f.other, beside.get(product_id))
+        ranks.append(
+            CategoryRank(category, rank, units, revenue, f.total, _percentile(rank, f.total), *engagement)
+        )
     return Ranks(
         product_id=product_id,
         window=window,
@@ -718,7 +773,10 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
             stop=found.rank + n,
         )
         as_of = board.as_of
-        items = _items(board.rows, start + 1, metric)
+        (sales,) = _sales_beside(
+            version, window, metric, [(shard, category, [pid for pid, _, _ in board.rows])]
+        )
+        items = _items(board.rows, start + 1, metric, sales=sales)
     return Neighbors(product_id, category, window, metric, instant(as_of), rank, items)
 
 

@@ -21,7 +21,7 @@ from django.db import connection
 from rankings.engine import store
 from rankings.engine.locks import SHARD_NAMESPACE
 from rankings.engine.shards import ALL, active_layout, shard_count, shard_of
-from rankings.models import Batch, PendingSale, Sale, ShardState, TickLog
+from rankings.models import Batch, PendingEngagement, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.verify import rankings_verify
 
 from .. import processes
@@ -128,6 +128,20 @@ def sale_event(rng: random.Random, event_id: str, now: float, spread: float = 3 
     }
 
 
+def engagement_event(rng: random.Random, event_id: str, now: float, spread: float = 3 * 3600) -> dict:
+    """A view (or, one time in ten, a wish) of the last `spread` seconds, skewed as the sales are; half
+    of them carry an id."""
+    event = {
+        "ts": int(now - rng.uniform(0, spread)),
+        "productId": f"p{min(int(rng.paretovariate(0.8)) - 1, PRODUCTS - 1)}",
+        "categories": [f"c{rng.randrange(CATEGORIES)}"],
+        "kind": "wish" if rng.random() < 0.1 else "view",
+    }
+    if rng.random() < 0.5:
+        event["id"] = event_id
+    return event
+
+
 class _Threads:
     """Threads running self._run(n) until stopped."""
 
@@ -151,9 +165,19 @@ class SaleStream(_Threads):
     """Client threads posting batches of new sales to the web process until stopped."""
 
     def __init__(
-        self, host: str, token: str, *, clients: int = 2, batch: int = 40, pause: float = 0.02, seed=0
+        self,
+        host: str,
+        token: str,
+        *,
+        clients: int = 2,
+        batch: int = 40,
+        pause: float = 0.02,
+        seed=0,
+        path: str = "/v1/sales",
+        make_event=sale_event,
     ):
         self.host, self.token, self.batch, self.pause = host, token, batch, pause
+        self.path, self.make_event = path, make_event
         self.rng = random.Random(seed)
         self.sent: dict[str, dict] = {}
         self.replies = Counter()
@@ -172,7 +196,9 @@ class SaleStream(_Threads):
         n = 0
         while not self._stop.is_set():
             with self._lock:
-                events = [sale_event(self.rng, f"s-{client}-{n + i}", time.time()) for i in range(self.batch)]
+                events = [
+                    self.make_event(self.rng, f"s-{client}-{n + i}", time.time()) for i in range(self.batch)
+                ]
             n += self.batch
             self._send(conn, events)
             time.sleep(self.pause)
@@ -181,7 +207,7 @@ class SaleStream(_Threads):
     def _send(self, conn, events: list[dict]) -> None:
         for attempt in range(20):
             try:
-                status, body = post_json(conn, "/v1/sales", {"events": events}, self.token)
+                status, body = post_json(conn, self.path, {"events": events}, self.token)
             except (OSError, http.client.HTTPException):
                 conn.close()
                 self.retries += 1
@@ -194,8 +220,8 @@ class SaleStream(_Threads):
                     self.replies["accepted"] += reply["accepted"]
                     self.replies["duplicates"] += reply["duplicates"]
                     self.replies["rejected"] += len(reply["rejected"])
-                    for event in events:
-                        self.sent[event["id"]] = event
+                    for i, event in enumerate(events):
+                        self.sent[event.get("id") or f"{id(events)}-{i}-{time.monotonic_ns()}"] = event
                     self.accepted_at.append(time.monotonic())
                     return
             self.retries += 1
@@ -358,6 +384,7 @@ def settle(timeout: float = 90, watch=()) -> float:
     def done() -> bool:
         return (
             not PendingSale.objects.exists()
+            and not PendingEngagement.objects.exists()
             and not Batch.objects.filter(applied=False).exists()
             and redis_caught_up()
         )
@@ -408,7 +435,11 @@ def token_for_ingest() -> str:
     from rest_framework.authtoken.models import Token
 
     user = get_user_model().objects.create_user(f"fault-{time.monotonic_ns()}")
-    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            codename__in=["add_sale", "add_engagement"], content_type__app_label="rankings"
+        )
+    )
     return Token.objects.create(user=user).key
 
 

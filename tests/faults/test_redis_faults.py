@@ -11,7 +11,7 @@ import time
 import pytest
 from django.db.models import Sum
 
-from rankings.models import TickLog
+from rankings.models import Engagement, TickLog
 
 from .stack import (
     READ_PATHS,
@@ -19,6 +19,7 @@ from .stack import (
     SaleStream,
     Stack,
     assert_exact,
+    engagement_event,
     figures,
     rebuilt_while_flowing,
     redis_caught_up,
@@ -53,9 +54,13 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
     stack = Stack(tmp_path, fault_redis.url, THROTTLE_INGEST="", THROTTLE_READS="")
     try:
         host = _start(stack)
-        stream = SaleStream(host, token_for_ingest(), clients=2, batch=40).start()
+        token = token_for_ingest()
+        stream = SaleStream(host, token, clients=2, batch=40).start()
+        views = SaleStream(
+            host, token, clients=1, batch=200, path="/v1/engagements", make_event=engagement_event, seed=1
+        ).start()
         reader = Reader(host).start()
-        # given sales flowing and Redis holding every shard
+        # given sales and views flowing and Redis holding every shard
         wait_for(lambda: stream.accepted_between(0, time.monotonic()) >= 20, 30, what="sales to flow")
         wait_for(redis_caught_up, 30, interval=0.02, what="Redis to hold every shard")
         # when every key of the prefix is deleted
@@ -66,6 +71,8 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
         fault_redis.client.delete(*keys)
         # then the ticks rebuild every shard (time to converge), while the stream goes on
         converged = rebuilt_while_flowing(stack, stream, interval=0.02)
+        views_during = views.accepted_between(lost_at, converged)
+        views.stop()
         result, caught_up = stack.wind_down(stream, reader)
         rebuilt = _rebuilt_shards() - rebuilt_before  # every tick has logged itself by now
         reads_during = sum(lost_at <= m[0] <= converged for m in reader.marks)
@@ -87,6 +94,8 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
         assert keys, "there was nothing in Redis to lose"
         assert rebuilt > 0, "no tick rebuilt a shard: the loss was not noticed"
         assert result["batches accepted during the rebuild"] > 0, "no sale arrived during the rebuild"
+        assert views_during > 0, "no view arrived during the rebuild"
+        assert Engagement.objects.count() == views.replies["accepted"] == len(views.sent)
         assert reads_during > 0, "no read happened during the rebuild"
         assert_exact(result)
         assert reader.server_errors == 0, reader.statuses

@@ -1,0 +1,66 @@
+"""A rebuild's part of the engagement boards: views and wishes of every window, from raw events.
+
+Read in the rebuild's snapshot (rankings.operations.backfill), like the sales:
+the raw events the retention keeps hold every window, and the events a shard
+has not claimed yet are taken out, as no board of it holds them.
+"""
+
+import datetime as dt
+
+from rankings.engine.shards import ALL, Layout
+from rankings.engine.windows import Window
+
+_TOTALS = """
+SELECT u.category, e.product_id, {sums}
+FROM rankings_engagement e CROSS JOIN LATERAL unnest(e.categories || ARRAY[%(all)s]::varchar[]) AS u(category)
+WHERE e.ts >= %(oldest)s AND e.ts < %(stop)s
+GROUP BY 1, 2
+"""
+
+# A queue row names the boards of its shard (`all` among them where it lives there) and counts
+# its group's views and wishes.
+_PENDING = """
+SELECT e.shard, u.category, e.product_id, {sums}
+FROM rankings_pendingengagement e CROSS JOIN LATERAL unnest(e.categories) AS u(category)
+WHERE e.ts >= %(oldest)s AND e.ts < %(stop)s
+GROUP BY 1, 2, 3
+"""
+
+
+def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, str, dict]:
+    """The select lists of every window's views and wishes as of `as_of` (views first), of raw
+    events and of queue rows, and their parameters, with `oldest` and `stop` bounding all windows."""
+    t = int(as_of.timestamp())
+    sums, queued, starts, stops = [], [], [], []
+    params: dict = {"all": ALL}
+    for i, w in enumerate(windows):
+        first, last = w.bounds(t)
+        params[f"f{i}"] = dt.datetime.fromtimestamp(first, tz=dt.UTC)
+        params[f"t{i}"] = dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC)
+        starts.append(params[f"f{i}"])
+        stops.append(params[f"t{i}"])
+        inside = f"e.ts >= %(f{i})s AND e.ts < %(t{i})s"
+        for kind, column in (("view", "views"), ("wish", "wishes")):
+            sums.append(f"count(*) FILTER (WHERE {inside} AND e.kind = '{kind}')")
+            queued.append(f"coalesce(sum(e.{column}) FILTER (WHERE {inside}), 0)")
+    params.update(oldest=min(starts), stop=max(stops))
+    return ", ".join(sums), ", ".join(queued), params
+
+
+def engagement_totals(
+    cursor, windows: list[Window], as_of: dt.datetime, live: Layout
+) -> dict[tuple[str, str], list[int]]:
+    """(category, product id) -> [views, wishes] of each window in turn, as the boards of the active
+    layout's shards hold them at `as_of`: counted, less what their shard has not claimed."""
+    sums, queued, params = _window_counts(windows, as_of)
+    totals: dict[tuple[str, str], list[int]] = {}
+    cursor.execute(_TOTALS.format(sums=sums), params)
+    while rows := cursor.fetchmany(20_000):
+        for category, product_id, *values in rows:
+            totals[(category, product_id)] = values
+    cursor.execute(_PENDING.format(sums=queued), params)
+    for shard, category, product_id, *values in cursor.fetchall():
+        counted = totals.get((category, product_id))
+        if counted is not None and live.shard_of(category) == shard:
+            totals[(category, product_id)] = [a - b for a, b in zip(counted, values, strict=True)]
+    return totals

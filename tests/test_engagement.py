@@ -1,0 +1,366 @@
+"""Engagement: POST /v1/engagements, import_engagements, the views and wishes boards, the retention."""
+
+import datetime as dt
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from django.urls import reverse
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from rankings.engine.prune import engine_now, prune
+from rankings.ingest.partitions import engagement_partitions
+from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
+from rankings.operations.backfill import version_build
+
+from .rankings_helpers import Shop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = dt.timedelta(days=1)
+
+
+@pytest.fixture
+def engage_api(db):
+    user = get_user_model().objects.create_user("engage-test")
+    user.user_permissions.add(
+        Permission.objects.get(codename="add_engagement", content_type__app_label="rankings")
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def view(**overrides):
+    return {
+        "ts": "2026-11-30T08:53:20Z",
+        "productId": "p15",
+        "categories": ["toys"],
+        "kind": "view",
+        **overrides,
+    }
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+def test_a_batch_is_stored_and_bad_events_are_rejected_with_index_and_reason(engage_api):
+    events = [view(id="v-1"), view(kind="like"), view(id="w-1", kind="wish"), view(productId="a b"), view()]
+
+    reply = engage_api.post("/v1/engagements", {"events": events}, format="json")
+
+    assert reply.status_code == 200
+    assert reply.json() == {
+        "accepted": 3,
+        "duplicates": 0,
+        "rejected": [
+            {"index": 1, "id": None, "error": "kind must be 'view' or 'wish'"},
+            {"index": 3, "id": None, "error": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -"},
+        ],
+    }
+    assert sorted(Engagement.objects.values_list("kind", flat=True)) == ["view", "view", "wish"]
+
+
+def test_an_id_deduplicates_and_no_id_counts_every_event(engage_api):
+    engage_api.post("/v1/engagements", {"events": [view(id="v-1"), view()]}, format="json")
+
+    reply = engage_api.post(
+        "/v1/engagements", {"events": [view(id="v-1"), view(), view(id="v-1", kind="wish")]}, format="json"
+    ).json()
+
+    assert reply["accepted"] == 1 and reply["duplicates"] == 1
+    assert reply["rejected"] == [{"index": 2, "id": "v-1", "error": "id already used by a different event"}]
+    assert Engagement.objects.count() == 3
+
+
+def test_an_id_longer_than_128_characters_is_rejected(engage_api):
+    reply = engage_api.post("/v1/engagements", {"events": [view(id="x" * 129)]}, format="json").json()
+
+    assert reply["rejected"] == [
+        {"index": 0, "id": None, "error": "id must be a string of 1 to 128 characters"}
+    ]
+
+
+def test_a_batch_over_10000_events_is_413(engage_api):
+    reply = engage_api.post("/v1/engagements", {"events": [view()] * 10_001}, format="json")
+
+    assert reply.status_code == 413
+    assert "error" in reply.json()
+    assert not Engagement.objects.exists()
+
+
+def test_a_batch_of_10000_events_is_taken(engage_api):
+    reply = engage_api.post("/v1/engagements", {"events": [view()] * 10_000}, format="json")
+
+    assert reply.status_code == 200 and reply.json()["accepted"] == 10_000
+
+
+def test_without_a_token_or_the_permission_the_batch_is_refused(api, django_user_model):
+    assert api.post("/v1/engagements", {"events": [view()]}, format="json").status_code == 401
+    # given a user who may add sales but not engagement
+    user = django_user_model.objects.create_user("sales-only")
+    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+
+    reply = api.post("/v1/engagements", {"events": [view()]}, format="json")
+
+    assert reply.status_code == 403 and set(reply.json()) == {"error"}
+    assert not Engagement.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b"{}",
+        b'{"events": 3}',
+        b'{"events": [1, "x", null, [], {"kind": "view"}]}',
+        b"{not json",
+        b'{"events": [{"ts": "2026-11-30T08:53:20", "productId": "p", "kind": "view"}]}',
+        b'{"events": [{"ts": 1e400, "productId": "p", "kind": "view", "categories": "toys"}]}',
+        b'{"events": [{"ts": 1, "productId": "p", "kind": "view", "id": 7}]}',
+    ],
+)
+def test_bad_input_is_never_a_500(engage_api, body):
+    reply = engage_api.generic("POST", "/v1/engagements", body, content_type="application/json")
+
+    assert reply.status_code in (200, 400)
+    assert "error" in reply.json() or "rejected" in reply.json()
+
+
+def test_engagement_never_counts_as_a_sale(engage_api):
+    engage_api.post("/v1/engagements", {"events": [view()]}, format="json")
+
+    assert not Sale.objects.exists()
+
+
+# --- the boards --------------------------------------------------------------------------
+
+
+def test_views_and_wishes_rank_products_apart_from_sales():
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=5))
+    shop.engage(
+        *[shop.engagement("p2") for _ in range(3)],
+        shop.engagement("p1"),
+        shop.engagement("p1", kind="wish"),
+        shop.engagement("p3", kind="wish", categories=()),
+    )
+
+    shop.tick()
+
+    assert shop.top(metric="views") == [("p2", 3), ("p1", 1)]
+    assert shop.top(metric="wishes") == [("p1", 1)]
+    assert shop.top(category="all", metric="wishes") == [("p1", 1), ("p3", 1)]
+    assert shop.top(metric="units") == [("p1", 5)]
+    shop.assert_exact()
+
+
+def test_an_event_older_than_the_retention_is_counted_too_old_and_not_stored():
+    # given an engine clock
+    shop = Shop()
+    shop.tick()
+
+    result = shop.engage(shop.engagement("p1", ago=36 * DAY), shop.engagement("p1", ago=34 * DAY))
+
+    assert result.accepted == 2
+    assert Engagement.objects.count() == 1
+    assert IngestLog.objects.get().too_old == 1
+
+
+def test_retention_drops_old_days_and_boards_stay_exact():
+    """Moving the engine's clock past the retention drops whole days of raw events (and their ids);
+    every board still equals the recompute, and a rebuild from what is left matches the live one."""
+    # given views spread over 40 days, some with ids, boards built
+    shop = Shop()
+    shop.engage(
+        *[
+            shop.engagement(
+                f"p{d % 3}", ago=d * DAY, event_id=f"v{d}" if d % 2 else None, categories=["toys"]
+            )
+            for d in range(40)
+        ]
+    )
+    shop.tick()
+    shop.assert_exact()
+    days_before = len(engagement_partitions())
+
+    # when the clock passes the retention of the oldest days, and the prune runs
+    shop.advance(days=10)
+    shop.tick()
+    report = prune()
+
+    # then the days older than 35 days behind the engine's clock are gone, whole
+    cutoff = engine_now() - dt.timedelta(days=35)
+    assert report.dropped
+    assert len(engagement_partitions()) == days_before - len(report.dropped)
+    assert all(day is None or day + DAY > cutoff for _, day in engagement_partitions())
+    assert not Engagement.objects.filter(ts__lt=cutoff - DAY).exists()
+    assert not EngagementId.objects.filter(ts__lt=cutoff).exists()
+    shop.assert_exact()
+    # and a rebuild from the raw events kept matches the live boards
+    version = version_build(activate=True)
+    assert version.state == "active"
+    shop.assert_exact()
+
+
+def test_a_resend_within_the_retention_is_a_duplicate():
+    shop = Shop()
+    event = shop.engagement("p1", event_id="v-1", ago=30 * DAY)
+    shop.engage(event)
+    shop.tick()
+
+    result = shop.engage(event)
+
+    assert (result.accepted, result.duplicates) == (0, 1)
+
+
+def test_a_burst_of_views_is_one_write_per_board_member():
+    """Coalesced: 1,000 views of one product make one change per board of it, not 1,000."""
+    shop = Shop()
+    shop.engage(*[shop.engagement("hot") for _ in range(1000)])
+
+    report = shop.tick()
+
+    windows = 4
+    boards = 2  # toys and all, views only
+    assert report.redis_writes == windows * boards
+    assert not PendingEngagement.objects.exists()
+
+
+# --- the import --------------------------------------------------------------------------
+
+
+def test_import_engagements_reads_json_lines_and_csv(tmp_path):
+    jsonl = tmp_path / "views.jsonl"
+    jsonl.write_text("\n".join(json.dumps(view(id=f"v{i}")) for i in range(3)) + "\n" + '{"kind": "x"}\n')
+    csv = tmp_path / "wishes.csv"
+    csv.write_text("ts,productId,kind,categories\n2026-11-30T08:00:00Z,p1,wish,toys|gifts\n")
+
+    call_command("import_engagements", str(jsonl), "--no-progress")
+    call_command("import_engagements", str(csv), "--no-progress")
+
+    assert Engagement.objects.count() == 4
+    assert (tmp_path / "views.jsonl.rejected.jsonl").exists()
+    assert Engagement.objects.get(kind="wish").categories == ["toys", "gifts"]
+
+
+# --- reads and pages ---------------------------------------------------------------------
+
+
+def _viewed_shop():
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=2, amount="10.00"), shop.sale("p2", qty=1, amount="3.00"))
+    shop.engage(
+        *[shop.engagement("p2") for _ in range(5)],
+        *[shop.engagement("p1") for _ in range(2)],
+        shop.engagement("p1", kind="wish"),
+    )
+    shop.tick()
+    return shop
+
+
+def test_every_read_takes_metric_views_or_wishes(api):
+    _viewed_shop()
+
+    top = api.get("/v1/categories/toys/top?metric=views&window=1h").json()
+    rank = api.get("/v1/products/p1/rank?category=toys&metric=wishes&window=1h").json()
+    ranks = api.get("/v1/products/p1/ranks?metric=views&window=1h").json()
+    neighbors = api.get("/v1/products/p1/neighbors?category=toys&metric=views&window=1h&n=1").json()
+
+    assert [(i["productId"], i["views"], i["wishes"], i["units"], i["revenue"]) for i in top["items"]] == [
+        ("p2", 5, 0, 1, "3.00"),
+        ("p1", 2, 1, 2, "10.00"),
+    ]
+    assert (rank["rank"], rank["wishes"], rank["views"], rank["units"]) == (1, 1, 2, 2)
+    assert ranks["metric"] == "views"
+    assert [i["productId"] for i in neighbors["items"]] == ["p2", "p1"]
+    sales_top = api.get("/v1/categories/toys/top?window=1h").json()
+    assert "views" not in sales_top["items"][0]
+
+
+def test_the_category_page_switches_to_most_viewed_and_the_product_page_shows_view_ranks(client):
+    _viewed_shop()
+
+    category = client.get("/c/toys/?metric=views&window=1h").content.decode()
+    product = client.get("/p/p1/?window=1h").content.decode()
+
+    assert "Most viewed" in category and "Most wished for" in category
+    assert category.index("p2") < category.index("p1")
+    assert "Most viewed" in product and "#2</strong> in" in product
+
+
+def test_the_demo_sends_views_and_wishes_with_the_sales_skew():
+    from rankings.operations.demo import DemoShape, demo_seed
+
+    shape = DemoShape(sales=1000, days=1, categories=5, products=100)
+
+    report = demo_seed(shape=shape, seed=1, now=dt.datetime(2026, 3, 2, tzinfo=dt.UTC))
+
+    events = Engagement.objects.count()
+    assert report.engagement.accepted == events == round(1000 * 20.1)
+    assert 50 <= Engagement.objects.filter(kind="wish").count() <= 150  # 100 expected
+    hot = Engagement.objects.filter(categories__contains=["cat0"]).count() / events
+    assert 0.37 <= hot <= 0.43  # 40% drawn in the hot category, as the sales are
+    # a second run finds only duplicates
+    again = demo_seed(shape=shape, seed=1, now=dt.datetime(2026, 3, 2, tzinfo=dt.UTC))
+    assert again.engagement.duplicates == events
+
+
+def test_the_status_shows_engagement_rate_lag_and_retention(admin_client):
+    from rankings.operations.status import status_forget
+
+    shop = Shop(dt.datetime.now(dt.UTC))  # the status's rates are by the wall clock
+    shop.engage(*[shop.engagement("p1", ago=d * DAY) for d in range(3)])
+    shop.tick()
+    shop.engage(shop.engagement("p2"))
+    status_forget()
+
+    figures = admin_client.get("/v1/status").json()
+
+    engagement = figures["engagement"]
+    assert engagement["pending"] == 1 and engagement["lagSeconds"] >= 0
+    assert engagement["accepted"] == 4 and figures["accepted"] == 0  # sales' figures count no views
+    assert engagement["retentionDays"] == 35
+    # the oldest day kept holds the oldest view (or an older day other tests left, as partitions outlive rows)
+    assert engagement["oldestDayKept"] <= (shop.now - 2 * DAY).date().isoformat()
+    assert engagement["oldestDayKept"] == min(d for _, d in engagement_partitions() if d).date().isoformat()
+    assert (
+        "Engagement (views and wishes)" in admin_client.get(reverse("admin:rankings_status")).content.decode()
+    )
+
+
+def test_the_admin_lists_engagement_events(admin_client):
+    shop = Shop()
+    shop.engage(shop.engagement("p-admin", kind="wish"))
+
+    page = admin_client.get(reverse("admin:rankings_engagement_changelist") + "?kind=wish")
+
+    assert page.status_code == 200 and "p-admin" in page.content.decode()
+
+
+def test_views_queued_across_a_reshard_are_counted_once_in_each_board():
+    """A switch to another shard count re-keys the engagement queue: rows split by the new layout,
+    and the rows of one group that meet on one new shard count once."""
+    from rankings.engine.shards import Layout, active_layout
+
+    # given views counted, and more queued in several categories each
+    shop = Shop()
+    views = [shop.engagement(f"p{i % 5}", categories=[f"c{i % 7}", f"c{(i + 3) % 7}"]) for i in range(60)]
+    shop.engage(*views)
+    shop.tick()
+    shop.engage(
+        *views, *[shop.engagement("p9", kind="wish", categories=["c1", "c2", "c3"]) for _ in range(5)]
+    )
+    # when a version with 16 shards is built and switched to while they wait
+    version = version_build(layout=Layout(16), activate=True)
+    assert active_layout() == (version.number, Layout(16))
+    # then the next tick counts each of them once on each of its boards
+    shop.advance(seconds=30)
+    shop.tick()
+    assert not PendingEngagement.objects.exists()
+    shop.assert_exact()
+    assert shop.top(category="all", window="1h", metric="views")[0] == ("p0", 24)
