@@ -245,6 +245,10 @@ class RankingVersion(models.Model):
     # The switch-over that last re-laid out the shards when this version's positions in Redis were
     # set: it renumbered every shard's batches, so a version of an earlier one cannot catch up.
     log_era = models.PositiveBigIntegerField(default=0)
+    # The category tree the version counts with, frozen when it is built: child slug -> parent slug,
+    # for the categories that have a parent. A sale counts once in each ancestor of its categories
+    # in the active version's tree, so a tree edit takes effect only through a rebuild and switch.
+    tree = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-number"]
