@@ -86,18 +86,20 @@ def tree_recount(*, layout: Layout, tree: Tree, affected: set[str]) -> set[int]:
     instants = [a for a in ShardState.objects.values_list("as_of", flat=True) if a is not None]
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM rankings_bucket WHERE category = ANY(%s)", [slugs])
-        if instants:
-            _buckets_recount(cursor, tree, slugs, shard_of, min(instants))
+        _buckets_recount(cursor, tree, slugs, shard_of, min(instants, default=None))
         _pending_recount(cursor, tree, shard_of)
     return set(shard_of.values())
 
 
 def _buckets_recount(
-    cursor, tree: Tree, slugs: list[str], shard_of: dict[str, int], as_of: dt.datetime
+    cursor, tree: Tree, slugs: list[str], shard_of: dict[str, int], as_of: dt.datetime | None
 ) -> None:
-    """The buckets of `slugs` from the raw sales, each size from the oldest bucket any shard keeps."""
+    """The buckets of `slugs` from the raw sales not pending in their shard, each size from the
+    oldest bucket any shard keeps as of `as_of` (every bucket before any shard has ticked: a sale
+    that counts in an affected category under the new tree and is not queued in its shard is in
+    none of its boards otherwise)."""
     sizes = bucket_sizes(rankings_settings.windows.values())
-    cutoffs = [bucket_cutoff(size, as_of) for size in sizes]
+    cutoffs = [bucket_cutoff(size, as_of) if as_of is not None else 0 for size in sizes]
     cursor.execute(
         _RECOUNT_BUCKETS,
         {

@@ -571,6 +571,7 @@ def _retree(number: int, layout: Layout, tree: Tree, affected: set[str]) -> None
         return
     gen = _version_gen(number)
     for shard in sorted(tree_recount(layout=layout, tree=tree, affected=affected)):
+        ShardState.objects.get_or_create(shard=shard)  # a shard that never ticked: empty boards
         shard_rebuild(shard=shard, version=number, gen=gen)
 
 
