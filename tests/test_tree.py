@@ -294,3 +294,84 @@ def test_the_versions_page_shows_the_pending_tree_and_offers_to_go_live(admin_cl
     assert "<td>strategy</td><td>board-games</td><td>garden</td>" in page
     assert "Boards affected: those of 3 categories (board-games, garden, toys)" in page
     assert "Rebuild with this tree and switch" in page
+
+
+# --- reads and pages ------------------------------------------------------------------------------------
+
+
+def _shop_with_tree() -> Shop:
+    """toys › board-games › strategy and garden, live; p1 a strategy game, p2 a board game."""
+    from catalogue.models import Product
+
+    _toys()
+    backfill.version_build(activate=True)
+    for product_id, name, slug in (
+        ("p1", "Go", "strategy"),
+        ("p2", "Ludo", "board-games"),
+        ("p3", "Rake", "garden"),
+    ):
+        Product.objects.create(product_id=product_id, name=name, price_cents=100).categories.set(
+            [Category.objects.get(slug=slug)]
+        )
+    shop = Shop()
+    shop.send(
+        shop.sale("p1", categories=[], qty=3),
+        shop.sale("p2", categories=[], qty=5),
+        shop.sale("p3", categories=[]),
+    )
+    shop.tick()
+    return shop
+
+
+def test_the_category_list_carries_parent_and_path(api):
+    _shop_with_tree()
+    items = {item["slug"]: item for item in api.get("/v1/categories").json()["items"]}
+    assert (items["all"]["parent"], items["all"]["path"]) == (None, ["all"])
+    assert (items["toys"]["parent"], items["toys"]["path"]) == (None, ["toys"])
+    assert (items["strategy"]["parent"], items["strategy"]["path"]) == (
+        "board-games",
+        ["toys", "board-games", "strategy"],
+    )
+
+
+def test_the_category_list_follows_the_tree_that_counts_not_a_pending_edit(api):
+    """A move waits for its rebuild and switch: until then the list shows the tree the boards count with."""
+    from rankings.serving import selectors
+
+    _shop_with_tree()
+    Category.objects.filter(slug="strategy").update(parent=Category.objects.get(slug="garden"))
+    selectors.categories_forget()
+    items = {item["slug"]: item for item in api.get("/v1/categories").json()["items"]}
+    assert items["strategy"]["parent"] == "board-games"
+    backfill.version_build(activate=True)
+    selectors.categories_forget()
+    items = {item["slug"]: item for item in api.get("/v1/categories").json()["items"]}
+    assert items["strategy"]["path"] == ["garden", "strategy"]
+
+
+def test_the_category_page_shows_breadcrumbs_and_sub_categories_with_their_leaders(client):
+    _shop_with_tree()
+    page = client.get("/c/board-games/")
+    html = page.content.decode()
+    assert [c["name"] for c in page.context["crumbs"]] == ["Toys"]
+    assert '<a href="/c/toys/">Toys</a>' in html
+    assert [(s["name"], s["leader"].item.name) for s in page.context["subcategories"]] == [
+        ("Strategy games", "Go")
+    ]
+    # the board of board-games counts the strategy game too
+    assert [row.item.name for row in page.context["items"]] == ["Ludo", "Go"]
+    deep = client.get("/c/strategy/")
+    assert [c["name"] for c in deep.context["crumbs"]] == ["Toys", "Board games"]
+    assert deep.context["subcategories"] == []
+
+
+def test_the_product_page_shows_a_badge_at_every_level(client):
+    _shop_with_tree()
+    badges = [(b["category"], b["rank"]) for b in client.get("/p/p1/").context["badges"]]
+    assert badges == [("all", 2), ("strategy", 1), ("board-games", 2), ("toys", 2)]
+
+
+def test_the_home_page_shows_the_top_level(client):
+    _shop_with_tree()
+    cards = client.get("/").context["categories"]
+    assert [c["slug"] for c in cards] == ["garden", "toys"]
