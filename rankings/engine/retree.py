@@ -46,6 +46,7 @@ FROM (
     CROSS JOIN LATERAL ({EXPAND_SQL}) AS u(category)
     JOIN unnest(%(affected)s::text[], %(shards)s::integer[]) AS m(category, shard) ON m.category = u.category
     WHERE s.counted_at >= to_timestamp(%(oldest)s)
+      AND s.categories && %(covering)s::varchar[]  -- only sales that count in an affected category
       AND NOT EXISTS (SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = m.shard)
 ) e
 CROSS JOIN unnest(%(sizes)s::integer[], %(cutoffs)s::bigint[]) AS sizes(size, cutoff)
@@ -85,7 +86,11 @@ def tree_recount(*, layout: Layout, tree: Tree, affected: set[str]) -> set[int]:
     locks.layout_change_lock()
     instants = [a for a in ShardState.objects.values_list("as_of", flat=True) if a is not None]
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM rankings_bucket WHERE category = ANY(%s)", [slugs])
+        # With the size, the primary key's first two columns: an index scan, not the whole table.
+        cursor.execute(
+            "DELETE FROM rankings_bucket WHERE size = ANY(%s) AND category = ANY(%s)",
+            [bucket_sizes(rankings_settings.windows.values()), slugs],
+        )
         _buckets_recount(cursor, tree, slugs, shard_of, min(instants, default=None))
         _pending_recount(cursor, tree, shard_of)
     return set(shard_of.values())
@@ -105,6 +110,10 @@ def _buckets_recount(
         {
             "affected": slugs,
             "shards": [shard_of[slug] for slug in slugs],
+            # A sale counts in an affected category only if it names it or one of its descendants.
+            "covering": sorted(
+                slug for slug in {*tree.parents, *slugs} if not set(tree.expand([slug])).isdisjoint(slugs)
+            ),
             "oldest": max(min(cutoffs), 0),
             "sizes": sizes,
             "cutoffs": cutoffs,
