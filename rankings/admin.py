@@ -16,7 +16,7 @@ from catalogue.money import cents_text
 from rankings import tasks
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan
-from rankings.engine.tree import tree_pending
+from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.models import IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
@@ -246,6 +246,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             "comparisons": comparisons,
             "differing": [_side_by_side(c) for c in differing[:50]],
             "differing_count": len(differing),
+            "tree_change": tree_change(version_tree(RankingVersion.active_number()), version_tree(number)),
             "can_switch": request.user.has_perm("rankings.switch_rankings"),
         }
         return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)

@@ -375,3 +375,13 @@ def test_the_home_page_shows_the_top_level(client):
     _shop_with_tree()
     cards = client.get("/").context["categories"]
     assert [c["slug"] for c in cards] == ["garden", "toys"]
+
+
+def test_the_compare_page_says_which_boards_a_tree_switch_counts_again(admin_client):
+    _toys()
+    backfill.version_build(activate=True)
+    Category.objects.filter(slug="strategy").update(parent=Category.objects.get(slug="garden"))
+    version = backfill.version_build()
+    page = admin_client.get(f"/admin/rankings/rankingversion/{version.number}/compare/").content.decode()
+    assert "strategy under garden (now board-games)" in page
+    assert "The boards of board-games, garden, toys are counted again" in page
