@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|scale]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|scale]
 
 `scale` (ten million products in a board, a million categories) runs only when asked for.
 """
@@ -25,6 +25,7 @@ def main() -> None:
             "reshard",
             "flash",
             "engage",
+            "tree",
             "scale",
         ],
         help="run one group",
@@ -35,7 +36,7 @@ def main() -> None:
     groups = (
         [args.only]
         if args.only
-        else ["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash", "engage"]
+        else ["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash", "engage", "tree"]
     )
     for group in groups:
         module = __import__(f"bench.bench_{group}", fromlist=["main"])

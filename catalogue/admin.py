@@ -6,7 +6,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, ProtectedError
 from django.utils.html import format_html
 
-from .models import CATEGORY_IN_USE, RESERVED_SLUG, Category, Product
+from .models import CATEGORY_IN_USE, RESERVED_SLUG, Category, Product, category_paths
 from .money import cents_text
 
 PLACEHOLDER_HELP = "Created from a sale event for an unknown id: complete it, then untick."
@@ -36,8 +36,17 @@ class PlaceholderFilter(admin.SimpleListFilter):
 class CategoryForm(forms.ModelForm):
     class Meta:
         model = Category
-        fields = ["slug", "name", "is_placeholder"]
+        fields = ["slug", "name", "parent", "is_placeholder"]
         help_texts = {"is_placeholder": PLACEHOLDER_HELP}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Cycles and depth are checked by Category.clean (and by the database); a category is
+        # never offered as its own parent.
+        parents = Category.objects.exclude(slug=RESERVED_SLUG)
+        if self.instance.pk is not None:
+            parents = parents.exclude(pk=self.instance.pk)
+        self.fields["parent"].queryset = parents
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"]
@@ -49,13 +58,23 @@ class CategoryForm(forms.ModelForm):
 @admin.register(Category)
 class CategoryAdmin(admin.ModelAdmin):
     form = CategoryForm
-    list_display = ["name", "slug", "placeholder", "product_count"]
-    list_filter = [PlaceholderFilter]
+    list_display = ["name", "slug", "place_in_tree", "placeholder", "product_count"]
+    list_filter = [PlaceholderFilter, ("parent", admin.EmptyFieldListFilter)]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(product_count=Count("products"))
+
+    def changelist_view(self, request, extra_context=None):
+        # Every category's path in one query, for the breadcrumbs column.
+        self._paths = category_paths()
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="place in the tree")
+    def place_in_tree(self, obj):
+        path = getattr(self, "_paths", {}).get(obj.slug, [obj.slug])
+        return " › ".join(path)
 
     def get_readonly_fields(self, request, obj=None):
         # Sales name categories by slug: renaming one would split its rankings in two.

@@ -1,5 +1,6 @@
 """Categories and products: the names and prices the rankings are shown with."""
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models.signals import pre_delete
@@ -12,6 +13,33 @@ RESERVED_SLUG = "all"
 
 CATEGORY_IN_USE = "a category that has sales cannot be deleted (its sales name it forever); rename it instead"
 
+# A shop's tree is a few levels deep (Toys › Board games › Strategy); a sale counts once at
+# every level, so the depth bounds the boards one sale writes. The database trigger of
+# migration 0004 holds the same number.
+MAX_TREE_DEPTH = 6
+
+
+def tree_problem(slug: str, parents: dict[str, str | None], height: int = 1) -> str | None:
+    """Why `slug`, placed under parents[slug] with a subtree `height` levels tall (itself included),
+    would break the tree: a cycle or a depth past MAX_TREE_DEPTH; None when it fits.
+
+    `parents` maps slug -> parent slug (None for a root) for the tree as it would be.
+    """
+    depth, seen, current = height, [slug], parents.get(slug)
+    while current is not None:
+        if current in seen:
+            chain = " › ".join([*seen[seen.index(current) :], current])
+            return f"'{slug}' cannot be placed under '{parents[slug]}': that makes a cycle ({chain})"
+        seen.append(current)
+        depth += 1
+        current = parents.get(current)
+    if depth > MAX_TREE_DEPTH:
+        return (
+            f"'{slug}' cannot be placed under '{parents[slug]}': the tree would be {depth} levels deep,"
+            f" at most {MAX_TREE_DEPTH} are allowed"
+        )
+    return None
+
 
 class Category(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
@@ -20,6 +48,17 @@ class Category(models.Model):
     is_placeholder = models.BooleanField(default=False, db_index=True)
     # Set when a stored sale first names the category; never cleared, since raw sales are kept forever.
     has_sales = models.BooleanField(default=False, editable=False)
+    # A sale counts once in its categories and once in every ancestor; the tree that counts is the
+    # one frozen into the active ranking version, so an edit here waits for a rebuild (DESIGN §2b).
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="children",
+        help_text=f"The category above this one (at most {MAX_TREE_DEPTH} levels); "
+        "counts change through a rebuild and switch.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -27,6 +66,55 @@ class Category(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        super().clean()
+        if self.parent_id is None:
+            return
+        if self.parent.slug == RESERVED_SLUG:
+            raise ValidationError({"parent": f"'{RESERVED_SLUG}' is not in the tree"})
+        parents = dict(Category.objects.values_list("slug", "parent__slug"))
+        if self.pk is not None:
+            # The slug may be edited in the same form: the tree is keyed by the stored one.
+            stored = Category.objects.filter(pk=self.pk).values_list("slug", flat=True).first()
+            parents.pop(stored, None)
+            parents = {
+                child: (self.slug if parent == stored else parent) for child, parent in parents.items()
+            }
+        parents[self.slug] = self.parent.slug
+        problem = tree_problem(self.slug, parents, height=subtree_height(self.slug, parents))
+        if problem:
+            raise ValidationError({"parent": problem})
+
+
+def subtree_height(slug: str, parents: dict[str, str | None]) -> int:
+    """How many levels the subtree under `slug` spans, itself included."""
+    children: dict[str, list[str]] = {}
+    for child, parent in parents.items():
+        if parent is not None:
+            children.setdefault(parent, []).append(child)
+    height, level, seen = 0, [slug], {slug}
+    while level:
+        height += 1
+        level = [c for s in level for c in children.get(s, []) if c not in seen]
+        seen.update(level)
+    return height
+
+
+def category_paths() -> dict[str, list[str]]:
+    """slug -> the slugs from its root down to itself, for every category, in the catalogue's tree."""
+    parents = dict(Category.objects.values_list("slug", "parent__slug"))
+    return {slug: path_of(slug, parents) for slug in parents}
+
+
+def path_of(slug: str, parents: dict[str, str | None]) -> list[str]:
+    """The slugs from `slug`'s root down to `slug` (a cycle, which the database refuses, stops it)."""
+    path = [slug]
+    current = parents.get(slug)
+    while current is not None and current not in path:
+        path.append(current)
+        current = parents.get(current)
+    return path[::-1]
 
 
 @receiver(pre_delete, sender=Category)

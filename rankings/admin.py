@@ -14,7 +14,9 @@ from django.views.decorators.http import require_POST
 
 from catalogue.money import cents_text
 from rankings import tasks
+from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan
+from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.models import Engagement, IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
@@ -151,7 +153,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
     """Rebuild the boards into a new version, compare it with the live one, switch, switch back."""
 
     change_list_template = "admin/rankings/rankingversion/change_list.html"
-    list_display = ["number", "state", "layout", "progress_display", "sales", "rate_display", "eta",
+    list_display = ["number", "state", "layout", "tree_size", "progress_display", "sales", "rate_display", "eta",
                     "created_at", "built_at", "activated_at", "retired_at", "message", "operations"]  # fmt: skip
     list_display_links = None
     ordering = ["-number"]
@@ -169,6 +171,9 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         building = RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).exists()
         number, live = active_layout()
         context = {
+            # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
+            "tree_change": tree_pending(),
+            "boards_per_category": len(rankings_settings.windows) * len(METRICS),
             "building": building,
             "active_number": number,
             "active_layout": live.describe(),
@@ -178,6 +183,10 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra_context=context)
+
+    @admin.display(description="tree")
+    def tree_size(self, obj):
+        return f"{len(obj.tree)} under a parent" if obj.tree else "flat"
 
     @admin.display(description="shards")
     def layout(self, obj):
@@ -253,6 +262,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             "comparisons": comparisons,
             "differing": [_side_by_side(c) for c in differing[:50]],
             "differing_count": len(differing),
+            "tree_change": tree_change(version_tree(RankingVersion.active_number()), version_tree(number)),
             "can_switch": request.user.has_perm("rankings.switch_rankings"),
         }
         return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)

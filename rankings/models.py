@@ -269,6 +269,10 @@ class RankingVersion(models.Model):
     # The switch-over that last re-laid out the shards when this version's positions in Redis were
     # set: it renumbered every shard's batches, so a version of an earlier one cannot catch up.
     log_era = models.PositiveBigIntegerField(default=0)
+    # The category tree the version counts with, frozen when it is built: child slug -> parent slug,
+    # for the categories that have a parent. A sale counts once in each ancestor of its categories
+    # in the active version's tree, so a tree edit takes effect only through a rebuild and switch.
+    tree = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-number"]
@@ -378,6 +382,9 @@ class PendingEngagement(models.Model):
     ts = models.DateTimeField(help_text="the events' time, to the whole second")
     # The boards of this shard the events count in (with `all` in its shard).
     categories = ArrayField(models.CharField(max_length=50))
+    # The categories the events named (or their product's), before the tree added ancestors: what a
+    # switch to another tree counts the row's events in again.
+    named = ArrayField(models.CharField(max_length=50))
     views = models.IntegerField()
     wishes = models.IntegerField()
     queued_at = models.DateTimeField()

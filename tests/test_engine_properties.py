@@ -1,11 +1,16 @@
 """Random histories against the batch recompute: after every tick, every board is exact.
 
-A hypothesis state machine sends new sales (recent, late, too old, slightly
-ahead of the clock), resends, partial returns, engagement events (views and
-wishes, with and without ids, resent, late, too old, older than the retention),
-moves the clock by minutes to weeks (past the retention of engagement), prunes,
-and ticks with batches of every size. After each tick every board of every
-metric in Redis must equal the GROUP BY over raw sales and engagement events.
+A hypothesis state machine plants a random category tree (up to six levels),
+sends new sales (recent, late, too old, slightly ahead of the clock, naming a
+category together with one of its ancestors), resends, partial returns,
+engagement events (views and wishes, with and without ids, resent, late, too
+old, older than the retention), moves the clock by minutes to weeks (past the
+retention of engagement), prunes, and ticks with batches of every size. After
+each tick every board of every metric in Redis must equal the GROUP BY over raw
+sales and engagement events, each counted once in every ancestor of its
+categories. A second machine also moves categories in the catalogue, rebuilds
+with the edited tree, switches to it and back, with sales still flowing: every
+board must be exact after each switch.
 """
 
 import datetime as dt
@@ -18,16 +23,25 @@ from django.test import override_settings
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
+from catalogue.models import MAX_TREE_DEPTH, Category, subtree_height, tree_problem
 from rankings.engine import store
 from rankings.engine.prune import engagement_prune, engine_now
+from rankings.models import RankingVersion
+from rankings.operations import backfill
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 
 PRODUCTS = [f"p{i}" for i in range(6)]
-CATEGORIES = ["c0", "c1", "c2", "c3"]
+CATEGORIES = [f"c{i}" for i in range(8)]
 
 ages = st.one_of(
     st.integers(0, 3599).map(lambda s: dt.timedelta(seconds=s)),  # this hour
@@ -53,14 +67,23 @@ def _reset():
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
             " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
-            " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
-            " catalogue_category RESTART IDENTITY CASCADE"
+            " rankings_ticklog, rankings_ingestlog, rankings_rankingversion, catalogue_product_categories,"
+            " catalogue_product, catalogue_category RESTART IDENTITY CASCADE"
         )
     r = store.patient()
     keys = list(r.scan_iter(f"{settings.RANKINGS['KEY_PREFIX']}:*"))
     if keys:
         r.delete(*keys)
+    store.reset_clients()
     selectors.categories_forget()
+
+
+def _ancestors(slug: str, parents: dict[str, str | None]) -> list[str]:
+    found, current = [], parents.get(slug)
+    while current is not None:
+        found.append(current)
+        current = parents.get(current)
+    return found
 
 
 class SalesHistory(RuleBasedStateMachine):
@@ -72,6 +95,20 @@ class SalesHistory(RuleBasedStateMachine):
         self.originals: dict[str, list] = {}  # id -> [product, qty, returned]
         self.engagements: list[dict] = []
         self.n = 0
+        self.parents: dict[str, str | None] = {}  # the catalogue's tree
+
+    @initialize(data=st.data())
+    def plant_tree(self, data):
+        """A random forest over the categories, up to MAX_TREE_DEPTH levels, frozen into the active
+        version by a rebuild switched to before any sale."""
+        for slug in CATEGORIES:
+            candidates = [c for c in self.parents if len(_ancestors(c, self.parents)) + 1 < MAX_TREE_DEPTH]
+            parent = data.draw(st.one_of(st.none(), st.sampled_from(candidates)) if candidates else st.none())
+            self.parents[slug] = parent
+            Category.objects.create(
+                slug=slug, name=slug, parent=Category.objects.get(slug=parent) if parent else None
+            )
+        backfill.version_build(activate=True)
 
     def _id(self) -> str:
         self.n += 1
@@ -86,6 +123,9 @@ class SalesHistory(RuleBasedStateMachine):
         for _ in range(count):
             product = data.draw(st.sampled_from(PRODUCTS))
             categories = data.draw(st.lists(st.sampled_from(CATEGORIES), max_size=3))
+            ancestors = _ancestors(categories[0], self.parents) if categories else []
+            if ancestors and data.draw(st.booleans()):  # a category and its ancestor, named together
+                categories.append(data.draw(st.sampled_from(ancestors)))
             qty = data.draw(st.integers(1, 5))
             amount = data.draw(st.one_of(st.none(), st.decimals(0, 500, places=2).map(str)))
             event = self.shop.sale(
@@ -172,9 +212,42 @@ class SalesHistory(RuleBasedStateMachine):
         self.shop.assert_exact()
 
 
+class TreeEditHistory(SalesHistory):
+    """Sales histories in which editors move categories and the edited tree goes live (and back)."""
+
+    @rule(data=st.data())
+    def move_category(self, data):
+        slug = data.draw(st.sampled_from(CATEGORIES))
+        parent = data.draw(st.one_of(st.none(), st.sampled_from(CATEGORIES)))
+        wanted = {**self.parents, slug: parent}
+        if parent is not None and tree_problem(slug, wanted, height=subtree_height(slug, wanted)):
+            return  # refused, as the model, the admin and the database refuse it
+        Category.objects.filter(slug=slug).update(parent=Category.objects.filter(slug=parent).first())
+        self.parents[slug] = parent
+
+    @rule()
+    def rebuild_and_switch(self):
+        backfill.version_build(activate=True)
+        self.shop.assert_exact()
+
+    def _retired(self) -> int | None:
+        """The version the last switch retired, while Redis holds it (one retired before it ever
+        ticked never had boards to switch back to)."""
+        retired = RankingVersion.objects.filter(state=RankingVersion.State.RETIRED).order_by("-retired_at")
+        number = retired.values_list("number", flat=True).first()
+        return number if number is not None and store.generation_get(number) else None
+
+    @precondition(lambda self: self._retired() is not None)
+    @rule()
+    def switch_back(self):
+        backfill.version_switch(number=self._retired())
+        self.shop.assert_exact()
+
+
 # 200 random histories in all, in parts that parallel test workers share; each part
 # draws its own (Hypothesis seeds every run afresh). PROPERTY_HISTORIES asks for fewer
-# (the second run of `make test`, on a Redis Cluster).
+# (the second run of `make test`, on a Redis Cluster). Histories with tree edits, each with
+# several rebuilds and switches, are a quarter as many.
 HISTORIES = int(os.environ.get("PROPERTY_HISTORIES", 200))
 PARTS = 4
 
@@ -186,6 +259,22 @@ def test_random_histories_match_the_batch_recompute(part):
         SalesHistory,
         settings=hypothesis_settings(
             max_examples=HISTORIES // PARTS,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+@pytest.mark.parametrize("part", range(PARTS))
+@pytest.mark.django_db(transaction=True)
+def test_random_tree_edits_going_live_match_the_batch_recompute(part):
+    """A tree edit counts only once switched to, whole: before the switch every board follows the
+    old tree, after it the new one, and switching back restores the old one, each exactly."""
+    run_state_machine_as_test(
+        TreeEditHistory,
+        settings=hypothesis_settings(
+            max_examples=max(1, HISTORIES // PARTS // 4),
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -9,6 +9,7 @@ from django.db import connection, transaction
 
 from rankings import tasks
 from rankings.engine import recompute
+from rankings.engine.tree import Tree
 from rankings.ingest.partitions import partition_name, sale_partitions
 from rankings.ingest.sales import DUPLICATE_ID, sales_ingest
 from rankings.models import Sale, SaleId
@@ -136,9 +137,15 @@ def test_a_rebuild_over_the_last_30_days_reads_only_the_recent_partitions():
     recent = {partition_name(dt.datetime(2026, m, 1, tzinfo=dt.UTC)) for m in (5, 6)}
     stop = NOW + dt.timedelta(hours=1)
     oldest = NOW - dt.timedelta(days=30)
-    # when the rebuild's queries are planned for the 30-day window
-    for query in (backfill._AGGREGATE_ALL, backfill._AGGREGATE_CATEGORIES, backfill._PENDING):
-        plan = _explain(query.format(sums="count(*)"), {"all": "all", "oldest": oldest, "stop": stop})
+    # when the rebuild's queries are planned for the 30-day window (a category tree's too)
+    tree = Tree({"board-games": "toys"}).sql_params()
+    for query in (
+        backfill._AGGREGATE_ALL,
+        backfill._AGGREGATE_CATEGORIES,
+        backfill._AGGREGATE_CATEGORIES_TREE,
+        backfill._PENDING,
+    ):
+        plan = _explain(query.format(sums="count(*)"), {"all": "all", "oldest": oldest, "stop": stop, **tree})
         # then only May and June are read
         assert _partitions_in(plan) == recent, plan
     # and the recompute's
@@ -150,6 +157,7 @@ def test_a_rebuild_over_the_last_30_days_reads_only_the_recent_partitions():
             "stop": stop.timestamp(),
             "categories": ["toys"],
             "shard": 0,
+            **tree,
         },
     )
     assert _partitions_in(plan) <= recent, plan

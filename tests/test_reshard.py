@@ -211,8 +211,8 @@ class PausedIngest:
     def __init__(self, monkeypatch, shop: Shop, tag: str):
         real_stage, self.layout_read, self._go = sales._stage, threading.Event(), threading.Event()
 
-        def stage_then_wait(cursor, rows, layout):
-            real_stage(cursor, rows, layout)
+        def stage_then_wait(cursor, rows, *queued_under):
+            real_stage(cursor, rows, *queued_under)
             self.layout_read.set()
             assert self._go.wait(DEADLINE)
 

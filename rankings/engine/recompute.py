@@ -10,14 +10,17 @@ from django.db import connection
 
 from rankings.conf import rankings_settings
 from rankings.engine.shards import ALL, Layout
+from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
 
 # Every category of the sales, not the catalogue's: the recompute must count a
-# category whatever became of it there. Boards of other shards are dropped afterwards.
-_RECOMPUTE = """
+# category whatever became of it there, and once in each ancestor of it in the
+# version's tree (a sale naming a category and its ancestor counts once there).
+# Boards of other shards are dropped afterwards.
+_RECOMPUTE = f"""
 SELECT c.category, s.product_id, sum(s.qty),
        sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)  -- a refund subtracts
 FROM rankings_sale s
-CROSS JOIN LATERAL unnest(s.categories || ARRAY[%(all)s]::varchar[]) AS c(category)
+CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
 WHERE s.counted_at >= to_timestamp(%(first)s) AND s.counted_at < to_timestamp(%(stop)s)
   AND NOT EXISTS (
       SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = %(shard)s
@@ -27,13 +30,13 @@ GROUP BY c.category, s.product_id
 
 # Views and wishes, from the raw engagement events the retention keeps (every window's), less those
 # the shard has not claimed yet (its queue rows count them by product, second and boards).
-_RECOMPUTE_ENGAGEMENT = """
+_RECOMPUTE_ENGAGEMENT = f"""
 SELECT category, product_id, sum(views), sum(wishes) FROM (
-    SELECT c.category, e.product_id,
-           count(*) FILTER (WHERE e.kind = 'view') AS views, count(*) FILTER (WHERE e.kind = 'wish') AS wishes
-    FROM rankings_engagement e
-    CROSS JOIN LATERAL unnest(e.categories || ARRAY[%(all)s]::varchar[]) AS c(category)
-    WHERE e.ts >= to_timestamp(%(first)s) AND e.ts < to_timestamp(%(stop)s)
+    SELECT c.category, s.product_id,
+           count(*) FILTER (WHERE s.kind = 'view') AS views, count(*) FILTER (WHERE s.kind = 'wish') AS wishes
+    FROM rankings_engagement s
+    CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
+    WHERE s.ts >= to_timestamp(%(first)s) AND s.ts < to_timestamp(%(stop)s)
     GROUP BY 1, 2
     UNION ALL
     SELECT c.category, p.product_id, -sum(p.views), -sum(p.wishes)
@@ -46,9 +49,10 @@ GROUP BY 1, 2
 
 
 def boards_recompute(
-    *, shard: int, layout: Layout, now: float
+    *, shard: int, layout: Layout, now: float, tree: Tree = EMPTY
 ) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
-    """Every non-empty board of a shard (of `layout`) as of `now` (epoch seconds), in ranking order.
+    """Every non-empty board of a shard (of `layout`, counting with `tree`) as of `now` (epoch
+    seconds), in ranking order.
 
     Counts the sales and engagement events the shard has claimed (those still
     pending are not yet in any board). Keys are (window, metric, category); values [(product_id, score)].
@@ -60,7 +64,14 @@ def boards_recompute(
         for w in rankings_settings.windows.values():
             first, last = w.bounds(t)
             cursor.execute(
-                _RECOMPUTE, {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard}
+                _RECOMPUTE,
+                {
+                    "all": ALL,
+                    "first": first,
+                    "stop": last + w.bucket_seconds,
+                    "shard": shard,
+                    **tree.sql_params(),
+                },
             )
             for category, product_id, units, cents in cursor.fetchall():
                 if category not in in_shard:
@@ -73,7 +84,13 @@ def boards_recompute(
                     boards[(w.name, "revenue", category)].append((product_id, int(cents)))
             cursor.execute(
                 _RECOMPUTE_ENGAGEMENT,
-                {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard},
+                {
+                    "all": ALL,
+                    "first": first,
+                    "stop": last + w.bucket_seconds,
+                    "shard": shard,
+                    **tree.sql_params(),
+                },
             )
             for category, product_id, views, wishes in cursor.fetchall():
                 if category not in in_shard:

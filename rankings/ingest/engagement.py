@@ -28,6 +28,7 @@ from rankings.conf import engagement_retention_seconds, rankings_settings
 from rankings.engine import locks
 from rankings.engine.prune import engine_now
 from rankings.engine.shards import layout_checked
+from rankings.engine.tree import version_tree
 from rankings.ingest.events import EngagementEventSerializer, EventValidator
 from rankings.ingest.partitions import engagement_partitions_ensure
 from rankings.ingest.sales import (
@@ -236,14 +237,16 @@ WITH claimed AS (
 ), grouped AS MATERIALIZED (
     SELECT nextval('{Engagement._meta.db_table}_id_seq') AS entry, g.*
     FROM (
-        SELECT product_id, to_timestamp(floor(extract(epoch FROM ts))) AS second, queue,
+        SELECT product_id, to_timestamp(floor(extract(epoch FROM ts))) AS second, queue, categories,
                count(*) FILTER (WHERE kind = 'view') AS views, count(*) FILTER (WHERE kind = 'wish') AS wishes
-        FROM chosen GROUP BY 1, 2, 3
+        FROM chosen GROUP BY 1, 2, 3, 4
     ) AS g
 ), queued AS (
-    INSERT INTO {PendingEngagement._meta.db_table} (shard, entry, product_id, ts, categories, views, wishes, queued_at)
+    INSERT INTO {PendingEngagement._meta.db_table}
+        (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
     SELECT split_part(item, ':', 1)::smallint, grouped.entry, grouped.product_id, grouped.second,
-           string_to_array(split_part(item, ':', 2), ','), grouped.views, grouped.wishes, now()
+           string_to_array(split_part(item, ':', 2), ','), string_to_array(grouped.categories, ','),
+           grouped.views, grouped.wishes, now()
     FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
 )
 SELECT ord FROM chosen
@@ -253,9 +256,11 @@ SELECT ord FROM chosen
 def _store(rows: list[_Row], result: IngestResult) -> tuple[int, int]:
     """Insert the rows in bulk; return (how many were stored, duplicates found only at insert time)."""
     locks.layout_read_lock()
-    _, layout = layout_checked()
+    number, layout = layout_checked()
     if not rows:
         return 0, 0
+    # Read under the layout's lock, as for sales: a switch to another tree waits for this batch.
+    tree = version_tree(number)
     _ensure_categories(rows)
     engagement_partitions_ensure({row.ts for row in rows})
     with connection.cursor() as cursor:
@@ -267,7 +272,7 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[int, int]:
                 key = tuple(row.categories)
                 queue = queue_of.get(key)
                 if queue is None:
-                    queue = queue_of[key] = _queue_entries(key, layout)
+                    queue = queue_of[key] = _queue_entries(key, layout, tree)
                 copy.write_row(
                     (
                         row.index,
@@ -284,7 +289,7 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[int, int]:
         cursor.execute(_INSERT)
         stored = {index for (index,) in cursor.fetchall()}
         cursor.execute("DELETE FROM engagement_stage")
-    tick_wake_on_commit(layout, {tuple(row.categories) for row in rows if row.index in stored})
+    tick_wake_on_commit(layout, {tree.expand(row.categories) for row in rows if row.index in stored})
     raced = [row for row in rows if row.index not in stored]
     late_duplicates = 0
     if raced:

@@ -30,6 +30,7 @@ from catalogue.money import cents_text, to_cents
 from rankings.conf import rankings_settings
 from rankings.engine import locks
 from rankings.engine.shards import ALL, Layout, layout_checked
+from rankings.engine.tree import Tree, version_tree
 from rankings.ingest.events import (
     MAX_AMOUNT_CENTS,
     MAX_AMOUNT_DIGITS,
@@ -687,10 +688,11 @@ SELECT event_id FROM inserted
 """
 
 
-def _queue_entries(categories: tuple[str, ...], layout: Layout) -> str:
-    """'shard:slug,slug;shard:slug': each shard a sale is queued for, with the boards it counts in there."""
+def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree) -> str:
+    """'shard:slug,slug;shard:slug': each shard a sale is queued for, with the boards it counts in there
+    (its categories and their ancestors in the active version's tree, each once)."""
     boards: dict[int, list[str]] = defaultdict(list)
-    for slug in (ALL, *categories):
+    for slug in (ALL, *tree.expand(categories)):
         boards[layout.shard_of(slug)].append(slug)
     return ";".join(f"{shard}:{','.join(slugs)}" for shard, slugs in sorted(boards.items()))
 
@@ -704,13 +706,16 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
     a switch-over that re-lays out the shards waits for it and then re-keys its rows.
     """
     locks.layout_read_lock()
-    _, layout = layout_checked()
+    number, layout = layout_checked()
     if not rows:
         return set(), 0
+    # Read under the same lock as the layout: a switch to a version with another tree re-queues
+    # what was queued before it, and an ingest that reads after it waits for its commit.
+    tree = version_tree(number)
     _ensure_categories(rows)
     with connection.cursor() as cursor:
         cursor.execute(_STAGE)
-        _stage(cursor, rows, layout)
+        _stage(cursor, rows, layout, tree)
         cursor.execute(_PLACEHOLDER_PRODUCTS, [sorted({row.product_id for row in rows})])
         cursor.execute(_INSERT)
         inserted = {event_id for (event_id,) in cursor.fetchall()}
@@ -718,11 +723,11 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[set[str], int]:
         # can ingest again.
         cursor.execute("DELETE FROM ingest_stage")
     # Once committed, these sales wake their shards' ticks rather than wait for the beat.
-    tick_wake_on_commit(layout, {tuple(row.categories) for row in rows if row.event_id in inserted})
+    tick_wake_on_commit(layout, {tree.expand(row.categories) for row in rows if row.event_id in inserted})
     return inserted, _late_duplicates(rows, inserted, result)
 
 
-def _stage(cursor, rows: list[_Row], layout: Layout) -> None:
+def _stage(cursor, rows: list[_Row], layout: Layout, tree: Tree) -> None:
     """COPY the rows, each with its queue entries, into the staging table."""
     queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
     with cursor.copy("COPY ingest_stage FROM STDIN (FORMAT BINARY)") as copy:
@@ -732,7 +737,7 @@ def _stage(cursor, rows: list[_Row], layout: Layout) -> None:
             key = tuple(row.categories)
             queue = queue_of.get(key)
             if queue is None:
-                queue = queue_of[key] = _queue_entries(key, layout)
+                queue = queue_of[key] = _queue_entries(key, layout, tree)
             copy.write_row(
                 (
                     row.index,

@@ -91,6 +91,12 @@ class Migration(migrations.Migration):
                         base_field=models.CharField(max_length=50), size=None
                     ),
                 ),
+                (
+                    "named",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(max_length=50), size=None
+                    ),
+                ),
                 ("views", models.IntegerField()),
                 ("wishes", models.IntegerField()),
                 ("queued_at", models.DateTimeField()),

@@ -39,9 +39,11 @@ from psycopg import sql
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.aggregate import batch_replay, shards_settle
+from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
 from rankings.engine.relayout import state_rekey
+from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active_layout, version_layout
+from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
 from rankings.engine.windows import Window
 from rankings.models import Batch, RankingVersion, ShardState
 from rankings.operations.engagement_rebuild import engagement_totals
@@ -128,8 +130,13 @@ def version_build(
     versions_fail_abandoned()
     number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
     layout = layout or active_layout()[1]
+    # The catalogue's tree as it stands now is the one the version counts with, for good.
     version = RankingVersion.objects.create(
-        number=number, state=RankingVersion.State.BUILDING, shards=layout.shards, pinned=list(layout.pinned)
+        number=number,
+        state=RankingVersion.State.BUILDING,
+        shards=layout.shards,
+        pinned=list(layout.pinned),
+        tree=dict(catalogue_tree().parents),
     )
     with locks.build_lock(number):
         try:
@@ -146,7 +153,7 @@ def version_build(
 def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     """Snapshot and aggregate the raw sales, write the boards, catch up; the version is then ready."""
     report(PROGRESS_SNAPSHOT, "taking a snapshot of the raw sales")
-    snapshot = _snapshot_aggregate(layout)
+    snapshot = _snapshot_aggregate(layout, version_tree(number))
     RankingVersion.objects.filter(number=number).update(log_era=snapshot.era)
     report.sales = snapshot.sales
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; writing boards")
@@ -196,6 +203,17 @@ FROM rankings_sale s CROSS JOIN LATERAL unnest(s.categories) AS u(category)
 WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
 GROUP BY 1, 2
 """
+# With a tree, each sale counts once in every category it names and every ancestor of them.
+_AGGREGATE_CATEGORIES_TREE = (
+    """
+SELECT u.category, s.product_id, {sums}
+FROM rankings_sale s CROSS JOIN LATERAL ("""
+    + EXPAND_SQL
+    + """) AS u(category)
+WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+GROUP BY 1, 2
+"""
+)
 _AGGREGATE_ALL = """
 SELECT %(all)s, s.product_id, {sums}
 FROM rankings_sale s
@@ -205,19 +223,23 @@ GROUP BY 2
 
 # Sales a shard has not claimed yet are in none of its boards: their part is
 # subtracted afterwards (the queue is short, so this is a small query).
-_PENDING = """
+_PENDING = (
+    """
 SELECT p.shard, u.category, s.product_id, {sums}
 FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
-CROSS JOIN LATERAL unnest(s.categories || ARRAY[%(all)s]::varchar[]) AS u(category)
+CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ("""
+    + EXPAND_SQL
+    + """)) AS u(category)
 WHERE p.counted_at >= %(oldest)s AND p.counted_at < %(stop)s
   AND s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
 GROUP BY 1, 2, 3
 """
+)
 
 
-def _snapshot_aggregate(target: Layout) -> _Snapshot:
-    """Every board of the `target` layout as of the snapshot, each as of its shard's instant in the
-    active layout, with the positions the new version's shards start from."""
+def _snapshot_aggregate(target: Layout, tree: Tree) -> _Snapshot:
+    """Every board of the `target` layout, counted with `tree`, as of the snapshot, each as of its
+    shard's instant in the active layout, with the positions the new version's shards start from."""
     with _snapshot_begun() as (live, states, era):
         with connection.cursor() as cursor:
             # One big GROUP BY: let it hash in memory rather than sort on disk,
@@ -231,7 +253,7 @@ def _snapshot_aggregate(target: Layout) -> _Snapshot:
             with _snapshot_connection(snapshot) as helper:
                 sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
                 for as_of, shards in _shards_by_instant(states).items():
-                    _aggregate_into(cursor, helper, boards, as_of, shards, live, target)
+                    _aggregate_into(cursor, helper, boards, as_of, shards, live, target, tree)
     live_positions = {}
     for shard in range(live.shards):
         seq, as_of = states.get(shard, (0, None))
@@ -297,14 +319,16 @@ def _aggregate_into(
     shards: list[int],
     live: Layout,
     target: Layout,
+    tree: Tree,
 ) -> None:
     """Fill in `boards` of the categories of the active layout's `shards` as of `as_of`: each window's
-    sales in the snapshot, less those pending; placed by the `target` layout."""
+    sales in the snapshot, less those pending, counted with `tree`; placed by the `target` layout."""
     windows = list(rankings_settings.windows.values())
     sums, params = _window_sums(windows, as_of)
-    totals = _sale_totals(cursor, helper, sums, params)
+    params.update(tree.sql_params())
+    totals = _sale_totals(cursor, helper, sums, params, tree)
     _subtract_pending(cursor, totals, sums, params, live)
-    engaged = engagement_totals(cursor, windows, as_of, live)
+    engaged = engagement_totals(cursor, windows, as_of, live, tree)
     _fill_boards(boards, _with_engagement(totals, engaged, len(windows)), windows, set(shards), live, target)
 
 
@@ -330,7 +354,7 @@ def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
     return ", ".join(sums), params
 
 
-def _sale_totals(cursor, helper, sums: str, params: dict) -> dict[tuple[str, str], list[int]]:
+def _sale_totals(cursor, helper, sums: str, params: dict, tree: Tree) -> dict[tuple[str, str], list[int]]:
     """(category, product id) -> its window sums: the categories' GROUP BY on `cursor`, while the
     board of every sale's runs on `helper`, a second connection on the same snapshot."""
     totals: dict[tuple[str, str], list[int]] = {}
@@ -338,7 +362,8 @@ def _sale_totals(cursor, helper, sums: str, params: dict) -> dict[tuple[str, str
         board_of_all = pool.submit(
             lambda: helper.execute(_AGGREGATE_ALL.format(sums=sums), params).fetchall()
         )
-        cursor.execute(_AGGREGATE_CATEGORIES.format(sums=sums), params)
+        by_category = _AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES
+        cursor.execute(by_category.format(sums=sums), params)
         while rows := cursor.fetchmany(20_000):
             for category, product_id, *values in rows:
                 totals[(category, product_id)] = values
@@ -498,8 +523,8 @@ def _era_check(number: int) -> None:
     era = RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first()
     if era != _active_era():
         raise VersionError(
-            f"version {number} was built before the last switch-over that re-laid out the shards:"
-            " its batches are numbered otherwise; rebuild instead"
+            f"version {number} was built before the last switch-over that re-laid out the shards or"
+            " changed the category tree: its batches are numbered or counted otherwise; rebuild instead"
         )
 
 
@@ -529,13 +554,19 @@ def version_switch(*, number: int) -> RankingVersion:
             )
         previous, live = active_layout()
         layout = version_layout(number)
+        tree = version_tree(number)
+        # The categories that count other sales under the target's tree than under the active one's.
+        affected = tree_affected(version_tree(previous), tree)
         with locks.all_shards_lock(max(live.shards, layout.shards)):
             if layout == live:
                 _catch_up_version(number)
                 with transaction.atomic():
-                    epoch = _activate(number, relayout=False)
+                    _retree(number, layout, tree, affected)
+                    # A tree change, like a re-layout, starts a new era: the batches logged from now
+                    # on count the affected categories otherwise than those before.
+                    epoch = _activate(number, relayout=bool(affected))
             else:
-                epoch = _switch_relayout(number, previous, layout)
+                epoch = _switch_relayout(number, previous, layout, tree, affected)
             # Only once committed: a pointer naming a switch that rolled back could not be undone.
             # Still under every shard's lock; should this fail, the next tick sets it. The layout goes
             # with the pointer, in one transaction: a reader that finds one finds the other.
@@ -545,6 +576,19 @@ def version_switch(*, number: int) -> RankingVersion:
     log.info("switched rankings from version %s to %s", previous, number)
     target.refresh_from_db()
     return target
+
+
+def _retree(number: int, layout: Layout, tree: Tree, affected: set[str]) -> None:
+    """In the switch's transaction: count the affected categories again under the target's tree
+    (buckets and queue, rankings.engine.retree) and rewrite the target's shards that hold them from
+    the buckets. The batches the target caught up with counted those categories with the other
+    tree; every other board of it is already exact."""
+    if not affected:
+        return
+    gen = _version_gen(number)
+    for shard in sorted(tree_recount(layout=layout, tree=tree, affected=affected)):
+        ShardState.objects.get_or_create(shard=shard)  # a shard that never ticked: empty boards
+        shard_rebuild(shard=shard, version=number, gen=gen)
 
 
 def _activate(number: int, *, relayout: bool) -> int:
@@ -562,7 +606,7 @@ def _activate(number: int, *, relayout: bool) -> int:
     return epoch
 
 
-def _switch_relayout(number: int, previous: int, layout: Layout) -> int:
+def _switch_relayout(number: int, previous: int, layout: Layout, tree: Tree, affected: set[str]) -> int:
     """Switch to a version laid out otherwise; the caller holds every shard's lock of both layouts.
 
     Every shard is settled at one instant (its recorded batches applied, its queue claimed), so that
@@ -599,6 +643,7 @@ def _switch_relayout(number: int, previous: int, layout: Layout) -> int:
     try:
         with transaction.atomic():
             state_rekey(layout=layout, positions=positions, as_of=as_of)
+            _retree(number, layout, tree, affected)
             return _activate(number, relayout=True)
     except OperationalError as error:  # the layout lock was not granted in time
         raise VersionError(

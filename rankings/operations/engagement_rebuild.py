@@ -8,12 +8,14 @@ has not claimed yet are taken out, as no board of it holds them.
 import datetime as dt
 
 from rankings.engine.shards import ALL, Layout
+from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
 from rankings.engine.windows import Window
 
-_TOTALS = """
-SELECT u.category, e.product_id, {sums}
-FROM rankings_engagement e CROSS JOIN LATERAL unnest(e.categories || ARRAY[%(all)s]::varchar[]) AS u(category)
-WHERE e.ts >= %(oldest)s AND e.ts < %(stop)s
+# Each event once in every category it names and every ancestor of them, under the version's tree.
+_TOTALS = f"""
+SELECT u.category, s.product_id, {{sums}}
+FROM rankings_engagement s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS u(category)
+WHERE s.ts >= %(oldest)s AND s.ts < %(stop)s
 GROUP BY 1, 2
 """
 
@@ -39,22 +41,22 @@ def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, str,
         params[f"t{i}"] = dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC)
         starts.append(params[f"f{i}"])
         stops.append(params[f"t{i}"])
-        inside = f"e.ts >= %(f{i})s AND e.ts < %(t{i})s"
+        inside = f"ts >= %(f{i})s AND ts < %(t{i})s"
         for kind, column in (("view", "views"), ("wish", "wishes")):
-            sums.append(f"count(*) FILTER (WHERE {inside} AND e.kind = '{kind}')")
-            queued.append(f"coalesce(sum(e.{column}) FILTER (WHERE {inside}), 0)")
+            sums.append(f"count(*) FILTER (WHERE s.{inside} AND s.kind = '{kind}')")
+            queued.append(f"coalesce(sum(e.{column}) FILTER (WHERE e.{inside}), 0)")
     params.update(oldest=min(starts), stop=max(stops))
     return ", ".join(sums), ", ".join(queued), params
 
 
 def engagement_totals(
-    cursor, windows: list[Window], as_of: dt.datetime, live: Layout
+    cursor, windows: list[Window], as_of: dt.datetime, live: Layout, tree: Tree = EMPTY
 ) -> dict[tuple[str, str], list[int]]:
     """(category, product id) -> [views, wishes] of each window in turn, as the boards of the active
     layout's shards hold them at `as_of`: counted, less what their shard has not claimed."""
     sums, queued, params = _window_counts(windows, as_of)
     totals: dict[tuple[str, str], list[int]] = {}
-    cursor.execute(_TOTALS.format(sums=sums), params)
+    cursor.execute(_TOTALS.format(sums=sums), {**params, **tree.sql_params()})
     while rows := cursor.fetchmany(20_000):
         for category, product_id, *values in rows:
             totals[(category, product_id)] = values

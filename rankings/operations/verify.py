@@ -22,6 +22,7 @@ from rankings.engine.aggregate import shard_rebuild
 from rankings.engine.prune import engine_now
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, Layout, version_layout
+from rankings.engine.tree import version_tree
 from rankings.models import ShardState, VerifyLog
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,8 @@ def _verify_shard(report: VerifyReport, version: int, shard: int, layout: Layout
         last = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
         as_of = last.timestamp() if last else None
     report.as_of[shard] = as_of
-    expected = boards_recompute(shard=shard, layout=layout, now=as_of) if as_of is not None else {}
+    tree = version_tree(version)
+    expected = boards_recompute(shard=shard, layout=layout, now=as_of, tree=tree) if as_of is not None else {}
     actual = {}
     for key in store.shard_board_keys(version, shard):
         window, metric, category = key.split(":b:", 1)[1].split(":", 2)

@@ -525,6 +525,12 @@ class CategoryItemReply(serializers.Serializer):
     slug = serializers.CharField()
     name = serializers.CharField()
     url = serializers.URLField()
+    parent = serializers.CharField(
+        allow_null=True, help_text="the category above it in the tree the boards count with; null at the top"
+    )
+    path = serializers.ListField(
+        child=serializers.CharField(), help_text="slugs from the top of the tree down to the category itself"
+    )
 
     class Meta:
         ref_name = "CategoryItem"
@@ -538,10 +544,17 @@ class CategoryListReply(serializers.Serializer):
 
     def to_representation(self, instance: selectors.CategoriesPage) -> dict:
         request = self.context["request"]
+        tree = selectors.categories_tree()
         return {
             "total": instance.total,
             "items": [
-                {"slug": slug, "name": name, "url": request.build_absolute_uri(f"/v1/categories/{slug}/top")}
+                {
+                    "slug": slug,
+                    "name": name,
+                    "url": request.build_absolute_uri(f"/v1/categories/{slug}/top"),
+                    "parent": tree.parents.get(slug),
+                    "path": tree.path(slug),
+                }
                 for slug, name in instance.items
             ],
         }

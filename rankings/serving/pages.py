@@ -240,7 +240,8 @@ def home(request):
     """The overall leaders and the first three of each category, HOME_CATEGORIES to a page, over 7 days by units."""
     window, metric = DEFAULT_WINDOW, DEFAULT_METRIC
     number = _page_number(request)
-    pages = Paginator(selectors.categories_real(), HOME_CATEGORIES, allow_empty_first_page=True)
+    # The top of the tree: a category under another counts in it, and shows on its parent's page.
+    pages = Paginator(selectors.categories_top_level(), HOME_CATEGORIES, allow_empty_first_page=True)
     if number > pages.num_pages:
         raise selectors.NotFound(f"page {number} is past the end of the categories.")
     shown = pages.page(number)
@@ -289,11 +290,14 @@ def category(request, slug):
     links = _links(
         page, pages, lambda p: category_url(slug, window=window, metric=metric, page=p if p > 1 else None)
     )
+    crumbs, subcategories = _tree_context(slug, window=window, metric=metric)
     return render(
         request,
         "rankings/category.html",
         {
             "category": {"slug": slug, "name": name},
+            "crumbs": crumbs,
+            "subcategories": subcategories,
             "window": window,
             "metric": metric,
             "window_label": WINDOW_LABELS.get(window, window),
@@ -311,6 +315,29 @@ def category(request, slug):
             "freshness": _freshness(board),
         },
     )
+
+
+def _tree_context(slug: str, *, window: str, metric: str) -> tuple[list[dict], list[dict]]:
+    """The category's ancestors (root first) as breadcrumbs, and the categories right under it, each
+    with its leader, in the tree the boards count with."""
+    names = selectors.categories_map()
+    crumbs = [
+        {"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)}
+        for s in selectors.categories_tree().path(slug)[:-1]
+    ]
+    children = selectors.category_children(slug)
+    if not children:
+        return crumbs, []
+    boards = selectors.boards_top_many(limits={c: 1 for c, _ in children}, window=window, metric=metric)
+    subcategories = [
+        {
+            "name": child_name,
+            "url": category_url(child, window=window, metric=metric),
+            "leader": (_ranked(boards[child].items, window=window, metric=metric) or [None])[0],
+        }
+        for child, child_name in children
+    ]
+    return crumbs, subcategories
 
 
 def _percent(percentile: float | None) -> str | None:
@@ -367,7 +394,7 @@ def _product_ranks(product_id: str, window: str, metric: str) -> tuple[selectors
     """Its rank overall and in each of its categories (none while the catalogue cannot say which)."""
     overall = selectors.product_rank(product_id=product_id, category=ALL, window=window, metric=metric)
     try:
-        ranks = selectors.product_ranks(product_id=product_id, window=window, metric=metric)
+        ranks = selectors.product_ranks(product_id=product_id, window=window, metric=metric, every_level=True)
     except selectors.Unavailable:
         # Its categories are unknown while the catalogue is away: the overall rank still shows.
         ranks = selectors.Ranks(product_id, window, metric, as_of=None, ranks=(), stale=True)

@@ -24,6 +24,7 @@ from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout
+from rankings.engine.tree import EMPTY, Tree
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -259,6 +260,7 @@ class _Categories:
     names: dict[str, str]  # slug -> name, `all` first
     rows: list[tuple[str, str]]  # (slug, name) of the real categories, by name
     complete: bool  # False: PostgreSQL did not answer; names hold what was known before
+    tree: Tree = EMPTY  # the tree of the active version: the one the boards count with
 
 
 # One entry, kept until CATEGORY_CACHE_SECONDS after its read (sooner after a failed read: see `loaded`).
@@ -268,23 +270,39 @@ _categories: TLRUCache = TLRUCache(
 _categories_lock = threading.Lock()
 
 
+# Every category with its parent in the active version's tree (the one the boards count with), in
+# one query: the version's tree is read once (an InitPlan), and each row looks its slug up in it.
+_CATEGORIES = f"""
+SELECT c.slug, c.name, (
+    SELECT v.tree FROM rankings_rankingversion v
+    WHERE v.state = 'active' OR v.number = 1 ORDER BY v.state = 'active' DESC LIMIT 1
+) ->> c.slug
+FROM {Category._meta.db_table} c ORDER BY c.name, c.slug
+"""
+
+
 def _categories_read(*, reload: bool = False) -> _Categories:
     with _categories_lock:
         current = _categories.get(ALL)
         if current is not None and not reload:
             return current
         try:
-            rows = list(Category.objects.order_by("name", "slug").values_list("slug", "name"))
+            with connection.cursor() as cursor:
+                cursor.execute(_CATEGORIES)
+                found = cursor.fetchall()
+            rows = [(slug, name) for slug, name, _ in found]
+            tree = Tree({slug: parent for slug, _, parent in found if parent is not None})
             loaded, complete = time.monotonic(), True
         except DatabaseError:
             _catalogue_unreachable()
             known = current or _categories.get(ALL)
             rows = known.rows if known else []
+            tree = known.tree if known else EMPTY
             # Tried again after the short interval, not the long one.
             loaded = time.monotonic() - CATEGORY_CACHE_SECONDS + CATEGORY_MISS_RELOAD_SECONDS
             complete = False
         read = _Categories(
-            loaded=loaded, names={ALL: "All products", **dict(rows)}, rows=rows, complete=complete
+            loaded=loaded, names={ALL: "All products", **dict(rows)}, rows=rows, complete=complete, tree=tree
         )
         _categories[ALL] = read
         return read
@@ -308,6 +326,23 @@ def categories_page(*, limit: int, offset: int) -> CategoriesPage:
 def categories_real() -> list[tuple[str, str]]:
     """(slug, name) of every category but `all`, by name."""
     return _categories_read().rows
+
+
+def categories_tree() -> Tree:
+    """The tree the boards count with (the active version's), as last read with the categories."""
+    return _categories_read().tree
+
+
+def categories_top_level() -> list[tuple[str, str]]:
+    """(slug, name) of every category without a parent in the tree that counts, by name."""
+    read = _categories_read()
+    return [(slug, name) for slug, name in read.rows if slug not in read.tree.parents]
+
+
+def category_children(slug: str) -> list[tuple[str, str]]:
+    """(slug, name) of the categories right under `slug` in the tree that counts, by name."""
+    read = _categories_read()
+    return [(child, name) for child, name in read.rows if read.tree.parents.get(child) == slug]
 
 
 def categories_forget() -> None:
@@ -692,8 +727,9 @@ def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None
 
 
 @_reading
-def product_ranks(*, product_id: str, window: str, metric: str) -> Ranks:
-    """The product's rank in each of its catalogue categories, in one Redis round trip."""
+def product_ranks(*, product_id: str, window: str, metric: str, every_level: bool = False) -> Ranks:
+    """The product's rank in each of its catalogue categories, in one Redis round trip; with
+    `every_level`, also in every ancestor of them in the tree that counts (each once)."""
     if _product(product_id) is None:
         with _cache_lock:
             categories = _product_categories.get(product_id)
@@ -701,6 +737,8 @@ def product_ranks(*, product_id: str, window: str, metric: str) -> Ranks:
             raise Unavailable("the catalogue is unavailable and this product's categories are unknown")
     else:
         categories = _product_category_slugs(product_id)
+    if every_level:
+        categories = list(categories_tree().expand(categories))
     return _served(
         ("ranks", product_id, window, metric, tuple(categories)),
         lambda: _product_ranks(product_id=product_id, window=window, metric=metric, categories=categories),

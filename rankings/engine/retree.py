@@ -1,0 +1,194 @@
+"""Re-count what PostgreSQL keeps per category when a switch-over changes the category tree.
+
+Buckets and the work queue hold each sale under the categories it counts in,
+ancestors included, so they follow the tree of the active version. A
+switch-over to a version counting with another tree changes, for the
+*affected* categories only (those whose set of descendants differs,
+rankings.engine.tree.tree_affected), which sales count there; every other
+category counts the same sales under both trees, so its buckets, its queue
+entries and the batches already logged for it are right as they are.
+
+In the switch's one transaction, under every shard's lock and the layout lock
+that every ingest shares (so no sale is queued under the tree being left):
+
+- the buckets of the affected categories are counted again from the raw
+  sales under the new tree, leaving out the sales still pending in the
+  category's shard (they are not in that shard's boards yet);
+- each pending row of a shard holding affected categories names, of those,
+  the ones the sale counts in under the new tree, and the others as before;
+- the caller then rewrites, from the buckets, every board of each shard that
+  holds an affected category (aggregate.shard_rebuild), for the version it
+  switches to.
+
+Switching back is the same re-count in the other direction.
+"""
+
+import datetime as dt
+
+from django.db import connection
+
+from rankings.conf import rankings_settings
+from rankings.engine import locks
+from rankings.engine.prune import bucket_cutoff
+from rankings.engine.shards import Layout
+from rankings.engine.tree import EXPAND_SQL, Tree
+from rankings.engine.windows import bucket_sizes
+from rankings.models import ShardState
+
+_RECOUNT_BUCKETS = f"""
+INSERT INTO rankings_bucket (size, start, category, product_id, shard, units, revenue_cents)
+SELECT sizes.size, e.t - ((e.t %% sizes.size) + sizes.size) %% sizes.size, e.category, e.product_id, e.shard,
+       sum(e.qty), sum(e.cents)
+FROM (
+    SELECT m.category, m.shard, s.product_id, floor(extract(epoch FROM s.counted_at))::bigint AS t, s.qty,
+           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END AS cents
+    FROM rankings_sale s
+    CROSS JOIN LATERAL ({EXPAND_SQL}) AS u(category)
+    JOIN unnest(%(affected)s::text[], %(shards)s::integer[]) AS m(category, shard) ON m.category = u.category
+    WHERE s.counted_at >= to_timestamp(%(oldest)s)
+      AND s.categories && %(covering)s::varchar[]  -- only sales that count in an affected category
+      AND NOT EXISTS (SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = m.shard)
+) e
+CROSS JOIN unnest(%(sizes)s::integer[], %(cutoffs)s::bigint[]) AS sizes(size, cutoff)
+WHERE e.t >= sizes.cutoff
+GROUP BY 1, 2, 3, 4, 5
+"""
+
+# Views and wishes of the affected categories: the raw events the retention keeps (every window's),
+# less the queue rows of the category's shard that count in it (already re-counted under the new
+# tree): what the shard has claimed. Written into the buckets the sales' re-count has just made.
+_RECOUNT_ENGAGEMENT_BUCKETS = f"""
+INSERT INTO rankings_bucket AS b (size, start, category, product_id, shard, views, wishes)
+SELECT sizes.size, e.t - ((e.t %% sizes.size) + sizes.size) %% sizes.size, e.category, e.product_id, e.shard,
+       sum(e.views), sum(e.wishes)
+FROM (
+    SELECT m.category, m.shard, s.product_id, floor(extract(epoch FROM s.ts))::bigint AS t,
+           (s.kind = 'view')::integer AS views, (s.kind = 'wish')::integer AS wishes
+    FROM rankings_engagement s
+    CROSS JOIN LATERAL ({EXPAND_SQL}) AS u(category)
+    JOIN unnest(%(affected)s::text[], %(shards)s::integer[]) AS m(category, shard) ON m.category = u.category
+    WHERE s.ts >= to_timestamp(%(oldest)s) AND s.categories && %(covering)s::varchar[]
+    UNION ALL
+    SELECT m.category, m.shard, p.product_id, floor(extract(epoch FROM p.ts))::bigint, -p.views, -p.wishes
+    FROM rankings_pendingengagement p
+    JOIN unnest(%(affected)s::text[], %(shards)s::integer[]) AS m(category, shard)
+      ON m.shard = p.shard AND m.category = ANY(p.categories)
+    WHERE p.ts >= to_timestamp(%(oldest)s)
+) e
+CROSS JOIN unnest(%(sizes)s::integer[], %(cutoffs)s::bigint[]) AS sizes(size, cutoff)
+WHERE e.t >= sizes.cutoff
+GROUP BY 1, 2, 3, 4, 5
+HAVING sum(e.views) <> 0 OR sum(e.wishes) <> 0
+ON CONFLICT (size, category, start, product_id) DO UPDATE SET views = excluded.views, wishes = excluded.wishes
+"""
+
+_PENDING_ENGAGEMENT_OF_SHARDS = """
+SELECT shard, entry, categories, named FROM rankings_pendingengagement WHERE shard = ANY(%s)
+"""
+
+_PENDING_ENGAGEMENT_SET = """
+UPDATE rankings_pendingengagement p SET categories = string_to_array(v.categories, ',')
+FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(shard, entry, categories)
+WHERE p.shard = v.shard AND p.entry = v.entry
+"""
+
+_PENDING_ENGAGEMENT_DROP = """
+DELETE FROM rankings_pendingengagement p
+USING unnest(%s::smallint[], %s::bigint[]) AS v(shard, entry)
+WHERE p.shard = v.shard AND p.entry = v.entry
+"""
+
+_PENDING_OF_SHARDS = """
+SELECT p.shard, p.sale_id, p.categories, s.categories
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+WHERE p.shard = ANY(%s)
+"""
+
+_PENDING_SET = """
+UPDATE rankings_pendingsale p SET categories = string_to_array(v.categories, ',')
+FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(shard, sale_id, categories)
+WHERE p.shard = v.shard AND p.sale_id = v.sale_id
+"""
+
+_PENDING_DROP = """
+DELETE FROM rankings_pendingsale p
+USING unnest(%s::smallint[], %s::bigint[]) AS v(shard, sale_id)
+WHERE p.shard = v.shard AND p.sale_id = v.sale_id
+"""
+
+
+def tree_recount(*, layout: Layout, tree: Tree, affected: set[str]) -> set[int]:
+    """Count the `affected` categories' buckets and queue entries again under `tree`; inside the
+    caller's transaction, with every shard's lock held. Returns the shards whose boards the caller
+    must rewrite from the buckets."""
+    if not affected:
+        return set()
+    slugs = sorted(affected)
+    shard_of = {slug: layout.shard_of(slug) for slug in slugs}
+    # Last lock, held to the commit: ingests that queued under the old tree commit first and are
+    # re-queued below; later ones wait for the commit and read the new tree.
+    locks.layout_change_lock()
+    instants = [a for a in ShardState.objects.values_list("as_of", flat=True) if a is not None]
+    with connection.cursor() as cursor:
+        # With the size, the primary key's first two columns: an index scan, not the whole table.
+        cursor.execute(
+            "DELETE FROM rankings_bucket WHERE size = ANY(%s) AND category = ANY(%s)",
+            [bucket_sizes(rankings_settings.windows.values()), slugs],
+        )
+        # The queues first: a bucket's views and wishes are the raw events less the re-counted queue.
+        _pending_recount(cursor, tree, shard_of)
+        _pending_recount(cursor, tree, shard_of, engagement=True)
+        _buckets_recount(cursor, tree, slugs, shard_of, min(instants, default=None))
+    return set(shard_of.values())
+
+
+def _buckets_recount(
+    cursor, tree: Tree, slugs: list[str], shard_of: dict[str, int], as_of: dt.datetime | None
+) -> None:
+    """The buckets of `slugs` from the raw sales not pending in their shard, each size from the
+    oldest bucket any shard keeps as of `as_of` (every bucket before any shard has ticked: a sale
+    that counts in an affected category under the new tree and is not queued in its shard is in
+    none of its boards otherwise)."""
+    sizes = bucket_sizes(rankings_settings.windows.values())
+    cutoffs = [bucket_cutoff(size, as_of) if as_of is not None else 0 for size in sizes]
+    params = {
+        "affected": slugs,
+        "shards": [shard_of[slug] for slug in slugs],
+        # A sale counts in an affected category only if it names it or one of its descendants.
+        "covering": sorted(
+            slug for slug in {*tree.parents, *slugs} if not set(tree.expand([slug])).isdisjoint(slugs)
+        ),
+        "oldest": max(min(cutoffs), 0),
+        "sizes": sizes,
+        "cutoffs": cutoffs,
+        **tree.sql_params(),
+    }
+    cursor.execute(_RECOUNT_BUCKETS, params)
+    cursor.execute(_RECOUNT_ENGAGEMENT_BUCKETS, params)
+
+
+def _pending_recount(cursor, tree: Tree, shard_of: dict[str, int], *, engagement: bool = False) -> None:
+    """Each pending row (of sales, or of engagement) of a shard with affected categories: those its
+    events count in under `tree`."""
+    affected_in: dict[int, set[str]] = {}
+    for slug, shard in shard_of.items():
+        affected_in.setdefault(shard, set()).add(slug)
+    read, update, drop = (
+        (_PENDING_ENGAGEMENT_OF_SHARDS, _PENDING_ENGAGEMENT_SET, _PENDING_ENGAGEMENT_DROP)
+        if engagement
+        else (_PENDING_OF_SHARDS, _PENDING_SET, _PENDING_DROP)
+    )
+    cursor.execute(read, [sorted(affected_in)])
+    changed, emptied = [], []
+    for shard, row, queued, named in cursor.fetchall():
+        here = affected_in[shard]
+        kept = [slug for slug in queued if slug not in here]
+        counted = kept + [slug for slug in tree.expand(named) if slug in here and slug not in kept]
+        if not counted:
+            emptied.append((shard, row))
+        elif counted != list(queued):
+            changed.append((shard, row, ",".join(counted)))
+    if changed:
+        cursor.execute(update, [list(column) for column in zip(*changed, strict=True)])
+    if emptied:
+        cursor.execute(drop, [list(column) for column in zip(*emptied, strict=True)])

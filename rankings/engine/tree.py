@@ -1,0 +1,147 @@
+"""The category tree a version counts with: a sale counts once in its categories and in every ancestor.
+
+The catalogue's tree (catalogue.models.Category.parent) is what editors change;
+the tree that counts is the one frozen into the active ranking version when it
+was built (RankingVersion.tree). Ingest expands each sale's categories with it
+when it queues the sale (so the tick, which reads only the queue, never sees a
+half-edited tree), and the recompute and the rebuilds expand with the tree of
+the version they compute. A catalogue tree unlike the active one is *pending*
+until a rebuild freezes it and a switch makes it count (rankings.operations.backfill).
+
+`categories_expand` is the one function every counting path calls (sales,
+engagement events): the categories in the order given, then their ancestors,
+each once.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from catalogue.models import Category, path_of
+
+
+@dataclass(frozen=True)
+class Tree:
+    """child slug -> parent slug, for the categories that have a parent."""
+
+    parents: Mapping[str, str] = field(default_factory=dict)
+
+    def ancestors(self, slug: str) -> list[str]:
+        """The parent of `slug`, its parent, … up to the root (a cycle, refused upstream, stops it)."""
+        found: list[str] = []
+        current = self.parents.get(slug)
+        while current is not None and current != slug and current not in found:
+            found.append(current)
+            current = self.parents.get(current)
+        return found
+
+    def expand(self, categories: Iterable[str]) -> tuple[str, ...]:
+        """The categories, then every ancestor of them, each once (a sale counts once in each)."""
+        given = list(dict.fromkeys(categories))
+        if not self.parents:
+            return tuple(given)
+        expanded = dict.fromkeys(given)
+        for slug in given:
+            expanded.update(dict.fromkeys(self.ancestors(slug)))
+        return tuple(expanded)
+
+    def path(self, slug: str) -> list[str]:
+        """The slugs from `slug`'s root down to `slug`."""
+        return [*reversed(self.ancestors(slug)), slug]
+
+    def covered(self, slug: str, slugs: Iterable[str]) -> set[str]:
+        """Of `slugs`, those whose sales count in `slug` (itself and its descendants)."""
+        return {s for s in slugs if s == slug or slug in self.ancestors(s)}
+
+    def sql_params(self) -> dict[str, list[str]]:
+        """The tree as two parallel arrays for EXPAND_SQL: each slug with a parent, and its
+        expansion (itself and its ancestors) joined by commas (slugs hold none)."""
+        slugs = sorted(self.parents)
+        return {
+            "tree_slugs": slugs,
+            "tree_lines": [",".join(self.expand([slug])) for slug in slugs],
+        }
+
+
+EMPTY = Tree({})
+
+# The categories a sale `s` counts in, once each, under the tree given as the parameters of
+# Tree.sql_params: every one of s.categories, expanded to itself and its ancestors, deduplicated.
+# Used as `CROSS JOIN LATERAL (EXPAND_SQL) AS u(category)`.
+EXPAND_SQL = """
+SELECT DISTINCT x.category
+FROM unnest(s.categories) AS c(slug)
+LEFT JOIN unnest(%(tree_slugs)s::text[], %(tree_lines)s::text[]) AS t(slug, line) ON t.slug = c.slug
+CROSS JOIN LATERAL unnest(coalesce(string_to_array(t.line, ','), ARRAY[c.slug::text])) AS x(category)
+"""
+
+
+def version_tree(number: int) -> Tree:
+    """The tree version `number` counts with (empty for a version without a row)."""
+    from rankings.models import RankingVersion
+
+    parents = RankingVersion.objects.filter(number=number).values_list("tree", flat=True).first()
+    return Tree(dict(parents or {}))
+
+
+def active_tree() -> Tree:
+    """The tree of the active version: the one every sale counts with now."""
+    from rankings.engine.shards import active_layout
+
+    return version_tree(active_layout()[0])
+
+
+def categories_expand(categories: Iterable[str], *, tree: Tree | None = None) -> tuple[str, ...]:
+    """The categories an event counts in: its own and every ancestor of them in `tree` (default: the
+    active version's), each once, in the order given, then the ancestors."""
+    return (tree if tree is not None else active_tree()).expand(categories)
+
+
+def catalogue_tree() -> Tree:
+    """The catalogue's tree as editors left it (what the next rebuild freezes)."""
+    rows = Category.objects.filter(parent__isnull=False).values_list("slug", "parent__slug")
+    return Tree(dict(rows))
+
+
+def tree_affected(old: Tree, new: Tree) -> set[str]:
+    """The categories whose boards count other sales under `new` than under `old`: those whose set
+    of descendants differs (the ones whose own ancestors changed keep their own sales)."""
+    slugs = set(old.parents) | set(new.parents) | set(old.parents.values()) | set(new.parents.values())
+    below_old: dict[str, set[str]] = {}
+    below_new: dict[str, set[str]] = {}
+    for slug in slugs:
+        for ancestor in old.ancestors(slug):
+            below_old.setdefault(ancestor, set()).add(slug)
+        for ancestor in new.ancestors(slug):
+            below_new.setdefault(ancestor, set()).add(slug)
+    return {slug for slug in slugs if below_old.get(slug, set()) != below_new.get(slug, set())}
+
+
+@dataclass
+class TreeChange:
+    """What switching from one tree to another changes: the categories moved, the boards recounted."""
+
+    moved: list[tuple[str, str | None, str | None]]  # (slug, parent before, parent after)
+    affected: list[str]  # categories whose boards count other sales
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.moved)
+
+
+def tree_change(old: Tree, new: Tree) -> TreeChange:
+    slugs = sorted(set(old.parents) | set(new.parents))
+    moved = [
+        (s, old.parents.get(s), new.parents.get(s)) for s in slugs if old.parents.get(s) != new.parents.get(s)
+    ]
+    return TreeChange(moved=moved, affected=sorted(tree_affected(old, new)))
+
+
+def tree_pending() -> TreeChange:
+    """How the catalogue's tree differs from the active version's: empty when nothing is pending."""
+    return tree_change(active_tree(), catalogue_tree())
+
+
+def catalogue_paths() -> dict[str, list[str]]:
+    """slug -> its path (root first) in the catalogue's tree, for every category."""
+    parents = dict(Category.objects.values_list("slug", "parent__slug"))
+    return {slug: path_of(slug, parents) for slug in parents}
