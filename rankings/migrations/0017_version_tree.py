@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rankings", "0014_ticklog_shards"),
+        ("rankings", "0016_engagement"),
         ("catalogue", "0004_category_parent"),
     ]
 
