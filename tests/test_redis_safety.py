@@ -8,7 +8,7 @@ import pytest
 import redis as redis_lib
 
 from rankings import tasks
-from rankings.conf import rankings_settings
+from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
 from rankings.models import PendingSale, VerifyLog
@@ -146,7 +146,7 @@ def test_a_sampled_verify_with_a_small_sample_checks_only_some_categories():
     report = verify.verify_sampled(sample=3)
     # then it compares only their boards (every window and metric of each)
     windows = len(rankings_settings.windows)
-    assert report.boards == 3 * windows * 2
+    assert report.boards == 3 * windows * len(METRICS)
 
 
 def test_a_sampled_verify_leaves_exact_boards_alone(monkeypatch):

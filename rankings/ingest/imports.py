@@ -42,15 +42,15 @@ class _Kind:
     """What differs between importing sales and engagement events."""
 
     ingest: Callable
-    chunk: int
+    chunk: Callable[[], int]  # read when an import starts, so a changed setting applies
     columns: tuple[str, ...]
     required: tuple[str, ...]
 
 
-_SALES = _Kind(sales_ingest, CHUNK_EVENTS, CSV_COLUMNS, CSV_REQUIRED)
+_SALES = _Kind(sales_ingest, lambda: CHUNK_EVENTS, CSV_COLUMNS, CSV_REQUIRED)
 _ENGAGEMENT = _Kind(
     engagements_ingest,
-    rankings_settings.MAX_ENGAGEMENT_BATCH_EVENTS,
+    lambda: rankings_settings.MAX_ENGAGEMENT_BATCH_EVENTS,
     ("id", "ts", "productId", "categories", "kind"),
     ("ts", "productId", "kind"),
 )
@@ -123,7 +123,7 @@ def _import(kind: _Kind, *, path: str | Path, file_format: str | None, progress:
     ):
         lines = _csv_lines(raw, kind) if file_format == "csv" else _json_lines(raw)
         try:
-            for chunk in chunked(lines, kind.chunk):
+            for chunk in chunked(lines, kind.chunk()):
                 rejections = _import_chunk(chunk, report, kind)
                 if rejections:
                     if rejected_out is None:
