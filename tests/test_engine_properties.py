@@ -2,8 +2,11 @@
 
 A hypothesis state machine sends new sales (recent, late, too old, slightly
 ahead of the clock), resends, partial returns, moves the clock by minutes to
-weeks and ticks with batches of every size. After each tick every board in
-Redis must equal the GROUP BY over raw sales.
+weeks (crossing no hour boundary, one, or hundreds) and ticks with batches of
+every size. After each tick every board in Redis must equal the GROUP BY over
+raw sales, and every hourly snapshot taken so far the GROUP BY as of its hour
+over the sales counted by then (rankings/engine/snapshots.py): the hours a tick
+crossed are computed when it has run and must never change afterwards.
 """
 
 import datetime as dt
@@ -19,10 +22,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from rankings.engine import store
+from rankings.engine.recompute import snapshots_recompute
+from rankings.models import Sale, Snapshot, SnapshotMark
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 
+HOUR = 3600  # seconds
 PRODUCTS = [f"p{i}" for i in range(6)]
 CATEGORIES = ["c0", "c1", "c2", "c3"]
 
@@ -45,7 +51,8 @@ def _reset():
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
-            " rankings_ticklog, rankings_ingestlog, catalogue_product_categories, catalogue_product,"
+            " rankings_ticklog, rankings_ingestlog, rankings_snapshot, rankings_snapshotmark, rankings_producttotal,"
+            " catalogue_product_categories, catalogue_product,"
             " catalogue_category RESTART IDENTITY CASCADE"
         )
     r = store.patient()
@@ -63,6 +70,10 @@ class SalesHistory(RuleBasedStateMachine):
         self.sent: list[dict] = []
         self.originals: dict[str, list] = {}  # id -> [product, qty, returned]
         self.n = 0
+        self.ticked_at: dt.datetime | None = None
+        self.counted_before = 0  # the last sale id stored before the previous tick
+        self.snapshots: dict[tuple[int, str, str, str], list[str]] = {}
+        self.hours: set[int] = set()
 
     def _id(self) -> str:
         self.n += 1
@@ -128,6 +139,33 @@ class SalesHistory(RuleBasedStateMachine):
         with override_settings(RANKINGS={**settings.RANKINGS, "BATCH_SIZE": batch_size}):
             self.shop.tick()
         self.shop.assert_exact()
+        self._check_snapshots()
+
+    def _check_snapshots(self):
+        """The hours this tick crossed (the first tick: its own, if on the hour), as of each;
+        then every snapshot taken so far against what it was when taken."""
+        now = self.shop.now
+        keep = settings.RANKINGS["SNAPSHOT_KEEP_SECONDS"]
+        lowest = -(-(int(now.timestamp()) - keep) // HOUR) * HOUR
+        if self.ticked_at is None:
+            first = int(now.timestamp())
+        else:
+            first = int(self.ticked_at.timestamp()) // HOUR * HOUR + HOUR
+        hours = [h for h in range(max(first, lowest), int(now.timestamp()) + 1, HOUR) if h % HOUR == 0]
+        self.snapshots.update(snapshots_recompute(hours=hours, earlier_sale_id=self.counted_before))
+        self.hours.update(hours)
+        stored = {
+            (int(at.timestamp()), window, metric, category): products
+            for at, window, metric, category, products in Snapshot.objects.values_list(
+                "at", "window", "metric", "category", "products"
+            )
+        }
+        assert stored == self.snapshots
+        marks = set(SnapshotMark.objects.values_list("shard", "at"))
+        shards = settings.RANKINGS["SHARDS"]
+        assert marks == {(s, dt.datetime.fromtimestamp(h, dt.UTC)) for s in range(shards) for h in self.hours}
+        self.ticked_at = now
+        self.counted_before = Sale.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
 # 200 random histories in all, in parts that parallel test workers share; each part

@@ -37,7 +37,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine import locks, store
+from rankings.engine import locks, snapshots, store
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import ALL, Layout, layout_checked, shard_count_checked, version_layout
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
@@ -197,11 +197,40 @@ def _tick_shard(
     *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
     """Bring one shard's boards to `now`, a batch of claimed sales at a time (see batch_size_next)."""
-    ShardState.objects.get_or_create(shard=shard)
+    state, _ = ShardState.objects.get_or_create(shard=shard)
     _redis_recover(shard=shard, version=version, gen=gen, report=report)
+    # Each hour boundary crossed: first to the boundary with what counts by then, its snapshots, on.
+    for at in snapshots.boundaries(shard=shard, as_of=state.as_of, now=now):
+        if snapshots.pending_through(shard=shard, at=at):
+            boundary = snapshots.instant(at)
+            _tick_to(
+                shard=shard,
+                layout=layout,
+                version=version,
+                gen=gen,
+                now=boundary,
+                until=boundary,
+                report=report,
+            )
+        snapshots.take(shard=shard, layout=layout, at=at)
+    _tick_to(shard=shard, layout=layout, version=version, gen=gen, now=now, until=None, report=report)
+
+
+def _tick_to(
+    *,
+    shard: int,
+    layout: Layout,
+    version: int,
+    gen: str,
+    now: dt.datetime,
+    until: dt.datetime | None,
+    report: TickReport,
+) -> None:
+    """Claim the shard's pending sales (only those counted at or before `until`, if given) and bring
+    its boards to `now`, a batch at a time."""
     limit = rankings_settings.BATCH_SIZE
     while True:
-        step = _claim_and_record(shard=shard, layout=layout, now=now, limit=limit)
+        step = _claim_and_record(shard=shard, layout=layout, now=now, limit=limit, until=until)
         if step is None:
             return
         _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
@@ -260,14 +289,16 @@ def _redis_recover(*, shard: int, version: int, gen: str, report: TickReport) ->
     report.rebuilt_shards += 1
 
 
-def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: int) -> _Step | None:
+def _claim_and_record(
+    *, shard: int, layout: Layout, now: dt.datetime, limit: int, until: dt.datetime | None = None
+) -> _Step | None:
     """In one transaction: claim pending sales, compute the boards' net change, fold the sales into
     their buckets and record the change as batches. None when the shard has nothing to do."""
     with transaction.atomic():
         state = ShardState.objects.select_for_update().get(shard=shard)
         if state.as_of is not None and now < state.as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
-        claimed = _claim(shard=shard, limit=limit)
+        claimed = _claim(shard=shard, limit=limit, until=until)
         if claimed == 0 and state.as_of == now:
             return None
         changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
@@ -364,6 +395,7 @@ WITH claimed AS (
     DELETE FROM rankings_pendingsale p
     WHERE p.shard = %(shard)s AND p.sale_id IN (
         SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
+          AND (%(until)s::timestamptz IS NULL OR counted_at <= %(until)s::timestamptz)
         ORDER BY sale_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
     )
     RETURNING p.sale_id, p.counted_at, p.categories
@@ -382,13 +414,14 @@ SELECT count(*) FROM claimed
 """
 
 
-def _claim(*, shard: int, limit: int) -> int:
-    """Move up to `limit` of the shard's pending sales into tick_facts; return how many."""
+def _claim(*, shard: int, limit: int, until: dt.datetime | None = None) -> int:
+    """Move up to `limit` of the shard's pending sales (those counted at or before `until`, if
+    given) into tick_facts; return how many."""
     with connection.cursor() as cursor:
         # A large claim sorts, hashes and groups its sales in memory rather than in temporary files.
         cursor.execute("SELECT set_config('work_mem', %s, true)", [TICK_WORK_MEM])
         cursor.execute(_FACTS_TABLE)
-        cursor.execute(_CLAIM, {"shard": shard, "limit": limit})
+        cursor.execute(_CLAIM, {"shard": shard, "limit": limit, "until": until})
         (claimed,) = cursor.fetchone()
         # Statistics for the planner: without them it guesses the batch's size and groups badly.
         cursor.execute("ANALYZE tick_facts")

@@ -14,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from rankings.conf import rankings_settings
+from rankings.engine.snapshots import snapshots_prune
 from rankings.ingest.partitions import month_of, next_month, sale_partitions_ensure
 from rankings.models import Batch, Bucket, IngestLog, ShardState, TickLog, VerifyLog
 
@@ -168,6 +169,7 @@ def prune() -> PruneReport:
         "tick_log": tick_log_prune(now),
         "verify_log": verify_log_prune(now),
         "batches": batches_prune(now),
+        "snapshots": snapshots_prune(now),
     }
     if any(report.deleted.values()) or report.partitions:
         log.info("pruned %s as of %s; new partitions %s", report.deleted, now.isoformat(), report.partitions)

@@ -1,0 +1,121 @@
+"""Hourly snapshots: the first SNAPSHOT_DEPTH ranks of every board of the snapshot windows (1d, 7d)
+as of each UTC hour boundary, for movers, rank arrows and rank history (DESIGN §2c).
+
+A snapshot of hour H is the board as the engine stood at H: the sales that ticks up to H
+counted, and of the sales a later tick claims, those counted at or before H. So a tick that
+crosses H, seconds or hours late, steps: it first claims only the pending sales counted at or
+before H and brings the shard to H, then records H's snapshots, then goes on to its own instant
+(aggregate._tick_shard). A sale after H never gets into H's snapshot however late the tick runs;
+a late sale of before H that arrives after the snapshot was taken does not change it (it was not
+on the board at H), exactly as it would not have been on a board read at H.
+
+The snapshot is computed from the shard's buckets with the tick's own bucket sums
+(aggregate._BUCKET_SUMS, one column per metric of METRICS, so a metric added there is
+snapshotted too), not read from Redis: when nothing of the hour is pending, the shard's
+buckets already hold exactly the board as of H, and the tick need not step at all. Hours with
+nothing pending therefore cost one query per window, which keeps a tick that crosses days of
+boundaries (a catch-up) cheap.
+
+A mark per shard and hour, written in the snapshot's transaction, says the hour is done; a tick
+resumes after its shard's last mark, so a tick killed between two boundaries leaves the next one
+to take the rest, and an hour is never recorded twice from two different states. Hours more than
+SNAPSHOT_KEEP_SECONDS behind the tick's instant are not taken (they would be pruned at once).
+"""
+
+import datetime as dt
+import heapq
+import math
+from collections import defaultdict
+
+from django.db import connection, transaction
+from django.db.models import Max
+
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine.shards import Layout
+from rankings.models import Snapshot, SnapshotMark
+
+HOUR = 3600  # seconds: snapshots are taken at every UTC hour boundary
+
+
+def snapshot_windows() -> list[str]:
+    return [name for name in rankings_settings.SNAPSHOT_WINDOWS if name in rankings_settings.windows]
+
+
+def instant(t: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(t, dt.UTC)
+
+
+def boundaries(*, shard: int, as_of: dt.datetime | None, now: dt.datetime) -> list[int]:
+    """The hours (epoch seconds) a tick of `shard` from `as_of` to `now` snapshots, oldest first:
+    every boundary H with as_of <= H <= now not yet marked (the shard's instant may stand at H
+    itself when a tick was killed before H's snapshot), and none before the first tick."""
+    now_t = now.timestamp()
+    start = math.ceil((as_of or now).timestamp() / HOUR) * HOUR
+    last = SnapshotMark.objects.filter(shard=shard).aggregate(last=Max("at"))["last"]
+    if last is not None:
+        start = max(start, int(last.timestamp()) + HOUR)
+    start = max(start, math.ceil((now_t - rankings_settings.SNAPSHOT_KEEP_SECONDS) / HOUR) * HOUR)
+    return list(range(start, math.floor(now_t / HOUR) * HOUR + 1, HOUR))
+
+
+def pending_through(*, shard: int, at: int) -> bool:
+    """Whether a sale counted at or before `at` waits in the shard's queue."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM rankings_pendingsale WHERE shard = %s AND counted_at <= %s)",
+            [shard, instant(at)],
+        )
+        return cursor.fetchone()[0]
+
+
+def take(*, shard: int, layout: Layout, at: int) -> int:
+    """Record the snapshots of every board of the shard as of hour `at` from its buckets and mark
+    the hour, in one transaction; returns how many boards were recorded. Taking an hour again
+    (after a clock reset) replaces its rows."""
+    from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
+
+    depth = rankings_settings.SNAPSHOT_DEPTH
+    when = instant(at)
+    rows = []
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            for name in snapshot_windows():
+                window = rankings_settings.windows[name]
+                first, last = window.bounds(at)
+                cursor.execute(_BUCKET_SUMS, [shard, window.bucket_seconds, first, last])
+                boards: dict[tuple[str, str], list] = defaultdict(list)
+                for category, product_id, *scores in cursor.fetchall():
+                    for metric, score in zip(METRICS, scores, strict=True):
+                        if score > 0:
+                            # Ranking order: score descending, then product id in byte order.
+                            boards[(metric, category)].append((-score, product_id.encode(), product_id))
+                rows.extend(
+                    Snapshot(
+                        at=when,
+                        window=name,
+                        metric=metric,
+                        category=category,
+                        products=[member[2] for member in heapq.nsmallest(depth, members)],
+                    )
+                    for (metric, category), members in boards.items()
+                )
+        earlier = [
+            pk
+            for pk, category in Snapshot.objects.filter(at=when).values_list("pk", "category")
+            if layout.shard_of(category) == shard
+        ]
+        if earlier:
+            Snapshot.objects.filter(pk__in=earlier).delete()
+        Snapshot.objects.bulk_create(rows)
+        SnapshotMark.objects.bulk_create([SnapshotMark(shard=shard, at=when)], ignore_conflicts=True)
+    return len(rows)
+
+
+def snapshots_prune(now: dt.datetime) -> int:
+    """Delete the snapshots and marks more than SNAPSHOT_KEEP_SECONDS behind the engine's clock."""
+    from rankings.engine.prune import _older_than
+
+    keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
+    deleted = _older_than(Snapshot._meta.db_table, "at", keep, now)
+    _older_than(SnapshotMark._meta.db_table, "at", keep, now)
+    return deleted
