@@ -269,6 +269,7 @@ def _item_wire(item: selectors.RankedProduct) -> dict:
         "name": item.name,
         "units": item.units,
         "revenue": money_text(item.revenue),
+        "rankThen": item.rank_then,
     }
 
 
@@ -278,6 +279,11 @@ class RankedItemReply(_Reply):
     name = serializers.CharField()
     units = serializers.IntegerField()
     revenue = serializers.CharField(help_text="money, two decimal places")
+    rankThen = serializers.IntegerField(  # noqa: N815 - the wire's own name
+        allow_null=True,
+        help_text="its rank in the snapshot 24 hours before the latest at or before asOf (windows 1d and 7d); "
+        "null when it was not in that snapshot's first ranks, or none is known",
+    )
 
     wire = staticmethod(_item_wire)
 

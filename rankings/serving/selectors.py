@@ -24,6 +24,7 @@ from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout
+from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -86,6 +87,8 @@ class RankedProduct:
     name: str  # the product id when the catalogue does not know it (or did not answer)
     units: int
     revenue: Decimal
+    rank_then: int | None = None  # its rank 24 hours before (rankings/serving/then.py)
+    released_at: dt.datetime | None = None  # on a new-releases board (rankings/serving/moves.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,7 @@ def caches_clear() -> None:
     answers_forget()
     categories_forget()
     status_forget()
+    ranks_then_forget()
 
 
 def _served(key: tuple, compute, *, boards: bool = True):
@@ -463,12 +467,19 @@ def _units_revenue(metric: str, score: int, other: int) -> tuple[int, Decimal]:
 
 
 def _items(
-    rows, first_rank: int, metric: str, names: dict[str, str] | None = None
+    rows,
+    first_rank: int,
+    metric: str,
+    names: dict[str, str] | None = None,
+    then: dict[str, int] | None = None,
 ) -> tuple[RankedProduct, ...]:
     if names is None:
         names = _names([product_id for product_id, _, _ in rows])
+    then = then or {}
     return tuple(
-        RankedProduct(first_rank + i, pid, names.get(pid, pid), *_units_revenue(metric, score, other))
+        RankedProduct(
+            first_rank + i, pid, names.get(pid, pid), *_units_revenue(metric, score, other), then.get(pid)
+        )
         for i, (pid, score, other) in enumerate(rows)
     )
 
@@ -476,13 +487,15 @@ def _items(
 def _board(
     category: str, window: str, metric: str, offset: int, found: store.BoardSlice, names: dict | None = None
 ) -> Board:
+    as_of = instant(found.as_of)
+    then = ranks_then(category=category, window=window, metric=metric, as_of=as_of)
     return Board(
         category=category,
         window=window,
         metric=metric,
-        as_of=instant(found.as_of),
+        as_of=as_of,
         total=found.total,
-        items=_items(found.rows, offset + 1, metric, names),
+        items=_items(found.rows, offset + 1, metric, names, then),
     )
 
 
@@ -530,6 +543,9 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
         wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
     heads = _heads_read(wanted, limits=limits, window=window, metric=metric)
     names = _names({pid for found in (heads or {}).values() if found for pid, _, _ in found.rows})
+    ranks_then_prefetch(
+        [(c, window, metric, instant(found.as_of)) for c, found in (heads or {}).items() if found]
+    )
 
     def answer(category: str) -> Board:
         if heads is None and category in wanted:
@@ -704,7 +720,8 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
             stop=found.rank + n,
         )
         as_of = board.as_of
-        items = _items(board.rows, start + 1, metric)
+        then = ranks_then(category=category, window=window, metric=metric, as_of=instant(as_of))
+        items = _items(board.rows, start + 1, metric, then=then)
     return Neighbors(product_id, category, window, metric, instant(as_of), rank, items)
 
 
