@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from rankings.serving import api, pages
+from rankings.serving import api, moves_api, pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -16,6 +16,11 @@ urlpatterns = [
     path("v1/products/<str:product_id>/ranks", api.ProductRanksApi.as_view(), name="product-ranks"),
     path(
         "v1/products/<str:product_id>/neighbors", api.ProductNeighborsApi.as_view(), name="product-neighbors"
+    ),
+    path("v1/categories/<str:slug>/movers", moves_api.BoardMoversApi.as_view(), name="board-movers"),
+    path("v1/categories/<str:slug>/new", moves_api.BoardNewApi.as_view(), name="board-new"),
+    path(
+        "v1/products/<str:product_id>/history", moves_api.ProductHistoryApi.as_view(), name="product-history"
     ),
     path("v1/status", api.StatusApi.as_view(), name="status"),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),

@@ -15,16 +15,21 @@ import os
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models import Min
 from django.test import override_settings
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
+from catalogue.models import Category, Product
+from rankings.conf import METRICS
 from rankings.engine import store
-from rankings.engine.recompute import snapshots_recompute
+from rankings.engine.recompute import boards_recompute, snapshots_recompute
+from rankings.engine.shards import ALL, Layout
 from rankings.models import Sale, Snapshot, SnapshotMark
-from rankings.serving import selectors
+from rankings.serving import moves, selectors
+from rankings.serving.then import gain_percent
 
 from .rankings_helpers import Shop
 
@@ -59,7 +64,7 @@ def _reset():
     keys = list(r.scan_iter(f"{settings.RANKINGS['KEY_PREFIX']}:*"))
     if keys:
         r.delete(*keys)
-    selectors.categories_forget()
+    selectors.caches_clear()
 
 
 class SalesHistory(RuleBasedStateMachine):
@@ -130,16 +135,108 @@ class SalesHistory(RuleBasedStateMachine):
         assert result.accepted == 1
         self.originals[original][2] += units
 
+    @rule(product=st.sampled_from(PRODUCTS), days=st.one_of(st.none(), st.integers(-3, 45)))
+    def set_release(self, product, days):
+        """An editor sets (or clears) a product's release: it overrides the first sale's time."""
+        released = None if days is None else self.shop.now - dt.timedelta(days=days)
+        Product.objects.filter(product_id=product).update(released_at=released)
+
     @rule(step=clock_steps)
     def advance_clock(self, step):
         self.shop.now += step
 
-    @rule(batch_size=st.sampled_from([1, 2, 3, 7, 5000]))
-    def tick(self, batch_size):
+    @rule(
+        batch_size=st.sampled_from([1, 2, 3, 7, 5000]),
+        product=st.sampled_from(PRODUCTS),
+        category=st.sampled_from([ALL, *CATEGORIES]),
+    )
+    def tick(self, batch_size, product, category):
         with override_settings(RANKINGS={**settings.RANKINGS, "BATCH_SIZE": batch_size}):
             self.shop.tick()
         self.shop.assert_exact()
         self._check_snapshots()
+        # One category's boards of each snapshot window and metric, read as the API reads them.
+        if category != ALL and not Category.objects.filter(slug=category).exists():
+            return
+        selectors.answers_forget()
+        boards = self._boards_now()
+        released = self._releases()
+        for window in settings.RANKINGS["SNAPSHOT_WINDOWS"]:
+            for metric in METRICS:
+                board = boards.get((window, metric, category), [])
+                self._check_movers(category, window, metric, board)
+                self._check_new(category, window, metric, board, released)
+                self._check_history(product, category, window, metric)
+
+    def _releases(self) -> dict[str, dt.datetime]:
+        """Each product's release: the editor's date, else its first sale's time (returns excluded)."""
+        first_sold = dict(
+            Sale.objects.filter(qty__gt=0)
+            .values("product_id")
+            .annotate(first=Min("ts"))
+            .values_list("product_id", "first")
+        )
+        set_by_editor = dict(Product.objects.values_list("product_id", "released_at"))
+        return {pid: set_by_editor.get(pid) or first for pid, first in first_sold.items()}
+
+    def _boards_now(self) -> dict[tuple[str, str, str], list[str]]:
+        """Every board as of now from the recompute, product ids in ranking order."""
+        layout = Layout(settings.RANKINGS["SHARDS"])
+        boards = {}
+        for shard in range(layout.shards):
+            recomputed = boards_recompute(shard=shard, layout=layout, now=self.shop.now.timestamp())
+            boards.update({key: [pid for pid, _ in rows] for key, rows in recomputed.items()})
+        return boards
+
+    def _check_movers(self, category, window, metric, board):
+        """Movers by their definition (DESIGN §2c), against the snapshot 24 hours before the hour."""
+        now = int(self.shop.now.timestamp())
+        then = now - now % HOUR - 24 * HOUR
+        before = {
+            pid: i + 1 for i, pid in enumerate(self.snapshots.get((then, window, metric, category), []))
+        }
+        depth = settings.RANKINGS["SNAPSHOT_DEPTH"]
+        moved = []
+        for i, pid in enumerate(board[:depth]):
+            rank, rank_then = i + 1, before.get(pid)
+            if rank_then is None or rank_then > rank:
+                gain = None if rank_then is None else (100 * (rank_then - rank)) // rank
+                moved.append((pid, rank, rank_then, gain))
+        moved.sort(key=lambda m: (m[2] is not None, -(m[3] or 0), m[1], m[0].encode()))
+        answer = moves.board_movers(category=category, window=window, metric=metric, limit=100)
+        assert answer.then == dt.datetime.fromtimestamp(then, dt.UTC)
+        assert answer.total == len(moved)
+        assert [
+            (item.product_id, item.rank, item.rank_then, gain_percent(item.rank, item.rank_then))
+            for item in answer.items
+        ] == moved[:100]
+
+    def _check_new(self, category, window, metric, board, released):
+        """New releases by their definition: released at most NEW_DAYS days before now, ranked
+        among themselves."""
+        cutoff = self.shop.now - dt.timedelta(days=settings.RANKINGS["NEW_DAYS"])
+        expected = [(pid, released[pid]) for pid in board if released[pid] >= cutoff]
+        answer = moves.board_new(category=category, window=window, metric=metric, limit=100, offset=0)
+        assert answer.total == len(expected)
+        assert [(item.product_id, item.released_at) for item in answer.items] == expected[:100]
+        assert [item.rank for item in answer.items] == list(range(1, len(answer.items) + 1))
+
+    def _check_history(self, product, category, window, metric):
+        """History: one point per hour snapshotted in the last 32 days, the product's rank in each."""
+        if not Product.objects.filter(product_id=product).exists():
+            return
+        answer = moves.product_history(
+            product_id=product, category=category, window=window, metric=metric, days=32
+        )
+        hours = sorted(self.hours)
+        hours = [h for h in hours if h > hours[-1] - 32 * 86400] if hours else []
+        expected = []
+        for h in hours:
+            row = self.snapshots.get((h, window, metric, category), [])
+            expected.append(
+                (dt.datetime.fromtimestamp(h, dt.UTC), row.index(product) + 1 if product in row else None)
+            )
+        assert [(point.at, point.rank) for point in answer.points] == expected
 
     def _check_snapshots(self):
         """The hours this tick crossed (the first tick: its own, if on the hour), as of each;
