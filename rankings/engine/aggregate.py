@@ -200,19 +200,15 @@ def _tick_shard(
     state, _ = ShardState.objects.get_or_create(shard=shard)
     _redis_recover(shard=shard, version=version, gen=gen, report=report)
     # Each hour boundary crossed: first to the boundary with what counts by then, its snapshots, on.
-    for at in snapshots.boundaries(shard=shard, as_of=state.as_of, now=now):
-        if snapshots.pending_through(shard=shard, at=at):
-            boundary = snapshots.instant(at)
-            _tick_to(
-                shard=shard,
-                layout=layout,
-                version=version,
-                gen=gen,
-                now=boundary,
-                until=boundary,
-                report=report,
-            )
-        snapshots.take(shard=shard, layout=layout, at=at)
+    snapshots.take_crossed(
+        shard=shard,
+        layout=layout,
+        as_of=state.as_of,
+        now=now,
+        step=lambda at: _tick_to(
+            shard=shard, layout=layout, version=version, gen=gen, now=at, until=at, report=report
+        ),
+    )
     _tick_to(shard=shard, layout=layout, version=version, gen=gen, now=now, until=None, report=report)
 
 
@@ -528,6 +524,7 @@ def clock_reset(*, to: dt.datetime) -> list[int]:
                 state.as_of = to
                 state.seq += 1
                 state.save(update_fields=["as_of", "seq"])
+                snapshots.snapshots_forget_after(to)
             # After the commit: should the rebuild fail, Redis lacks the skipped number and
             # the next tick rebuilds the shard.
             shard_rebuild(shard=shard, version=version, gen=gen)

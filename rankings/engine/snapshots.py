@@ -22,6 +22,7 @@ to take the rest, and an hour is never recorded twice from two different states.
 SNAPSHOT_KEEP_SECONDS behind the tick's instant are not taken (they would be pruned at once).
 """
 
+import bisect
 import datetime as dt
 import heapq
 import math
@@ -58,57 +59,99 @@ def boundaries(*, shard: int, as_of: dt.datetime | None, now: dt.datetime) -> li
     return list(range(start, math.floor(now_t / HOUR) * HOUR + 1, HOUR))
 
 
-def pending_through(*, shard: int, at: int) -> bool:
-    """Whether a sale counted at or before `at` waits in the shard's queue."""
+def take_crossed(*, shard: int, layout: Layout, as_of: dt.datetime | None, now: dt.datetime, step) -> None:
+    """Snapshot every hour a tick of `shard` from `as_of` to `now` crosses. Before an hour with
+    sales pending that count by then, `step(at)` brings the shard to it with those sales (and no
+    other); an hour with none is taken from the buckets as they stand."""
+    hours = boundaries(shard=shard, as_of=as_of, now=now)
+    if not hours:
+        return
+    pending = _pending_first(shard)
+    starts = _bucket_starts(shard, hours[0], hours[-1])
+    for at in hours:
+        if pending is not None and pending <= at:
+            step(instant(at))
+            pending = _pending_first(shard)
+            starts = _bucket_starts(shard, at, hours[-1])
+        take(shard=shard, layout=layout, at=at, starts=starts)
+
+
+def _pending_first(shard: int) -> float | None:
+    """When the earliest sale waiting in the shard's queue counts (epoch seconds); None: none waits."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT min(counted_at) FROM rankings_pendingsale WHERE shard = %s", [shard])
+        first = cursor.fetchone()[0]
+    return first.timestamp() if first is not None else None
+
+
+def _bucket_starts(shard: int, first_hour: int, last_hour: int) -> list[int]:
+    """The starts of the shard's buckets of the snapshot windows that the hours first…last read,
+    ascending: an hour whose windows hold none is recorded without a query."""
+    sizes, span = set(), 0
+    for name in snapshot_windows():
+        window = rankings_settings.windows[name]
+        sizes.add(window.bucket_seconds)
+        span = max(span, (window.buckets - 1) * window.bucket_seconds)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM rankings_pendingsale WHERE shard = %s AND counted_at <= %s)",
-            [shard, instant(at)],
+            "SELECT DISTINCT start FROM rankings_bucket WHERE shard = %s AND size = ANY(%s)"
+            " AND start BETWEEN %s AND %s ORDER BY start",
+            [shard, sorted(sizes), first_hour - span, last_hour],
         )
-        return cursor.fetchone()[0]
+        return [start for (start,) in cursor.fetchall()]
 
 
-def take(*, shard: int, layout: Layout, at: int) -> int:
+def take(*, shard: int, layout: Layout, at: int, starts: list[int] | None = None) -> int:
     """Record the snapshots of every board of the shard as of hour `at` from its buckets and mark
-    the hour, in one transaction; returns how many boards were recorded. Taking an hour again
-    (after a clock reset) replaces its rows."""
+    the hour, in one transaction; returns how many boards were recorded. `starts`, when given, are
+    the starts of the shard's buckets around the hour (_bucket_starts): a window holding none of
+    them is empty. A board recorded again (a reshard's new shard retaking the switch's hour) is
+    replaced."""
     from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
 
     depth = rankings_settings.SNAPSHOT_DEPTH
     when = instant(at)
     rows = []
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            for name in snapshot_windows():
-                window = rankings_settings.windows[name]
-                first, last = window.bounds(at)
-                cursor.execute(_BUCKET_SUMS, [shard, window.bucket_seconds, first, last])
-                boards: dict[tuple[str, str], list] = defaultdict(list)
-                for category, product_id, *scores in cursor.fetchall():
-                    for metric, score in zip(METRICS, scores, strict=True):
-                        if score > 0:
-                            # Ranking order: score descending, then product id in byte order.
-                            boards[(metric, category)].append((-score, product_id.encode(), product_id))
-                rows.extend(
-                    Snapshot(
-                        at=when,
-                        window=name,
-                        metric=metric,
-                        category=category,
-                        products=[member[2] for member in heapq.nsmallest(depth, members)],
-                    )
-                    for (metric, category), members in boards.items()
+    with connection.cursor() as cursor:
+        for name in snapshot_windows():
+            window = rankings_settings.windows[name]
+            first, last = window.bounds(at)
+            if starts is not None and bisect.bisect_left(starts, first) == bisect.bisect_right(starts, last):
+                continue
+            cursor.execute(_BUCKET_SUMS, [shard, window.bucket_seconds, first, last])
+            boards: dict[tuple[str, str], list] = defaultdict(list)
+            for category, product_id, *scores in cursor.fetchall():
+                for metric, score in zip(METRICS, scores, strict=True):
+                    if score > 0:
+                        # Ranking order: score descending, then product id in byte order.
+                        boards[(metric, category)].append((-score, product_id.encode(), product_id))
+            rows.extend(
+                Snapshot(
+                    at=when,
+                    window=name,
+                    metric=metric,
+                    category=category,
+                    products=[member[2] for member in heapq.nsmallest(depth, members)],
                 )
-        earlier = [
-            pk
-            for pk, category in Snapshot.objects.filter(at=when).values_list("pk", "category")
-            if layout.shard_of(category) == shard
-        ]
-        if earlier:
-            Snapshot.objects.filter(pk__in=earlier).delete()
-        Snapshot.objects.bulk_create(rows)
+                for (metric, category), members in boards.items()
+            )
+    with transaction.atomic():
+        if rows:
+            Snapshot.objects.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["category", "window", "metric", "at"],
+                update_fields=["products"],
+            )
         SnapshotMark.objects.bulk_create([SnapshotMark(shard=shard, at=when)], ignore_conflicts=True)
     return len(rows)
+
+
+def snapshots_forget_after(instant_: dt.datetime) -> None:
+    """Delete the snapshots and marks of the hours at or after `instant_` (a clock reset back to it:
+    the next ticks take them again from the boards as they then stand)."""
+    Snapshot.objects.filter(at__gte=instant_).delete()
+    SnapshotMark.objects.filter(at__gte=instant_).delete()
 
 
 def snapshots_prune(now: dt.datetime) -> int:
