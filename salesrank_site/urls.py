@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from rankings.serving import api, moves_api, pages
+from rankings.serving import api, moves_api, moves_pages, pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", pages.home, name="home"),
     path("c/<slug:slug>/", pages.category, name="category"),
+    path("c/<slug:slug>/movers/", moves_pages.movers, name="movers"),
+    path("c/<slug:slug>/new/", moves_pages.new_releases, name="new-releases"),
     path("p/<str:product_id>/", pages.product, name="product"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/categories", api.CategoryListApi.as_view(), name="categories"),

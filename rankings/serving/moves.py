@@ -189,39 +189,54 @@ def product_history(*, product_id: str, category: str, window: str, metric: str,
     """The product's rank in each hourly snapshot of the last `days` days, oldest first; None where
     it was not in the snapshot's first DEPTH ranks."""
     category_name(category)
-    _product(product_id)
-    try:
-        return _product_history(
-            product_id=product_id, category=category, window=window, metric=metric, days=days
-        )
-    except DatabaseError as error:
-        raise selectors.Unavailable("rank history is unavailable right now; try again shortly") from error
+    return product_histories(
+        product_id=product_id, categories=[category], window=window, metric=metric, days=days
+    )[category]
 
 
 _HISTORY = f"""
-SELECT h.at, array_position(s.products, %(product)s::varchar)
-FROM (SELECT DISTINCT at FROM {SnapshotMark._meta.db_table} WHERE at > %(since)s) h
-LEFT JOIN {Snapshot._meta.db_table} s
-  ON s.at = h.at AND s.category = %(category)s AND s.window = %(window)s AND s.metric = %(metric)s
-ORDER BY h.at
+WITH hours AS (
+    SELECT DISTINCT at FROM {SnapshotMark._meta.db_table}
+    WHERE at > (SELECT max(at) FROM {SnapshotMark._meta.db_table}) - make_interval(days => %(days)s)
+)
+SELECT hours.at, s.category, array_position(s.products, %(product)s::varchar)
+FROM hours LEFT JOIN {Snapshot._meta.db_table} s
+  ON s.at = hours.at AND s.category = ANY(%(categories)s) AND s.window = %(window)s AND s.metric = %(metric)s
+ORDER BY hours.at
 """
 
 
-def _product_history(*, product_id: str, category: str, window: str, metric: str, days: int) -> History:
-    points: tuple[HistoryPoint, ...] = ()
-    latest = SnapshotMark.objects.order_by("-at").values_list("at", flat=True).first()
-    if latest is not None:
-        since = latest - dt.timedelta(days=days)
+def product_histories(
+    *, product_id: str, categories: list[str], window: str, metric: str, days: int
+) -> dict[str, History]:
+    """product_history of several categories in one query (a product's page charts them all)."""
+    _product(product_id)
+    hours: dict[dt.datetime, dict[str, int]] = {}
+    try:
         with connection.cursor() as cursor:
             cursor.execute(
                 _HISTORY,
                 {
                     "product": product_id,
-                    "since": since,
-                    "category": category,
+                    "days": days,
+                    "categories": categories,
                     "window": window,
                     "metric": metric,
                 },
             )
-            points = tuple(HistoryPoint(at, rank) for at, rank in cursor.fetchall())
-    return History(product_id, category, window, metric, points)
+            for at, category, rank in cursor.fetchall():
+                ranks = hours.setdefault(at, {})
+                if category is not None and rank is not None:
+                    ranks[category] = rank
+    except DatabaseError as error:
+        raise selectors.Unavailable("rank history is unavailable right now; try again shortly") from error
+    return {
+        category: History(
+            product_id,
+            category,
+            window,
+            metric,
+            tuple(HistoryPoint(at, ranks.get(category)) for at, ranks in hours.items()),
+        )
+        for category in categories
+    }

@@ -103,3 +103,20 @@ def gain_percent(rank: int, rank_then: int | None) -> int | None:
     if rank_then is None:
         return None
     return (100 * (rank_then - rank)) // rank
+
+
+def move_of(item, window: str) -> dict | None:
+    """A row's arrow against 24 hours before: up, down, the same, or new; None where the window
+    has no snapshots."""
+    if window not in snapshot_windows():
+        return None
+    then = item.rank_then
+    if then is None:
+        return {"kind": "new", "text": "new", "label": "not in the first ranks 24 hours ago"}
+    if then == item.rank:
+        return {"kind": "same", "text": "=", "label": "the same rank as 24 hours ago"}
+    by = abs(then - item.rank)
+    places = f"{by:,} place{'s' * (by > 1)}"
+    if then > item.rank:
+        return {"kind": "up", "text": f"▲ {by:,}", "label": f"up {places} since 24 hours ago (was #{then:,})"}
+    return {"kind": "down", "text": f"▼ {by:,}", "label": f"down {places} since 24 hours ago (was #{then:,})"}
