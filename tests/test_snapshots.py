@@ -9,6 +9,7 @@ from django.conf import settings
 from rankings.engine.prune import prune
 from rankings.engine.recompute import snapshots_recompute
 from rankings.models import Sale, Snapshot, SnapshotMark
+from rankings.operations.status import status_read
 
 from .processes import django_env, python
 from .rankings_helpers import START, Shop
@@ -140,3 +141,18 @@ def test_a_tick_killed_between_two_hours_leaves_no_snapshot_missing_or_wrong(poi
     expected.update(snapshots_recompute(hours=hours[1:], earlier_sale_id=earlier))
     assert _stored() == expected
     _assert_marked(hours)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_status_gives_the_last_snapshot_and_the_store_size(admin_client):
+    shop = Shop()
+    shop.send(shop.sale("p1", categories=["toys"], qty=5))
+    shop.tick()
+    shop.advance(hours=2, minutes=5)
+    shop.tick()
+    summary = status_read()["snapshots"]
+    assert summary["lastAt"] == START + dt.timedelta(hours=2)
+    assert summary["bytes"] > 0
+    reply = admin_client.get("/admin/rankings/rankingversion/status/")
+    assert reply.status_code == 200
+    assert "Last hourly snapshot" in reply.content.decode()

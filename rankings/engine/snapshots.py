@@ -162,3 +162,17 @@ def snapshots_prune(now: dt.datetime) -> int:
     deleted = _older_than(Snapshot._meta.db_table, "at", keep, now)
     _older_than(SnapshotMark._meta.db_table, "at", keep, now)
     return deleted
+
+
+def snapshots_summary() -> dict:
+    """For the status page: the latest hour snapshotted, the rows kept (PostgreSQL's estimate, free
+    to read) and the bytes they take on disk, indexes and compressed storage included."""
+    last = SnapshotMark.objects.aggregate(last=Max("at"))["last"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid) FROM pg_class c"
+            " WHERE c.oid = %s::regclass",
+            [Snapshot._meta.db_table],
+        )
+        rows, size = cursor.fetchone()
+    return {"lastAt": last, "rows": rows, "bytes": size}

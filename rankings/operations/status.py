@@ -12,6 +12,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.aggregate import shards_failing
 from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.engine.snapshots import snapshots_summary
 from rankings.models import IngestLog, PendingSale, RankingVersion, Sale, ShardState, TickLog
 
 # Sales per second is averaged over this span.
@@ -132,4 +133,5 @@ def status_read() -> dict:
         "windows": {
             name: boards.get(name, {"boards": 0, "members": 0}) for name in rankings_settings.WINDOWS
         },
+        "snapshots": snapshots_summary(),
     }
