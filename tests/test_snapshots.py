@@ -2,13 +2,16 @@
 days, and complete after a tick killed between two hours."""
 
 import datetime as dt
+import functools
 
 import pytest
 from django.conf import settings
 
 from rankings.engine.prune import prune
 from rankings.engine.recompute import snapshots_recompute
+from rankings.engine.shards import Layout
 from rankings.models import Sale, Snapshot, SnapshotMark
+from rankings.operations import backfill
 from rankings.operations.status import status_read
 
 from .processes import django_env, python
@@ -156,3 +159,41 @@ def test_the_status_gives_the_last_snapshot_and_the_store_size(admin_client):
     reply = admin_client.get("/admin/rankings/rankingversion/status/")
     assert reply.status_code == 200
     assert "Last hourly snapshot" in reply.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_snapshots_go_on_across_a_rebuild_and_switch_to_another_shard_count():
+    """Snapshots belong to no version: a switch carries them over, and the new layout's shards
+    take the next hours, none missing, none twice."""
+    shop = Shop()
+    shop.send(*[shop.sale(f"p{i}", categories=[f"c{i % 5}"], qty=1 + i) for i in range(10)])
+    shop.tick()
+    earlier = _last_sale_id()
+    shop.advance(hours=1, minutes=30)
+    shop.send(
+        *[
+            shop.sale(f"p{i}", categories=[f"c{i % 3}"], qty=2, ago=dt.timedelta(minutes=9 * i))
+            for i in range(10)
+        ]
+    )
+    shop.tick()  # 13:00
+    backfill.version_build(layout=Layout(16), activate=True)
+    before_switch = _last_sale_id()
+    shop.advance(hours=2)
+    shop.send(
+        *[
+            shop.sale(f"p{i}", categories=[f"c{i % 4}"], qty=3, ago=dt.timedelta(minutes=13 * i))
+            for i in range(10)
+        ]
+    )
+    shop.tick()  # 14:00 and 15:00, on 16 shards
+    shop.assert_exact()
+    hours = _hours(START, START + dt.timedelta(hours=3))
+    expected = snapshots_recompute(hours=hours[:1], earlier_sale_id=0)
+    expected.update(snapshots_recompute(hours=hours[1:2], earlier_sale_id=earlier))
+    expected.update(snapshots_recompute(hours=hours[2:], earlier_sale_id=before_switch))
+    assert _stored() == expected
+    marks = set(SnapshotMark.objects.values_list("shard", "at"))
+    instant = functools.partial(dt.datetime.fromtimestamp, tz=dt.UTC)
+    assert {(s, instant(h)) for s in range(4) for h in hours[:2]} <= marks
+    assert {(s, instant(h)) for s in range(16) for h in hours[2:]} <= marks
