@@ -52,11 +52,14 @@ def boundaries(*, shard: int, as_of: dt.datetime | None, now: dt.datetime) -> li
     itself when a tick was killed before H's snapshot), and none before the first tick."""
     now_t = now.timestamp()
     start = math.ceil((as_of or now).timestamp() / HOUR) * HOUR
+    start = max(start, math.ceil((now_t - rankings_settings.SNAPSHOT_KEEP_SECONDS) / HOUR) * HOUR)
+    stop = math.floor(now_t / HOUR) * HOUR
+    if start > stop:
+        return []  # most ticks: no hour crossed, no query
     last = SnapshotMark.objects.filter(shard=shard).aggregate(last=Max("at"))["last"]
     if last is not None:
         start = max(start, int(last.timestamp()) + HOUR)
-    start = max(start, math.ceil((now_t - rankings_settings.SNAPSHOT_KEEP_SECONDS) / HOUR) * HOUR)
-    return list(range(start, math.floor(now_t / HOUR) * HOUR + 1, HOUR))
+    return list(range(start, stop + 1, HOUR))
 
 
 def take_crossed(*, shard: int, layout: Layout, as_of: dt.datetime | None, now: dt.datetime, step) -> None:
@@ -121,7 +124,9 @@ def take(*, shard: int, layout: Layout, at: int, starts: list[int] | None = None
             cursor.execute(_BUCKET_SUMS, [shard, window.bucket_seconds, first, last])
             boards: dict[tuple[str, str], list] = defaultdict(list)
             for category, product_id, *scores in cursor.fetchall():
-                for metric, score in zip(METRICS, scores, strict=True):
+                # Column k is METRICS[k], as for the tick; a metric whose counts live in buckets of
+                # its own adds its sums beside these, and until then is not snapshotted.
+                for metric, score in zip(METRICS, scores, strict=False):
                     if score > 0:
                         # Ranking order: score descending, then product id in byte order.
                         boards[(metric, category)].append((-score, product_id.encode(), product_id))
