@@ -25,7 +25,7 @@ def _snapshot_bytes(at: dt.datetime) -> tuple[int, int]:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), coalesce(sum(pg_column_size(s.*)), 0) FROM rankings_snapshot s WHERE at = %s",
+            "SELECT count(*), coalesce(sum(pg_column_size(products)), 0) FROM rankings_snapshot WHERE at = %s",
             [at],
         )
         return cursor.fetchone()

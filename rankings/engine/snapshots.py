@@ -24,9 +24,7 @@ SNAPSHOT_KEEP_SECONDS behind the tick's instant are not taken (they would be pru
 
 import bisect
 import datetime as dt
-import heapq
 import math
-from collections import defaultdict
 
 from django.db import connection, transaction
 from django.db.models import Max
@@ -104,6 +102,35 @@ def _bucket_starts(shard: int, first_hour: int, last_hour: int) -> list[int]:
         return [start for (start,) in cursor.fetchall()]
 
 
+# Each board's first ranks, ranked in PostgreSQL: a shard of a thousand categories sends a row per
+# board rather than one per (board, product). Ranking order: score descending, then the product id
+# in byte order (COLLATE "C"), as on the boards.
+_TOP = """
+WITH sums (category, product_id, {aliases}) AS ({sums}),
+scored AS (
+    SELECT category, product_id, unnest(%s::text[]) AS metric, unnest(ARRAY[{columns}]) AS score FROM sums
+),
+ranked AS (
+    SELECT metric, category, product_id,
+           row_number() OVER (PARTITION BY metric, category ORDER BY score DESC, product_id COLLATE "C") AS n
+    FROM scored WHERE score > 0
+)
+SELECT metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s GROUP BY metric, category
+"""
+
+_summed: dict[str, tuple[str, ...]] = {}
+
+
+def _summed_metrics(cursor, sums: str) -> tuple[str, ...]:
+    """The metrics the bucket sums give, in their column order (after category and product): those
+    of METRICS their columns cover. A metric whose counts live in buckets of its own adds its sums
+    beside these, and until then is not snapshotted."""
+    if sums not in _summed:
+        cursor.execute(f"SELECT * FROM ({sums}) AS q LIMIT 0", [0, 0, 0, 0])
+        _summed[sums] = tuple(METRICS[: len(cursor.description) - 2])
+    return _summed[sums]
+
+
 def take(*, shard: int, layout: Layout, at: int, starts: list[int] | None = None) -> int:
     """Record the snapshots of every board of the shard as of hour `at` from its buckets and mark
     the hour, in one transaction; returns how many boards were recorded. `starts`, when given, are
@@ -116,29 +143,21 @@ def take(*, shard: int, layout: Layout, at: int, starts: list[int] | None = None
     when = instant(at)
     rows = []
     with connection.cursor() as cursor:
+        metrics = _summed_metrics(cursor, _BUCKET_SUMS)
+        top = _TOP.format(
+            sums=_BUCKET_SUMS,
+            aliases=", ".join(f"m{k}" for k in range(len(metrics))),
+            columns=", ".join(f"m{k}" for k in range(len(metrics))),
+        )
         for name in snapshot_windows():
             window = rankings_settings.windows[name]
             first, last = window.bounds(at)
             if starts is not None and bisect.bisect_left(starts, first) == bisect.bisect_right(starts, last):
                 continue
-            cursor.execute(_BUCKET_SUMS, [shard, window.bucket_seconds, first, last])
-            boards: dict[tuple[str, str], list] = defaultdict(list)
-            for category, product_id, *scores in cursor.fetchall():
-                # Column k is METRICS[k], as for the tick; a metric whose counts live in buckets of
-                # its own adds its sums beside these, and until then is not snapshotted.
-                for metric, score in zip(METRICS, scores, strict=False):
-                    if score > 0:
-                        # Ranking order: score descending, then product id in byte order.
-                        boards[(metric, category)].append((-score, product_id.encode(), product_id))
+            cursor.execute(top, [shard, window.bucket_seconds, first, last, list(metrics), depth])
             rows.extend(
-                Snapshot(
-                    at=when,
-                    window=name,
-                    metric=metric,
-                    category=category,
-                    products=[member[2] for member in heapq.nsmallest(depth, members)],
-                )
-                for (metric, category), members in boards.items()
+                Snapshot(at=when, window=name, metric=metric, category=category, products=products)
+                for metric, category, products in cursor.fetchall()
             )
     with transaction.atomic():
         if rows:
