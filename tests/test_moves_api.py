@@ -107,3 +107,14 @@ def test_new_releases_leave_when_their_release_turns_30_days_old(api, shop):
     shop.tick()
     selectors.answers_forget()  # what a reader remembers for half a second
     assert api.get("/v1/categories/toys/new?window=30d").json()["items"] == []
+
+
+def test_the_movers_and_new_releases_pages(client, shop):
+    movers = client.get("/c/toys/movers/?window=1d").content.decode()
+    assert "#3, previously unranked" in movers and "#1, was #4 (+300%)" in movers
+    assert client.get("/c/toys/movers/?window=30d").status_code == 400
+    assert client.get("/c/nope/movers/").status_code == 404
+    new = client.get("/c/toys/new/?window=1d")
+    assert new.status_code == 200
+    assert [row.item.product_id for row in new.context["items"]] == ["p3", "p2", "p5", "p0"]
+    assert client.get("/c/toys/new/?page=2").status_code == 404
