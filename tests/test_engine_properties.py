@@ -158,7 +158,9 @@ class SalesHistory(RuleBasedStateMachine):
         # One category's boards of each snapshot window and metric, read as the API reads them.
         if category != ALL and not Category.objects.filter(slug=category).exists():
             return
-        selectors.answers_forget()
+        # What a reader remembers (answers for half a second, category names for a second or
+        # more) would be a moment behind the tick just run: forgotten, the reads are of now.
+        selectors.caches_clear()
         boards = self._boards_now()
         released = self._releases()
         for window in settings.RANKINGS["SNAPSHOT_WINDOWS"]:
