@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|scale]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|scale]
 
 `scale` (ten million products in a board, a million categories) runs only when asked for.
 """
@@ -26,6 +26,7 @@ def main() -> None:
             "flash",
             "engage",
             "tree",
+            "moves",
             "scale",
         ],
         help="run one group",
@@ -36,7 +37,19 @@ def main() -> None:
     groups = (
         [args.only]
         if args.only
-        else ["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash", "engage", "tree"]
+        else [
+            "ingest",
+            "engine",
+            "ticks",
+            "read",
+            "rebuild",
+            "cluster",
+            "reshard",
+            "flash",
+            "engage",
+            "tree",
+            "moves",
+        ]
     )
     for group in groups:
         module = __import__(f"bench.bench_{group}", fromlist=["main"])

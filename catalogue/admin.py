@@ -120,7 +120,7 @@ class ProductAdmin(admin.ModelAdmin):
     list_filter = [PlaceholderFilter, "categories"]
     search_fields = ["=product_id", "name"]
     filter_horizontal = ["categories"]
-    fields = ["product_id", "name", "price_cents", "categories", "is_placeholder"]
+    fields = ["product_id", "name", "price_cents", "released_at", "categories", "is_placeholder"]
     list_per_page = 50
 
     def get_queryset(self, request):

@@ -149,6 +149,10 @@ class Product(models.Model):
         default=0, validators=[MinValueValidator(0)], help_text="Unit price in cents."
     )
     categories = models.ManyToManyField(Category, related_name="products", blank=True)
+    # When an editor sets it, the product's release; else its earliest sale's time (the new releases).
+    released_at = models.DateTimeField(
+        "released at", null=True, blank=True, db_index=True, help_text="Leave empty: the first sale's time."
+    )
     # Created from a sale event rather than by an editor: name and price need completing.
     is_placeholder = models.BooleanField(default=False, db_index=True)
 

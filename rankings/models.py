@@ -311,6 +311,8 @@ class ProductTotal(models.Model):
     product_id = models.CharField(max_length=64, primary_key=True)
     units = models.BigIntegerField(default=0)
     revenue_cents = models.BigIntegerField(default=0)
+    # The ts of its earliest accepted sale (returns excluded): its release, unless an editor set one.
+    first_sold_at = models.DateTimeField(null=True, db_index=True)
 
     class Meta:
         constraints = [
@@ -388,3 +390,35 @@ class PendingEngagement(models.Model):
     views = models.IntegerField()
     wishes = models.IntegerField()
     queued_at = models.DateTimeField()
+
+
+class Snapshot(models.Model):
+    """The first SNAPSHOT_DEPTH ranks of one board as of one UTC hour (rankings/engine/snapshots.py).
+
+    One row per board and hour, the product ids in rank order (rank = place + 1): a few kilobytes,
+    compressed by PostgreSQL, and no row for a board that was empty. Kept in PostgreSQL rather
+    than Redis: they are history, not a serving copy, so they must survive a Redis that lost its
+    data (no rebuild could bring them back: they record what the boards were) and they belong to
+    no version (a rebuild and switch carries them over untouched).
+    """
+
+    at = models.DateTimeField()
+    window = models.CharField(max_length=8)
+    metric = models.CharField(max_length=16)
+    category = models.CharField(max_length=50)
+    products = ArrayField(models.CharField(max_length=64))
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["category", "window", "metric", "at"], name="snapshot_board_at"),
+        ]
+        indexes = [models.Index(fields=["at"], name="snapshot_at")]
+
+
+class SnapshotMark(models.Model):
+    """A shard has taken its snapshots of hour `at`: a tick resumes after its shard's last mark,
+    and the hours marked are the hours a product's rank history has points for."""
+
+    pk = models.CompositePrimaryKey("shard", "at")
+    shard = models.PositiveSmallIntegerField()
+    at = models.DateTimeField(db_index=True)

@@ -297,6 +297,13 @@ RANKINGS = {
     # Categories one event may name (a count). Each unknown one becomes a
     # placeholder, so this bounds what one batch can add to the catalogue.
     "MAX_EVENT_CATEGORIES": 20,
+    # Hourly snapshots (rankings/engine/snapshots.py): the first SNAPSHOT_DEPTH ranks of every
+    # board of these windows, as of each UTC hour, kept SNAPSHOT_KEEP_SECONDS behind the engine's clock.
+    "SNAPSHOT_DEPTH": env.int("RANKINGS_SNAPSHOT_DEPTH", default=1000),  # ranks
+    "SNAPSHOT_WINDOWS": ("1d", "7d"),
+    "SNAPSHOT_KEEP_SECONDS": 32 * 86400,  # seconds
+    # Hot new releases: products released at most this many days before a board's asOf.
+    "NEW_DAYS": env.int("RANKINGS_NEW_DAYS", default=30),  # days
     # name: (bucket size in seconds, bucket count)
     "WINDOWS": {
         "1h": (60, 60),

@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from rankings.serving import api, engagement_api, pages
+from rankings.serving import api, engagement_api, moves_api, moves_pages, pages
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", pages.home, name="home"),
     path("c/<slug:slug>/", pages.category, name="category"),
+    path("c/<slug:slug>/movers/", moves_pages.movers, name="movers"),
+    path("c/<slug:slug>/new/", moves_pages.new_releases, name="new-releases"),
     path("p/<str:product_id>/", pages.product, name="product"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/engagements", engagement_api.EngagementsIngestApi.as_view(), name="engagements-ingest"),
@@ -18,6 +20,11 @@ urlpatterns = [
     path("v1/products/<str:product_id>/ranks", api.ProductRanksApi.as_view(), name="product-ranks"),
     path(
         "v1/products/<str:product_id>/neighbors", api.ProductNeighborsApi.as_view(), name="product-neighbors"
+    ),
+    path("v1/categories/<str:slug>/movers", moves_api.BoardMoversApi.as_view(), name="board-movers"),
+    path("v1/categories/<str:slug>/new", moves_api.BoardNewApi.as_view(), name="board-new"),
+    path(
+        "v1/products/<str:product_id>/history", moves_api.ProductHistoryApi.as_view(), name="product-history"
     ),
     path("v1/status", api.StatusApi.as_view(), name="status"),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),

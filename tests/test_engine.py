@@ -8,7 +8,7 @@ from rankings.engine import aggregate
 from rankings.engine.shards import ALL, Layout, shard_of
 from rankings.models import Bucket, ShardState
 
-from .rankings_helpers import Shop
+from .rankings_helpers import START, Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,13 +170,14 @@ def test_a_backlog_is_claimed_in_batches_that_grow_up_to_the_maximum(settings, m
     claims = []
     real_claim = aggregate._claim
 
-    def claim(*, shard, limit):
-        claimed = real_claim(shard=shard, limit=limit)
+    def claim(*, shard, limit, **kwargs):
+        claimed = real_claim(shard=shard, limit=limit, **kwargs)
         claims.append((shard, limit, claimed))
         return claimed
 
     monkeypatch.setattr(aggregate, "_claim", claim)
-    shop = Shop()
+    # Off the hour: a tick that crosses an hour claims up to it first (rankings/engine/snapshots.py).
+    shop = Shop(now=START + dt.timedelta(minutes=1))
     shop.send(
         *[shop.sale(f"p{i % 7}", categories=["toys"], qty=1 + i % 5, ago=i * MINUTE) for i in range(120)]
     )

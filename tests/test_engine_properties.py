@@ -4,13 +4,16 @@ A hypothesis state machine plants a random category tree (up to six levels),
 sends new sales (recent, late, too old, slightly ahead of the clock, naming a
 category together with one of its ancestors), resends, partial returns,
 engagement events (views and wishes, with and without ids, resent, late, too
-old, older than the retention), moves the clock by minutes to weeks (past the
-retention of engagement), prunes, and ticks with batches of every size. After
-each tick every board of every metric in Redis must equal the GROUP BY over raw
-sales and engagement events, each counted once in every ancestor of its
-categories. A second machine also moves categories in the catalogue, rebuilds
-with the edited tree, switches to it and back, with sales still flowing: every
-board must be exact after each switch.
+old, older than the retention), moves the clock by minutes to weeks (crossing
+no hour boundary, one, or hundreds; past the retention of engagement), prunes,
+and ticks with batches of every size. After each tick every board of every
+metric in Redis must equal the GROUP BY over raw sales and engagement events,
+each counted once in every ancestor of its categories, and every hourly
+snapshot taken so far the GROUP BY as of its hour over what was counted by then
+(rankings/engine/snapshots.py): the hours a tick crossed are computed when it
+has run and must never change afterwards. A second machine also moves
+categories in the catalogue, rebuilds with the edited tree, switches to it and
+back, with sales still flowing: every board must be exact after each switch.
 """
 
 import datetime as dt
@@ -19,6 +22,7 @@ import os
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models import Min
 from django.test import override_settings
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
@@ -31,15 +35,21 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from catalogue.models import MAX_TREE_DEPTH, Category, subtree_height, tree_problem
+from catalogue.models import MAX_TREE_DEPTH, Category, Product, subtree_height, tree_problem
+from rankings.conf import METRICS
 from rankings.engine import store
 from rankings.engine.prune import engagement_prune, engine_now
-from rankings.models import RankingVersion
+from rankings.engine.recompute import boards_recompute, snapshots_recompute
+from rankings.engine.shards import ALL, Layout
+from rankings.engine.tree import active_tree
+from rankings.models import Engagement, RankingVersion, Sale, Snapshot, SnapshotMark
 from rankings.operations import backfill
-from rankings.serving import selectors
+from rankings.serving import moves, selectors
+from rankings.serving.then import gain_percent
 
 from .rankings_helpers import Shop
 
+HOUR = 3600  # seconds
 PRODUCTS = [f"p{i}" for i in range(6)]
 CATEGORIES = [f"c{i}" for i in range(8)]
 
@@ -67,15 +77,16 @@ def _reset():
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
             " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
-            " rankings_ticklog, rankings_ingestlog, rankings_rankingversion, catalogue_product_categories,"
-            " catalogue_product, catalogue_category RESTART IDENTITY CASCADE"
+            " rankings_ticklog, rankings_ingestlog, rankings_rankingversion, rankings_snapshot, rankings_snapshotmark,"
+            " rankings_producttotal, catalogue_product_categories, catalogue_product,"
+            " catalogue_category RESTART IDENTITY CASCADE"
         )
     r = store.patient()
     keys = list(r.scan_iter(f"{settings.RANKINGS['KEY_PREFIX']}:*"))
     if keys:
         r.delete(*keys)
     store.reset_clients()
-    selectors.categories_forget()
+    selectors.caches_clear()
 
 
 def _ancestors(slug: str, parents: dict[str, str | None]) -> list[str]:
@@ -95,6 +106,11 @@ class SalesHistory(RuleBasedStateMachine):
         self.originals: dict[str, list] = {}  # id -> [product, qty, returned]
         self.engagements: list[dict] = []
         self.n = 0
+        self.ticked_at: dt.datetime | None = None
+        self.counted_before = 0  # the last sale id stored before the previous tick
+        self.engaged_before = 0  # the last engagement event id stored before the previous tick
+        self.snapshots: dict[tuple[int, str, str, str], list[str]] = {}
+        self.hours: set[int] = set()
         self.parents: dict[str, str | None] = {}  # the catalogue's tree
 
     @initialize(data=st.data())
@@ -201,15 +217,147 @@ class SalesHistory(RuleBasedStateMachine):
         assert result.accepted == 1
         self.originals[original][2] += units
 
+    @rule(product=st.sampled_from(PRODUCTS), days=st.one_of(st.none(), st.integers(-3, 45)))
+    def set_release(self, product, days):
+        """An editor sets (or clears) a product's release: it overrides the first sale's time."""
+        released = None if days is None else self.shop.now - dt.timedelta(days=days)
+        Product.objects.filter(product_id=product).update(released_at=released)
+
     @rule(step=clock_steps)
     def advance_clock(self, step):
         self.shop.now += step
 
-    @rule(batch_size=st.sampled_from([1, 2, 3, 7, 5000]))
-    def tick(self, batch_size):
+    @rule(
+        batch_size=st.sampled_from([1, 2, 3, 7, 5000]),
+        product=st.sampled_from(PRODUCTS),
+        category=st.sampled_from([ALL, *CATEGORIES]),
+    )
+    def tick(self, batch_size, product, category):
         with override_settings(RANKINGS={**settings.RANKINGS, "BATCH_SIZE": batch_size}):
             self.shop.tick()
         self.shop.assert_exact()
+        self._check_snapshots()
+        # One category's boards of each snapshot window and metric, read as the API reads them.
+        if category != ALL and not Category.objects.filter(slug=category).exists():
+            return
+        # What a reader remembers (answers for half a second, category names for a second or
+        # more) would be a moment behind the tick just run: forgotten, the reads are of now.
+        selectors.caches_clear()
+        boards = self._boards_now()
+        released = self._releases()
+        for window in settings.RANKINGS["SNAPSHOT_WINDOWS"]:
+            for metric in METRICS:
+                board = boards.get((window, metric, category), [])
+                self._check_movers(category, window, metric, board)
+                self._check_new(category, window, metric, board, released)
+                self._check_history(product, category, window, metric)
+
+    def _releases(self) -> dict[str, dt.datetime]:
+        """Each product's release: the editor's date, else its first sale's time (returns excluded)."""
+        first_sold = dict(
+            Sale.objects.filter(qty__gt=0)
+            .values("product_id")
+            .annotate(first=Min("ts"))
+            .values_list("product_id", "first")
+        )
+        set_by_editor = dict(Product.objects.values_list("product_id", "released_at"))
+        return {pid: set_by_editor.get(pid) or first for pid, first in first_sold.items()}
+
+    def _boards_now(self) -> dict[tuple[str, str, str], list[str]]:
+        """Every board as of now from the recompute, product ids in ranking order."""
+        layout = Layout(settings.RANKINGS["SHARDS"])
+        boards = {}
+        for shard in range(layout.shards):
+            recomputed = boards_recompute(
+                shard=shard, layout=layout, now=self.shop.now.timestamp(), tree=active_tree()
+            )
+            boards.update({key: [pid for pid, _ in rows] for key, rows in recomputed.items()})
+        return boards
+
+    def _check_movers(self, category, window, metric, board):
+        """Movers by their definition (DESIGN §2c), against the snapshot 24 hours before the hour."""
+        now = int(self.shop.now.timestamp())
+        then = now - now % HOUR - 24 * HOUR
+        before = {
+            pid: i + 1 for i, pid in enumerate(self.snapshots.get((then, window, metric, category), []))
+        }
+        depth = settings.RANKINGS["SNAPSHOT_DEPTH"]
+        moved = []
+        for i, pid in enumerate(board[:depth]):
+            rank, rank_then = i + 1, before.get(pid)
+            if rank_then is None or rank_then > rank:
+                gain = None if rank_then is None else (100 * (rank_then - rank)) // rank
+                moved.append((pid, rank, rank_then, gain))
+        moved.sort(key=lambda m: (m[2] is not None, -(m[3] or 0), m[1], m[0].encode()))
+        answer = moves.board_movers(category=category, window=window, metric=metric, limit=100)
+        assert answer.then == dt.datetime.fromtimestamp(then, dt.UTC)
+        assert answer.total == len(moved)
+        assert [
+            (item.product_id, item.rank, item.rank_then, gain_percent(item.rank, item.rank_then))
+            for item in answer.items
+        ] == moved[:100]
+
+    def _check_new(self, category, window, metric, board, released):
+        """New releases by their definition: released at most NEW_DAYS days before now, ranked
+        among themselves."""
+        cutoff = self.shop.now - dt.timedelta(days=settings.RANKINGS["NEW_DAYS"])
+        # A product never sold (only viewed or wished for) and not dated by an editor has no release.
+        expected = [(pid, released[pid]) for pid in board if released.get(pid) and released[pid] >= cutoff]
+        answer = moves.board_new(category=category, window=window, metric=metric, limit=100, offset=0)
+        assert answer.total == len(expected)
+        assert [(item.product_id, item.released_at) for item in answer.items] == expected[:100]
+        assert [item.rank for item in answer.items] == list(range(1, len(answer.items) + 1))
+
+    def _check_history(self, product, category, window, metric):
+        """History: one point per hour snapshotted in the last 32 days, the product's rank in each."""
+        if not Product.objects.filter(product_id=product).exists():
+            return
+        answer = moves.product_history(
+            product_id=product, category=category, window=window, metric=metric, days=32
+        )
+        hours = sorted(self.hours)
+        hours = [h for h in hours if h > hours[-1] - 32 * 86400] if hours else []
+        expected = []
+        for h in hours:
+            row = self.snapshots.get((h, window, metric, category), [])
+            expected.append(
+                (dt.datetime.fromtimestamp(h, dt.UTC), row.index(product) + 1 if product in row else None)
+            )
+        assert [(point.at, point.rank) for point in answer.points] == expected
+
+    def _check_snapshots(self):
+        """The hours this tick crossed (the first tick: its own, if on the hour), as of each;
+        then every snapshot taken so far against what it was when taken."""
+        now = self.shop.now
+        keep = settings.RANKINGS["SNAPSHOT_KEEP_SECONDS"]
+        lowest = -(-(int(now.timestamp()) - keep) // HOUR) * HOUR
+        if self.ticked_at is None:
+            first = int(now.timestamp())
+        else:
+            first = int(self.ticked_at.timestamp()) // HOUR * HOUR + HOUR
+        hours = [h for h in range(max(first, lowest), int(now.timestamp()) + 1, HOUR) if h % HOUR == 0]
+        self.snapshots.update(
+            snapshots_recompute(
+                hours=hours,
+                earlier_sale_id=self.counted_before,
+                earlier_engagement_id=self.engaged_before,
+                tree=active_tree(),
+            )
+        )
+        self.hours.update(hours)
+        stored = {
+            (int(at.timestamp()), window, metric, category): products
+            for at, window, metric, category, products in Snapshot.objects.values_list(
+                "at", "window", "metric", "category", "products"
+            )
+        }
+        assert stored == self.snapshots
+        marks = set(SnapshotMark.objects.values_list("shard", "at"))
+        shards = settings.RANKINGS["SHARDS"]
+        assert marks == {(s, dt.datetime.fromtimestamp(h, dt.UTC)) for s in range(shards) for h in self.hours}
+        self.ticked_at = now
+        self.counted_before = Sale.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        self.engaged_before = Engagement.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
 class TreeEditHistory(SalesHistory):

@@ -41,10 +41,10 @@ def test_top_lists_the_board_in_rank_order_with_names_and_both_metrics(api, shop
     assert body["total"] == 4
     assert body["asOf"] == shop.now.isoformat().replace("+00:00", "Z")
     assert body["items"] == [
-        {"rank": 1, "productId": "p1", "name": "Yo-yo", "units": 7, "revenue": "3.01"},
-        {"rank": 2, "productId": "p0", "name": "Kite", "units": 5, "revenue": "12.50"},
-        {"rank": 3, "productId": "p2", "name": "Puzzle", "units": 5, "revenue": "99.99"},
-        {"rank": 4, "productId": "p3", "name": "Robot", "units": 1, "revenue": "2.50"},
+        {"rank": 1, "productId": "p1", "name": "Yo-yo", "units": 7, "revenue": "3.01", "rankThen": None},
+        {"rank": 2, "productId": "p0", "name": "Kite", "units": 5, "revenue": "12.50", "rankThen": None},
+        {"rank": 3, "productId": "p2", "name": "Puzzle", "units": 5, "revenue": "99.99", "rankThen": None},
+        {"rank": 4, "productId": "p3", "name": "Robot", "units": 1, "revenue": "2.50", "rankThen": None},
     ]
 
 

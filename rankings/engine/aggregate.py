@@ -37,7 +37,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine import locks, store
+from rankings.engine import locks, snapshots, store
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import ALL, Layout, layout_checked, shard_count_checked, version_layout
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
@@ -198,11 +198,36 @@ def _tick_shard(
     *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
     """Bring one shard's boards to `now`, a batch of claimed sales at a time (see batch_size_next)."""
-    ShardState.objects.get_or_create(shard=shard)
+    state, _ = ShardState.objects.get_or_create(shard=shard)
     _redis_recover(shard=shard, version=version, gen=gen, report=report)
+    # Each hour boundary crossed: first to the boundary with what counts by then, its snapshots, on.
+    snapshots.take_crossed(
+        shard=shard,
+        layout=layout,
+        as_of=state.as_of,
+        now=now,
+        step=lambda at: _tick_to(
+            shard=shard, layout=layout, version=version, gen=gen, now=at, until=at, report=report
+        ),
+    )
+    _tick_to(shard=shard, layout=layout, version=version, gen=gen, now=now, until=None, report=report)
+
+
+def _tick_to(
+    *,
+    shard: int,
+    layout: Layout,
+    version: int,
+    gen: str,
+    now: dt.datetime,
+    until: dt.datetime | None,
+    report: TickReport,
+) -> None:
+    """Claim the shard's pending sales (only those counted at or before `until`, if given) and bring
+    its boards to `now`, a batch at a time."""
     limit = rankings_settings.BATCH_SIZE
     while True:
-        step = _claim_and_record(shard=shard, layout=layout, now=now, limit=limit)
+        step = _claim_and_record(shard=shard, layout=layout, now=now, limit=limit, until=until)
         if step is None:
             return
         _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
@@ -264,15 +289,17 @@ def _redis_recover(*, shard: int, version: int, gen: str, report: TickReport) ->
     report.rebuilt_shards += 1
 
 
-def _claim_and_record(*, shard: int, layout: Layout, now: dt.datetime, limit: int) -> _Step | None:
+def _claim_and_record(
+    *, shard: int, layout: Layout, now: dt.datetime, limit: int, until: dt.datetime | None = None
+) -> _Step | None:
     """In one transaction: claim pending sales, compute the boards' net change, fold the sales into
     their buckets and record the change as batches. None when the shard has nothing to do."""
     with transaction.atomic():
         state = ShardState.objects.select_for_update().get(shard=shard)
         if state.as_of is not None and now < state.as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
-        claimed = _claim(shard=shard, limit=limit)
-        engaged_rows, engaged = _claim_engagements(shard=shard, limit=limit)
+        claimed = _claim(shard=shard, limit=limit, until=until)
+        engaged_rows, engaged = _claim_engagements(shard=shard, limit=limit, until=until)
         if claimed == 0 and engaged == 0 and state.as_of == now:
             return None
         changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
@@ -380,6 +407,7 @@ WITH claimed AS (
     DELETE FROM rankings_pendingsale p
     WHERE p.shard = %(shard)s AND p.sale_id IN (
         SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
+          AND (%(until)s::timestamptz IS NULL OR counted_at <= %(until)s::timestamptz)
         ORDER BY sale_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
     )
     RETURNING p.sale_id, p.counted_at, p.categories
@@ -404,6 +432,7 @@ WITH claimed AS (
     DELETE FROM rankings_pendingengagement p
     WHERE p.shard = %(shard)s AND p.entry IN (
         SELECT entry FROM rankings_pendingengagement WHERE shard = %(shard)s
+          AND (%(until)s::timestamptz IS NULL OR ts <= %(until)s::timestamptz)
         ORDER BY entry LIMIT %(limit)s FOR UPDATE SKIP LOCKED
     )
     RETURNING p.product_id, p.ts, p.categories, p.views, p.wishes
@@ -418,22 +447,24 @@ SELECT count(*), coalesce(sum(views + wishes), 0) FROM claimed
 """
 
 
-def _claim(*, shard: int, limit: int) -> int:
-    """Move up to `limit` of the shard's pending sales into tick_facts; return how many."""
+def _claim(*, shard: int, limit: int, until: dt.datetime | None = None) -> int:
+    """Move up to `limit` of the shard's pending sales (those counted at or before `until`, if
+    given) into tick_facts; return how many."""
     with connection.cursor() as cursor:
         # A large claim sorts, hashes and groups its sales in memory rather than in temporary files.
         cursor.execute("SELECT set_config('work_mem', %s, true)", [TICK_WORK_MEM])
         cursor.execute(_FACTS_TABLE)
-        cursor.execute(_CLAIM, {"shard": shard, "limit": limit})
+        cursor.execute(_CLAIM, {"shard": shard, "limit": limit, "until": until})
         (claimed,) = cursor.fetchone()
     return claimed
 
 
-def _claim_engagements(*, shard: int, limit: int) -> tuple[int, int]:
-    """Move up to `limit` of the shard's queue rows of engagement into tick_facts (after _claim made
-    it); return how many rows, and how many events they hold."""
+def _claim_engagements(*, shard: int, limit: int, until: dt.datetime | None = None) -> tuple[int, int]:
+    """Move up to `limit` of the shard's queue rows of engagement (those of events at or before
+    `until`, if given) into tick_facts (after _claim made it); return how many rows, and how many
+    events they hold."""
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_ENGAGEMENT, {"shard": shard, "limit": limit})
+        cursor.execute(_CLAIM_ENGAGEMENT, {"shard": shard, "limit": limit, "until": until})
         rows, events = cursor.fetchone()
         # Statistics for the planner: without them it guesses the batch's size and groups badly.
         cursor.execute("ANALYZE tick_facts")
@@ -545,6 +576,7 @@ def clock_reset(*, to: dt.datetime) -> list[int]:
                 state.as_of = to
                 state.seq += 1
                 state.save(update_fields=["as_of", "seq"])
+                snapshots.snapshots_forget_after(to)
             # After the commit: should the rebuild fail, Redis lacks the skipped number and
             # the next tick rebuilds the shard.
             shard_rebuild(shard=shard, version=version, gen=gen)

@@ -14,6 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from rankings.conf import engagement_retention_seconds, rankings_settings
+from rankings.engine.snapshots import snapshots_prune
 from rankings.ingest.partitions import (
     engagement_partitions_drop,
     month_of,
@@ -184,6 +185,7 @@ def prune() -> PruneReport:
         "tick_log": tick_log_prune(now),
         "verify_log": verify_log_prune(now),
         "batches": batches_prune(now),
+        "snapshots": snapshots_prune(now),
     }
     report.dropped, report.deleted["engagement_ids"] = engagement_prune(now)
     if any(report.deleted.values()) or report.partitions or report.dropped:

@@ -104,3 +104,65 @@ def boards_recompute(
     for rows in boards.values():
         rows.sort(key=lambda row: (-row[1], row[0].encode()))
     return dict(boards)
+
+
+# The snapshots' reference: for each hour H, the sales in the window as of H that the engine had
+# counted by H (those of ticks before the one that crossed H, and the others counted at or before H),
+# each once in every ancestor of its categories under the tree.
+_SNAPSHOT_RECOMPUTE = f"""
+SELECT h.at, c.category, s.product_id, sum(s.qty),
+       sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END), 0, 0
+FROM rankings_sale s
+CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
+JOIN unnest(%(hours)s::bigint[]) AS h(at)
+  ON s.counted_at >= to_timestamp(h.at - %(span)s) AND s.counted_at < to_timestamp(h.at + %(size)s)
+WHERE s.id <= %(earlier)s OR s.counted_at <= to_timestamp(h.at)
+GROUP BY h.at, c.category, s.product_id
+"""
+
+# The same for views and wishes; an event counts from its whole second, as the tick counts it.
+_SNAPSHOT_RECOMPUTE_ENGAGEMENT = f"""
+SELECT h.at, c.category, s.product_id, 0, 0,
+       count(*) FILTER (WHERE s.kind = 'view'), count(*) FILTER (WHERE s.kind = 'wish')
+FROM rankings_engagement s
+CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
+JOIN unnest(%(hours)s::bigint[]) AS h(at)
+  ON s.ts >= to_timestamp(h.at - %(span)s) AND s.ts < to_timestamp(h.at + %(size)s)
+WHERE s.id <= %(earlier_engagement)s OR floor(extract(epoch FROM s.ts)) <= h.at
+GROUP BY h.at, c.category, s.product_id
+"""
+
+
+def snapshots_recompute(
+    *, hours: list[int], earlier_sale_id: int, earlier_engagement_id: int = 0, tree: Tree = EMPTY
+) -> dict[tuple[int, str, str, str], list[str]]:
+    """The snapshots of the hours `hours` (epoch seconds) from raw sales and engagement events, for a
+    tick that crossed them having counted, before it, the sales up to id `earlier_sale_id` and the
+    events up to `earlier_engagement_id` (those stored before the previous tick). Keys are (hour,
+    window, metric, category); values the first SNAPSHOT_DEPTH product ids in ranking order. Every
+    shard's boards."""
+    snapshots: dict[tuple[int, str, str, str], list[tuple[int, bytes, str]]] = defaultdict(list)
+    if not hours:
+        return {}
+    with connection.cursor() as cursor:
+        for name in rankings_settings.SNAPSHOT_WINDOWS:
+            w = rankings_settings.windows[name]
+            params = {
+                "all": ALL,
+                "hours": hours,
+                "span": (w.buckets - 1) * w.bucket_seconds,
+                "size": w.bucket_seconds,
+                "earlier": earlier_sale_id,
+                "earlier_engagement": earlier_engagement_id,
+                **tree.sql_params(),
+            }
+            for query in (_SNAPSHOT_RECOMPUTE, _SNAPSHOT_RECOMPUTE_ENGAGEMENT):
+                cursor.execute(query, params)
+                for at, category, product_id, *scores in cursor.fetchall():
+                    for metric, score in zip(("units", "revenue", "views", "wishes"), scores, strict=True):
+                        if score > 0:
+                            snapshots[(at, name, metric, category)].append(
+                                (-int(score), product_id.encode(), product_id)
+                            )
+    depth = rankings_settings.SNAPSHOT_DEPTH
+    return {key: [row[2] for row in sorted(rows)[:depth]] for key, rows in snapshots.items()}

@@ -455,13 +455,16 @@ RETURNING product_id, units, revenue_cents
 """
 
 # In product id order, so that two batches adding to the same products queue rather than deadlock.
+# first_sold_at only moves earlier: a late sale with an earlier ts moves the product's release.
 _LEDGER_ADD = f"""
-INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents)
-SELECT product_id, units, revenue_cents
-FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS sold(product_id, units, revenue_cents, n)
+INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents, first_sold_at)
+SELECT product_id, units, revenue_cents, first_sold_at
+FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[])
+     WITH ORDINALITY AS sold(product_id, units, revenue_cents, first_sold_at, n)
 ORDER BY n
 ON CONFLICT (product_id) DO UPDATE
-SET units = total.units + excluded.units, revenue_cents = total.revenue_cents + excluded.revenue_cents
+SET units = total.units + excluded.units, revenue_cents = total.revenue_cents + excluded.revenue_cents,
+    first_sold_at = LEAST(total.first_sold_at, excluded.first_sold_at)
 RETURNING units, revenue_cents
 """
 
@@ -501,17 +504,24 @@ def _ledger_add(rows: list[_Row], inserted: set[str]) -> None:
     """Add the sales this batch stored (not its returns) to their products' totals, in one statement;
     raises _Raced if concurrent batches took a total past the bound since it was read."""
     sold: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    first: dict[str, dt.datetime] = {}
     for row in rows:
         if row.return_of is None and row.event_id in inserted:
             sold[row.product_id][0] += row.qty
             sold[row.product_id][1] += row.amount_cents
+            first[row.product_id] = min(first.get(row.product_id, row.ts), row.ts)
     if not sold:
         return
     product_ids = sorted(sold)
     with connection.cursor() as cursor:
         cursor.execute(
             _LEDGER_ADD,
-            [product_ids, [sold[p][0] for p in product_ids], [sold[p][1] for p in product_ids]],
+            [
+                product_ids,
+                [sold[p][0] for p in product_ids],
+                [sold[p][1] for p in product_ids],
+                [first[p] for p in product_ids],
+            ],
         )
         if any(max(totals) > MAX_PRODUCT_TOTAL for totals in cursor.fetchall()):
             raise _Raced

@@ -12,6 +12,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.aggregate import shards_failing
 from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.engine.snapshots import snapshots_summary
 from rankings.models import IngestLog, PendingSale, RankingVersion, Sale, ShardState, TickLog
 from rankings.operations.engagement_status import SOURCE_PREFIX as ENGAGEMENT_SOURCE
 from rankings.operations.engagement_status import engagement_status
@@ -137,4 +138,5 @@ def status_read() -> dict:
             name: boards.get(name, {"boards": 0, "members": 0}) for name in rankings_settings.WINDOWS
         },
         "engagement": engagement_status(now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN),
+        "snapshots": snapshots_summary(),
     }

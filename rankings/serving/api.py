@@ -270,6 +270,7 @@ def _item_wire(item: selectors.RankedProduct) -> dict:
         "name": item.name,
         "units": item.units,
         "revenue": money_text(item.revenue),
+        "rankThen": item.rank_then,
     }
     if item.views is not None:  # an engagement board: its views and wishes beside its sales
         wire["views"] = item.views
@@ -285,6 +286,11 @@ class RankedItemReply(_Reply):
     revenue = serializers.CharField(help_text="money, two decimal places")
     views = serializers.IntegerField(required=False, help_text="metric views or wishes only")
     wishes = serializers.IntegerField(required=False, help_text="metric views or wishes only")
+    rankThen = serializers.IntegerField(  # noqa: N815 - the wire's own name
+        allow_null=True,
+        help_text="its rank in the snapshot 24 hours before the latest at or before asOf (windows 1d and 7d); "
+        "null when it was not in that snapshot's first ranks, or none is known",
+    )
 
     wire = staticmethod(_item_wire)
 

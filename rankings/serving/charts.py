@@ -64,3 +64,64 @@ def bar_chart(points: list[tuple[Any, int]], *, width: int, height: int) -> Char
         first=points[0][0] if points else None,
         last=points[-1][0] if points else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RankPoint:
+    at: Any  # the hour
+    rank: int | None  # None: not in the snapshot's first ranks
+    x: str
+    y: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RankChart:
+    width: int
+    height: int
+    points: list[RankPoint]
+    lines: list[str]  # polyline coordinates, one per run of ranked hours: gaps where unranked
+    dots: list[RankPoint]  # a ranked hour alone between two gaps, drawn as a dot
+    best: int | None  # the highest rank reached (the smallest number)
+    worst: int | None
+    first: Any
+    last: Any
+
+
+def rank_chart(points: list[tuple[Any, int | None]], *, width: int, height: int) -> RankChart:
+    """A line of ranks over time in a width×height box: rank 1 at the top, the worst rank shown at
+    the bottom, broken where the product was unranked."""
+    ranks = [rank for _, rank in points if rank is not None]
+    best, worst = (min(ranks), max(ranks)) if ranks else (None, None)
+    step = width / len(points) if points else width
+    top, span = height * (1 - ROOM) / 2, height * ROOM
+
+    def y(rank: int) -> float:
+        return top if worst == 1 else top + span * (rank - 1) / (worst - 1)
+
+    drawn = [
+        RankPoint(
+            at=at, rank=rank, x=_svg(i * step + step / 2), y=_svg(y(rank)) if rank is not None else None
+        )
+        for i, (at, rank) in enumerate(points)
+    ]
+    lines, dots, run = [], [], []
+    for point in [*drawn, None]:
+        if point is not None and point.rank is not None:
+            run.append(point)
+            continue
+        if len(run) > 1:
+            lines.append(" ".join(f"{p.x},{p.y}" for p in run))
+        elif run:
+            dots.append(run[0])
+        run = []
+    return RankChart(
+        width=width,
+        height=height,
+        points=drawn,
+        lines=lines,
+        dots=dots,
+        best=best,
+        worst=worst,
+        first=points[0][0] if points else None,
+        last=points[-1][0] if points else None,
+    )

@@ -19,6 +19,7 @@ from rankings.conf import ENGAGEMENT_METRICS, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
+from rankings.serving.then import move_of
 from rankings.serving.throttling import PageThrottle
 
 # Rows per page of a category's best sellers.
@@ -207,6 +208,7 @@ class Row:
     url: str
     row_id: str
     highlighted: bool
+    move: dict | None = None  # the arrow against 24 hours before (then.move_of)
 
 
 def _ranked(items, *, window: str, metric: str, highlight: str | None = None) -> list[Row]:
@@ -216,6 +218,7 @@ def _ranked(items, *, window: str, metric: str, highlight: str | None = None) ->
             url=product_url(item.product_id, window=window, metric=metric),
             row_id=row_id(item.product_id),
             highlighted=item.product_id == highlight,
+            move=move_of(item, window),
         )
         for item in items
     ]
@@ -448,6 +451,12 @@ def _engagement_badges(product_id: str, names: dict, window: str, metric: str) -
     return shown
 
 
+def _rank_charts(product_id: str, ranked, names: dict, window: str, metric: str) -> list[dict]:
+    from rankings.serving.moves_pages import rank_charts
+
+    return rank_charts(product_id, ranked, names, window, metric)
+
+
 @page_view
 def product(request, product_id):
     """A product's name and price, its rank in each of its categories, its neighbours and daily sales."""
@@ -484,6 +493,7 @@ def product(request, product_id):
             "engagement": metric in ENGAGEMENT_METRICS,
             "nearby": nearby,
             "chart": bar_chart(daily.periods, width=CHART_WIDTH, height=CHART_HEIGHT),
+            "rank_charts": _rank_charts(product_id, ranked, names, window, metric),
             "freshness": freshness,
         },
     )

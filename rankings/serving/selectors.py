@@ -25,6 +25,7 @@ from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.tree import EMPTY, Tree
+from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -92,6 +93,8 @@ class RankedProduct:
     # On an engagement board (metric views or wishes) only: its views and wishes beside its sales.
     views: int | None = None
     wishes: int | None = None
+    rank_then: int | None = None  # its rank 24 hours before (rankings/serving/then.py)
+    released_at: dt.datetime | None = None  # on a new-releases board (rankings/serving/moves.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,7 @@ def caches_clear() -> None:
     answers_forget()
     categories_forget()
     status_forget()
+    ranks_then_forget()
 
 
 def _served(key: tuple, compute, *, boards: bool = True):
@@ -534,14 +538,24 @@ def _sales_beside(
 
 
 def _items(
-    rows, first_rank: int, metric: str, names: dict[str, str] | None = None, sales: dict | None = None
+    rows,
+    first_rank: int,
+    metric: str,
+    names: dict[str, str] | None = None,
+    then: dict[str, int] | None = None,
+    sales: dict | None = None,
 ) -> tuple[RankedProduct, ...]:
     if names is None:
         names = _names([product_id for product_id, _, _ in rows])
+    then = then or {}
     sales = sales or {}
     return tuple(
         RankedProduct(
-            first_rank + i, pid, names.get(pid, pid), *_figures(metric, score, other, sales.get(pid))
+            first_rank + i,
+            pid,
+            names.get(pid, pid),
+            *_figures(metric, score, other, sales.get(pid)),
+            rank_then=then.get(pid),
         )
         for i, (pid, score, other) in enumerate(rows)
     )
@@ -556,13 +570,15 @@ def _board(
     names: dict | None = None,
     sales: dict | None = None,
 ) -> Board:
+    as_of = instant(found.as_of)
+    then = ranks_then(category=category, window=window, metric=metric, as_of=as_of)
     return Board(
         category=category,
         window=window,
         metric=metric,
-        as_of=instant(found.as_of),
+        as_of=as_of,
         total=found.total,
-        items=_items(found.rows, offset + 1, metric, names, sales),
+        items=_items(found.rows, offset + 1, metric, names, then=then, sales=sales),
     )
 
 
@@ -611,6 +627,9 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
         wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
     heads = _heads_read(wanted, limits=limits, window=window, metric=metric)
     names = _names({pid for found in (heads or {}).values() if found for pid, _, _ in found.rows})
+    ranks_then_prefetch(
+        [(c, window, metric, instant(found.as_of)) for c, found in (heads or {}).items() if found]
+    )
 
     def answer(category: str) -> Board:
         if heads is None and category in wanted:
@@ -814,7 +833,8 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         (sales,) = _sales_beside(
             version, window, metric, [(shard, category, [pid for pid, _, _ in board.rows])]
         )
-        items = _items(board.rows, start + 1, metric, sales=sales)
+        then = ranks_then(category=category, window=window, metric=metric, as_of=instant(as_of))
+        items = _items(board.rows, start + 1, metric, then=then, sales=sales)
     return Neighbors(product_id, category, window, metric, instant(as_of), rank, items)
 
 
