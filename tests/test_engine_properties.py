@@ -260,8 +260,11 @@ class SalesHistory(RuleBasedStateMachine):
             .annotate(first=Min("ts"))
             .values_list("product_id", "first")
         )
-        set_by_editor = dict(Product.objects.values_list("product_id", "released_at"))
-        return {pid: set_by_editor.get(pid) or first for pid, first in first_sold.items()}
+        set_by_editor = dict(
+            Product.objects.exclude(released_at=None).values_list("product_id", "released_at")
+        )
+        # An editor's date counts for a product never sold too (one only viewed or wished for).
+        return {**first_sold, **set_by_editor}
 
     def _boards_now(self) -> dict[tuple[str, str, str], list[str]]:
         """Every board as of now from the recompute, product ids in ranking order."""

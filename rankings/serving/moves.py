@@ -9,6 +9,7 @@ one product in a board's snapshots. Every answer is remembered as the other read
 (selectors._served): fresh for half a second, last known while Redis is unreachable.
 """
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
@@ -99,8 +100,8 @@ def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Mov
             rank,
             row[0],
             names.get(row[0], row[0]),
-            *selectors._units_revenue(metric, row[1], row[2]),
-            rank_then,
+            *selectors._figures(metric, row[1], row[2], None),
+            rank_then=rank_then,
         )
         for rank, rank_then, row in chosen
     )
@@ -174,10 +175,7 @@ def _board_new(*, category: str, window: str, metric: str, limit: int, offset: i
     at = instant(as_of)
     page = rows[offset : offset + limit]
     items = _items([(pid, score, other) for pid, score, other, _ in page], offset + 1, metric)
-    items = tuple(
-        RankedProduct(item.rank, item.product_id, item.name, item.units, item.revenue, None, page[i][3])
-        for i, item in enumerate(items)
-    )
+    items = tuple(dataclasses.replace(item, released_at=page[i][3]) for i, item in enumerate(items))
     return Board(category=category, window=window, metric=metric, as_of=at, total=len(rows), items=items)
 
 
