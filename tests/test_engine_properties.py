@@ -137,9 +137,15 @@ HISTORIES = int(os.environ.get("PROPERTY_HISTORIES", 200))
 PARTS = 4
 
 
-@pytest.mark.parametrize("part", range(PARTS))
+# The same histories with split boards (all in 3 parts, c1 in 2): each part on a shard of its own.
+SPLIT = "all:3,c1:2"
+CASES = [(part, "") for part in range(PARTS)] + [(part, SPLIT) for part in range(PARTS // 2)]
+
+
+@pytest.mark.parametrize(("part", "split"), CASES)
 @pytest.mark.django_db(transaction=True)
-def test_random_histories_match_the_batch_recompute(part):
+def test_random_histories_match_the_batch_recompute(part, split, settings):
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": split}
     run_state_machine_as_test(
         SalesHistory,
         settings=hypothesis_settings(

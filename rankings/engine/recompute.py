@@ -43,7 +43,9 @@ def boards_recompute(
             cursor.execute(
                 _RECOMPUTE, {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard}
             )
-            for category, product_id, units, cents in cursor.fetchall():
+            for slug, product_id, units, cents in cursor.fetchall():
+                # A split category's sales count on the part that holds the product.
+                category = layout.board_of(slug, product_id)
                 if category not in in_shard:
                     in_shard[category] = layout.shard_of(category) == shard
                 if not in_shard[category]:

@@ -77,7 +77,7 @@ def state_rekey(*, layout: Layout, positions: dict[int, int], as_of: dt.datetime
                     shard=shard,
                     seq=positions[shard],
                     as_of=as_of,
-                    too_old=too_old if shard == layout.shard_of(ALL) else 0,
+                    too_old=too_old if shard == layout.shards_of(ALL)[0] else 0,
                 )
                 for shard in range(layout.shards)
             ]

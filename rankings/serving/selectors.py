@@ -23,7 +23,7 @@ from django.db import DatabaseError, connection
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import ALL, Layout
+from rankings.engine.shards import ALL, Layout, active_layout
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -750,8 +750,13 @@ def units_per_period(
     if period % size:
         raise ValueError(f"a period of {period} s is not a whole number of {size}-second buckets")
     start = int(first.timestamp()) // period
+    try:
+        # `all`'s buckets, or those of its parts when it is split.
+        categories = active_layout()[1].boards_of(ALL)
+    except DatabaseError:
+        return UnitsPerPeriod(periods=[], stale=True)
     rows = Bucket.objects.filter(
-        size=size, category=ALL, start__gte=start * period, start__lt=(start + count) * period
+        size=size, category__in=categories, start__gte=start * period, start__lt=(start + count) * period
     )
     if product_id is not None:
         rows = rows.filter(product_id=product_id)
