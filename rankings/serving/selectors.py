@@ -24,6 +24,7 @@ from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.serving import merge
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -421,6 +422,12 @@ def product_detail(*, product_id: str) -> ProductDetail:
 def _shard(category: str, version: int) -> int:
     """The board's shard under the version's own layout (a pinned category has a shard of its own):
     from Redis, else from PostgreSQL."""
+    return _layout(version).shard_of(category)
+
+
+def _layout(version: int) -> Layout:
+    """The version's own layout (which shards hold which boards, which boards are split): from
+    Redis, else from PostgreSQL."""
     layout = store.shard_layout_get(version)
     if layout is None:
         from rankings.models import RankingVersion
@@ -432,7 +439,7 @@ def _shard(category: str, version: int) -> int:
         if layout is None:
             raise store.Unreachable(f"the shard layout of version {version} is unknown")
     shards, pinned = layout
-    return Layout(shards, tuple(pinned)).shard_of(category)
+    return Layout(shards, tuple(pinned))
 
 
 def _placed(category: str) -> tuple[int, int]:
@@ -503,7 +510,20 @@ def _top_key(category: str, window: str, metric: str, limit: int, offset: int) -
 
 
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
-    version, shard = _placed(category)
+    version = store.active_version()
+    layout = _layout(version)
+    if category in layout.split:
+        found = merge.board_slice(
+            version=version,
+            layout=layout,
+            window=window,
+            metric=metric,
+            category=category,
+            start=offset,
+            stop=offset + limit - 1,
+        )
+        return _board(category, window, metric, offset, found)
+    shard = layout.shard_of(category)
     found = store.board_slice(
         version=version,
         shard=shard,
@@ -554,10 +574,16 @@ def _heads_read(
         return {}
     try:
         version = store.active_version()
-        read = store.board_heads(
-            version=version,
-            boards=[(_shard(c, version), window, metric, c, limits[c]) for c in categories],
-        )
+        layout = _layout(version)
+        if layout.split:
+            read = merge.heads(
+                version=version, layout=layout, boards=[(c, window, metric, limits[c]) for c in categories]
+            )
+        else:
+            read = store.board_heads(
+                version=version,
+                boards=[(layout.shard_of(c), window, metric, c, limits[c]) for c in categories],
+            )
     except store.StoreError:
         return None
     return dict(zip(categories, read, strict=True))
@@ -578,8 +604,19 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
-    version, shard = _placed(category)
-    found = _member_rank((version, shard, window, metric, category), product_id)
+    version = store.active_version()
+    layout = _layout(version)
+    if category in layout.split:
+        found = merge.member_rank(
+            version=version,
+            layout=layout,
+            window=window,
+            metric=metric,
+            category=category,
+            product_id=product_id,
+        )
+    else:
+        found = _member_rank((version, layout.shard_of(category), window, metric, category), product_id)
     if found.rank is None:
         # Only an unranked product needs the catalogue to tell "not ranked" from "no such
         # product": a ranked one has sales, and a product with sales cannot be deleted.
@@ -660,13 +697,29 @@ def product_ranks(*, product_id: str, window: str, metric: str) -> Ranks:
 
 def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> Ranks:
     version = store.active_version()
+    layout = _layout(version)
     found = store.members_ranks(
         version=version,
         window=window,
         metric=metric,
         product_id=product_id,
-        boards=[(_shard(c, version), c) for c in categories],
+        boards=[(layout.shard_of(c), c) for c in categories if c not in layout.split],
     )
+    if layout.split:  # each split board merged from its parts, in the order of `categories`
+        by_category = dict(zip([c for c in categories if c not in layout.split], found, strict=True))
+        found = [
+            by_category[c]
+            if c not in layout.split
+            else merge.member_rank(
+                version=version,
+                layout=layout,
+                window=window,
+                metric=metric,
+                category=c,
+                product_id=product_id,
+            )
+            for c in categories
+        ]
     known = [f.as_of for f in found if f.as_of]
     ranks = []
     for category, f in zip(categories, found, strict=True):
@@ -698,7 +751,23 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     _product(product_id)
-    version, shard = _placed(category)
+    version = store.active_version()
+    layout = _layout(version)
+    if category in layout.split:
+        found, start, board = merge.neighbors(
+            version=version,
+            layout=layout,
+            window=window,
+            metric=metric,
+            category=category,
+            product_id=product_id,
+            n=n,
+        )
+        if board is None:
+            return Neighbors(product_id, category, window, metric, instant(found.as_of), None, ())
+        items = _items(board.rows, start + 1, metric)
+        return Neighbors(product_id, category, window, metric, instant(board.as_of), found.rank + 1, items)
+    shard = layout.shard_of(category)
     found = store.member_rank(
         version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
     )
