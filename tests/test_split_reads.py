@@ -122,3 +122,25 @@ def test_each_part_holds_the_products_its_hash_names(redis_client, catalogue):
     for k, (shard, part) in enumerate(zip(shards, layout.boards_of(SPLIT), strict=True)):
         held = store.board_read_all(store.board_key(1, shard, WINDOW, "units", part))
         assert {pid for pid, _ in held} == {pid for pid in board if part_index(pid, 3) == k}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_split_board_lost_in_redis_is_rebuilt_by_the_next_tick_and_merged_again(redis_client, settings):
+    """Every key deleted, then a tick: each part comes back from its buckets, and the merged board
+    reads as before."""
+    from .rankings_helpers import Shop
+
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
+    shop = Shop()
+    shop.send(*[shop.sale(f"p{i}", qty=1 + i % 4) for i in range(40)])
+    shop.tick()
+    before = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
+    assert before.total == 40
+    redis_client.delete(*redis_client.scan_iter(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    selectors.answers_forget()
+    store.reset_clients()
+    report = shop.tick()
+    assert report.rebuilt_shards == settings.RANKINGS["SHARDS"] + 3
+    after = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
+    assert (after.items, after.total) == (before.items, before.total)
+    shop.assert_exact()
