@@ -43,6 +43,7 @@ def _merged_reads_equal_the_whole_recompute(shop: Shop, categories) -> None:
     assert not PendingSale.objects.exists()
     selectors.caches_clear()
     whole = boards_recompute(shard=0, layout=Layout(1), now=shop.now.timestamp())
+    listed = set()
     for category in categories:
         for metric in ("units", "revenue"):
             want = whole.get(("7d", metric, category), [])
@@ -55,6 +56,13 @@ def _merged_reads_equal_the_whole_recompute(shop: Shop, categories) -> None:
                     product_id=product_id, category=category, window="7d", metric=metric
                 )
                 assert (rank.rank, rank.total) == (place + 1, len(want)), (category, product_id)
+                # the product page's ranks in each of its catalogue categories, split ones merged
+                ranks = selectors.product_ranks(product_id=product_id, window="7d", metric=metric).ranks
+                for found in ranks:
+                    if found.category == category:
+                        assert (found.rank, found.total) == (place + 1, len(want)), (category, product_id)
+                        listed.add(category)
+    assert "k01" in listed, "the premise: a split category is among a product's catalogue categories"
 
 
 def test_splitting_then_unsplitting_all_during_ingestion_loses_and_doubles_no_sale():
