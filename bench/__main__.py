@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|split]
 """
 
 import argparse
@@ -13,7 +13,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
     parser.add_argument(
         "--only",
-        choices=["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash"],
+        choices=["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash", "split"],
         help="run one group",
     )
     args = parser.parse_args()
@@ -22,7 +22,7 @@ def main() -> None:
     groups = (
         [args.only]
         if args.only
-        else ["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash"]
+        else ["ingest", "engine", "ticks", "read", "rebuild", "cluster", "reshard", "flash", "split"]
     )
     for group in groups:
         module = __import__(f"bench.bench_{group}", fromlist=["main"])

@@ -144,3 +144,20 @@ def test_a_split_board_lost_in_redis_is_rebuilt_by_the_next_tick_and_merged_agai
     after = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
     assert (after.items, after.total) == (before.items, before.total)
     shop.assert_exact()
+
+
+def test_a_deep_page_reads_a_window_around_each_parts_place_not_every_member_before_it(
+    redis_client, catalogue, monkeypatch
+):
+    """Ranks 2,001-2,050 of 3,000 members in 3 parts: each part is read about its place (the hash
+    spreads the members evenly), and the page is the one sorted set's."""
+    board = {f"p{i:04}": (1 + i % 7, 1 + i % 5) for i in range(3000)}
+    _write(redis_client, board, 3)
+    reads = []
+    real = store.parts_ranges
+    monkeypatch.setattr(store, "parts_ranges", lambda **kw: reads.append(kw["ranges"]) or real(**kw))
+    args = {"window": WINDOW, "metric": "units", "limit": 50, "offset": 2000}
+    split = selectors.board_top(category=SPLIT, **args)
+    assert len(reads) == 1, "the windows did not hold the page"
+    assert all(stop - start + 1 < 500 for _, _, start, stop in reads[0])
+    _same(split, selectors.board_top(category=SINGLE, **args))

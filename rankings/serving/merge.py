@@ -5,8 +5,10 @@ product is in exactly one part. So:
 
 - a page of ranks is a k-way merge of the parts' heads in the board's order (score descending,
   then product id ascending by bytes): the first 100 ranks from the parts' top-100 blobs (each
-  part's first 100 hold every member of the merged first 100 it contributes), deeper pages from
-  each part's first offset + limit members;
+  part's first 100 hold every member of the merged first 100 it contributes), deeper pages from a
+  window of each part around its expected place (offset / K, give or take a few times
+  sqrt(offset)), checked to hold the page exactly, else from each part's first offset + limit
+  members;
 - the size is the sum of the parts' sizes;
 - a product's rank is 1 + the members ordered before it in every part: its own rank in its part,
   plus, in each other part, the members with a higher score or the same score and a smaller id
@@ -16,11 +18,13 @@ product is in exactly one part. So:
   when one part's is.
 
 Each read costs one or two round trips (one per node on a Redis Cluster where scripts are
-involved) and O(K × (log n + limit)) work in Redis, K the number of parts; a deep page costs
-O(K × (offset + limit)), offset being at most 10,000.
+involved) and O(K × (log n + limit)) work in Redis, K the number of parts; a deep page
+O(K × (sqrt(offset) + limit)) (O(K × (offset + limit)) when the parts are very uneven), offset
+being at most 10,000.
 """
 
 import heapq
+import math
 
 from rankings.engine import store
 from rankings.engine.shards import Layout
@@ -67,10 +71,9 @@ def board_slice(
                 heads[i] = found
         rows = [row for _, row in _merged(heads)[start : stop + 1]]
         return store.BoardSlice(as_of=_as_of(heads), total=sum(f.total for f in heads), rows=rows)
-    read = store.parts_ranges(
-        version=version, window=window, metric=metric, ranges=[(*p, 0, stop) for p in parts], others=False
+    chosen, read = _deep_page(
+        version=version, window=window, metric=metric, parts=parts, start=start, stop=stop
     )
-    chosen = _merged(read)[start : stop + 1]
     wanted = [[row[0] for i, row in chosen if i == part] for part in range(len(parts))]
     others = store.others_scores(
         version=version,
@@ -83,6 +86,58 @@ def board_slice(
     }
     rows = [(pid, score, other_of[pid]) for _, (pid, score, _) in chosen]
     return store.BoardSlice(as_of=_as_of(read), total=sum(f.total for f in read), rows=rows)
+
+
+def _deep_page(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], start: int, stop: int
+) -> tuple[list, list[store.BoardSlice]]:
+    """Ranks start..stop of a split board, each row tagged with its part (other metric not read).
+
+    A product lands in a part by a hash, so about start/K of the members before `start` lie in each
+    part: each part is read in a window of DEEP_SLACK(start) ranks either side of that guess, and
+    the merge of those windows is checked to hold the page exactly (see _window_holds). Should it
+    not (parts of very different sizes), each part's first stop + 1 members are read instead."""
+    guess, slack = start // len(parts), _deep_slack(start)
+    ranges = [(*p, max(0, guess - slack), guess + slack + stop - start) for p in parts]
+    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=False)
+    total = sum(found.total for found in read)
+    if start >= total:
+        return [], read
+    merged = _merged(read)
+    first = start - sum(low for _, _, low, _ in ranges)
+    page = merged[first : first + stop - start + 1] if first >= 0 else []
+    if first >= 0 and _window_holds(read, [low for _, _, low, _ in ranges], page, want=stop - start + 1):
+        return page, read
+    read = store.parts_ranges(
+        version=version, window=window, metric=metric, ranges=[(*p, 0, stop) for p in parts], others=False
+    )
+    return _merged(read)[start : stop + 1], read
+
+
+def _deep_slack(start: int) -> int:
+    """Ranks read either side of a part's guessed place: the hash spreads the members before
+    `start` over the parts with a spread of about sqrt(start / K) each; this is several times it."""
+    return 32 + 3 * math.isqrt(start)
+
+
+def _window_holds(read: list[store.BoardSlice], lows: list[int], page: list, *, want: int) -> bool:
+    """Whether `page`, taken from the merge of the parts' windows (part i: ranks lows[i] onwards),
+    is exactly the merged board's ranks there: every member of every part ordered between the
+    page's first and last rows was read (no unread member below a window's first row comes after
+    the page's first, none past a window's last row comes before the page's last), and a short
+    page ends with every part read to its end. Then the page's first row is at rank
+    sum(lows) + its place in the merge, as the caller took it."""
+    if not page:
+        return False
+    first, last = _order(page[0][1]), _order(page[-1][1])
+    for found, low in zip(read, lows, strict=True):
+        rows = found.rows
+        if low > 0 and (not rows or _order(rows[0]) > first):
+            return False
+        complete = low + len(rows) >= found.total
+        if not complete and (len(page) < want or not rows or _order(rows[-1]) < last):
+            return False
+    return True
 
 
 def _rank(
