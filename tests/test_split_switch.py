@@ -153,3 +153,15 @@ def test_the_rebuild_command_splits_as_told_and_refuses_a_bad_split(settings):
     with pytest.raises(CommandError, match="1 to 64 parts"):
         call_command("rankings_rebuild", "--split", "all:65")
     assert store.active_version(fresh=True) == number + 1
+
+
+def test_a_split_setting_the_active_version_does_not_follow_is_reported_until_a_rebuild(settings):
+    from rankings.engine.shards import shard_setting_check
+
+    Shop().tick()  # version 1, whole boards
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
+    assert [m.id for m in shard_setting_check()] == ["rankings.W001"]
+    backfill.version_build(layout=layout_plan(active_layout()[1], split={ALL: 3}), activate=True)
+    assert shard_setting_check() == []
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all"}
+    assert [m.id for m in shard_setting_check()] == ["rankings.E002"]

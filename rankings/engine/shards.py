@@ -23,6 +23,7 @@ from django.utils import timezone
 from catalogue.models import RESERVED_SLUG
 from rankings.conf import rankings_settings
 from rankings.engine.split import (
+    SplitError,
     is_part,
     part_index,
     part_name,
@@ -249,16 +250,35 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     stop a build step without a database, nor the migration that adds the count.
     """
     try:
+        split = split_setting()
+    except SplitError as error:
+        return [
+            checks.Error(
+                f"RANKINGS_SPLIT: {error}", hint="Write it as SLUG:PARTS,… (all:3)", id="rankings.E002"
+            )
+        ]
+    try:
         found = _active()
         message = found and _mismatch(*found, _first_count())
     except DatabaseError:
         return []
-    if not message:
-        return []
-    return [
-        checks.Error(
-            message,
-            hint="Set RANKINGS_SHARDS back to the count the installation started with.",
-            id="rankings.E001",
+    found_messages: list[checks.CheckMessage] = []
+    if message:
+        found_messages.append(
+            checks.Error(
+                message,
+                hint="Set RANKINGS_SHARDS back to the count the installation started with.",
+                id="rankings.E001",
+            )
         )
-    ]
+    if found and split != found[1].split:
+        # Not an error: the setting is what the next rebuild does, and may be set ahead of it.
+        found_messages.append(
+            checks.Warning(
+                f"RANKINGS_SPLIT says {split_describe(split) or 'no split'}, the active version {found[0]} "
+                f"splits {split_describe(found[1].split) or 'no board'}",
+                hint="It takes effect through rankings_rebuild and a switch-over.",
+                id="rankings.W001",
+            )
+        )
+    return found_messages
