@@ -94,6 +94,20 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
             selectors.product_neighbors(category=SPLIT, n=n, **args),
             selectors.product_neighbors(category=SINGLE, n=n, **args),
         )
+    # ranks of random products, answered from copies of the parts (as a reader of many products is)
+    selectors.answers_forget()
+    copy_after = selectors.BOARD_COPY_AFTER
+    selectors.BOARD_COPY_AFTER = 1
+    try:
+        for pid in [*asked, "nobody"]:
+            args = {"product_id": pid, "window": WINDOW, "metric": metric}
+            _same(
+                selectors.product_rank(category=SPLIT, **args),
+                selectors.product_rank(category=SINGLE, **args),
+            )
+    finally:
+        selectors.BOARD_COPY_AFTER = copy_after
+    assert not board or selectors._board_copies, "the premise: the ranks were read from copies"
     args = {"window": WINDOW, "metric": metric}
     _same(
         thresholds.board_thresholds(category=SPLIT, **args),

@@ -957,6 +957,19 @@ class BoardCopy:
         self._places = dict(zip(board[::2], range(0, len(board), 2), strict=True))
         self._others = dict(zip(other[::2], other[1::2], strict=True))
 
+    def before(self, score: int, product_id: str) -> int:
+        """What ordered_before would have answered at the copy's instant: the members with a higher
+        score, or the same score and a smaller id (found by halves: O(log n) scores parsed)."""
+        key = (float(-score), product_id.encode())
+        low, high = 0, self.total
+        while low < high:
+            mid = (low + high) // 2
+            if (float(self._scores[2 * mid + 1]), self._scores[2 * mid]) < key:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
     def member(self, product_id: str) -> MemberRank:
         """What member_rank would have answered at the copy's instant."""
         key = product_id.encode()

@@ -183,6 +183,24 @@ def member_rank(
     return found
 
 
+def member_rank_copied(*, layout: Layout, category: str, product_id: str, copies: list) -> store.MemberRank:
+    """member_rank from copies of every part (store.BoardCopy, in the order of the parts), with no
+    Redis round trip: the product's rank in its own part's copy, plus the members ordered before
+    it in each other's."""
+    index = layout.boards_of(category).index(layout.board_of(category, product_id))
+    found = copies[index].member(product_id)
+    others = [copy for i, copy in enumerate(copies) if i != index]
+    return store.MemberRank(
+        as_of=_as_of(copies),
+        total=sum(copy.total for copy in copies),
+        rank=found.rank + sum(c.before(found.score, product_id) for c in others)
+        if found.rank is not None
+        else None,
+        score=found.score,
+        other=found.other,
+    )
+
+
 def neighbors(
     *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str, n: int
 ) -> tuple[store.MemberRank, int, store.BoardSlice | None]:

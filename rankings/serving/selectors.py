@@ -607,14 +607,24 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     version = store.active_version()
     layout = _layout(version)
     if category in layout.split:
-        found = merge.member_rank(
-            version=version,
-            layout=layout,
-            window=window,
-            metric=metric,
-            category=category,
-            product_id=product_id,
-        )
+        # Random products of a small split board: from copies of its parts, as for a whole board.
+        parts = [
+            (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)
+        ]
+        copies = [_board_copy(part) for part in parts]
+        if all(copy is not None for copy in copies):
+            found = merge.member_rank_copied(
+                layout=layout, category=category, product_id=product_id, copies=copies
+            )
+        else:
+            found = merge.member_rank(
+                version=version,
+                layout=layout,
+                window=window,
+                metric=metric,
+                category=category,
+                product_id=product_id,
+            )
     else:
         found = _member_rank((version, layout.shard_of(category), window, metric, category), product_id)
     if found.rank is None:
