@@ -187,11 +187,11 @@ def layout_plan(
     both = [slug for slug in kept if slug in split]
     if both:
         raise LayoutError(f"category {', '.join(map(repr, both))} is pinned: unpin it to split it")
-    wanted = set(pin) | set(split)
-    known = set(Category.objects.filter(slug__in=wanted).values_list("slug", flat=True)) | {ALL}
-    unknown = [slug for slug in [*pin, *split] if slug not in known]
-    if unknown:
-        raise LayoutError(f"no category {', '.join(map(repr, unknown))} in the catalogue to pin or split")
+    known = set(Category.objects.filter(slug__in={*pin, *split}).values_list("slug", flat=True)) | {ALL}
+    for asked, verb in ((pin, "pin"), (list(split), "split")):
+        unknown = [slug for slug in asked if slug not in known]
+        if unknown:
+            raise LayoutError(f"no category {', '.join(map(repr, unknown))} in the catalogue to {verb}")
     parts = tuple(name for slug, count in split.items() for name in part_names(slug, count))
     pinned = kept + tuple(pin) + parts
     if hashed + len(pinned) > MAX_SHARDS:
