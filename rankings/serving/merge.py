@@ -94,7 +94,7 @@ def _deep_page(
     """Ranks start..stop of a split board, each row tagged with its part (other metric not read).
 
     A product lands in a part by a hash, so about start/K of the members before `start` lie in each
-    part: each part is read in a window of DEEP_SLACK(start) ranks either side of that guess, and
+    part: each part is read in a window of _deep_slack(start) ranks either side of that guess, and
     the merge of those windows is checked to hold the page exactly (see _window_holds). Should it
     not (parts of very different sizes), each part's first stop + 1 members are read instead."""
     guess, slack = start // len(parts), _deep_slack(start)
