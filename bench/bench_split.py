@@ -14,21 +14,28 @@ from pathlib import Path
 from bench import harness
 from bench.bench_read import _median_run
 
-_RANDOM_RANK = """
+# Random requests (a wrk script each): few repeat within a web process's half-second answer cache,
+# so these measure the reads themselves; a fixed URL is mostly answered from that cache.
+_RANDOM = """
 math.randomseed(os.time())
 request = function()
-    return wrk.format("GET", "/v1/products/p" .. math.random(0, 19999) .. "/rank?category=all")
+    return wrk.format("GET", %s)
 end
 """
+_RANDOM_PATHS = {
+    "rank": '"/v1/products/p" .. math.random(0, 19999) .. "/rank?category=all"',
+    "page": '"/v1/categories/all/top?limit=50&offset=" .. math.random(100, 9950)',
+    "neighbors": '"/v1/products/p" .. math.random(0, 19999) .. "/neighbors?category=all&n=5"',
+}
 
-# (label, path or None for the random-rank script)
+# (label, path, or the name of a random script)
 _READS = [
     ("/top of all, first page (blobs)", "/v1/categories/all/top"),
-    ("/top of all, ranks 201-250", "/v1/categories/all/top?offset=200&limit=50"),
     ("/top of all, ranks 5,001-5,050", "/v1/categories/all/top?offset=5000&limit=50"),
+    ("/top of all, random pages of ranks 101-10,000", "page"),
     ("/rank in all, one product", "/v1/products/{member}/rank?category=all"),
-    ("/rank in all, random products of 20,000", None),
-    ("/neighbors in all, one product", "/v1/products/{member}/neighbors?category=all&n=5"),
+    ("/rank in all, random products of 20,000", "rank"),
+    ("/neighbors in all, random products of 20,000", "neighbors"),
 ]
 
 
@@ -67,12 +74,12 @@ def _split() -> str:
 
 
 def _measure(url: str, member: str, tmp: str, runs: int) -> dict[str, tuple[float, float, float]]:
-    script = Path(tmp) / "random_rank.lua"
-    script.write_text(_RANDOM_RANK)
     measured = {}
     for label, path in _READS:
-        if path is None:
-            measured[label] = _median_run(f"{url}/v1/products/p0/rank?category=all", runs, str(script))
+        if path in _RANDOM_PATHS:
+            script = Path(tmp) / f"random_{path}.lua"
+            script.write_text(_RANDOM % _RANDOM_PATHS[path])
+            measured[label] = _median_run(f"{url}/v1/categories/all/top", runs, str(script))
         else:
             measured[label] = _median_run(url + path.format(member=member), runs)
     return measured
@@ -97,7 +104,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
             f"{rate:,.0f} req/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms",
             f"whole: {whole_rate:,.0f} req/s, p50 {whole_p50:.1f} ms, p99 {whole_p99:.1f} ms",
             f"{rate / whole_rate:.2f}x",
-            "goal ≥ 0.5x" if label.startswith(("/top of all, first", "/rank")) else layout,
+            "goal ≥ 0.5x; " + layout,
         )
     return table
 
