@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|scale]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|scale]
 
 `scale` (ten million products in a board, a million categories) runs only when asked for.
 """
@@ -27,6 +27,7 @@ def main() -> None:
             "engage",
             "tree",
             "moves",
+            "split",
             "scale",
         ],
         help="run one group",
@@ -49,6 +50,7 @@ def main() -> None:
             "engage",
             "tree",
             "moves",
+            "split",
         ]
     )
     for group in groups:

@@ -15,7 +15,8 @@ from django.views.decorators.http import require_POST
 from catalogue.money import cents_text
 from rankings import tasks
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan
+from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan, split_setting
+from rankings.engine.split import SplitError
 from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.models import Engagement, IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
@@ -228,8 +229,11 @@ class RankingVersionAdmin(ReadOnlyAdmin):
                 raise LayoutError("; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items()))
             data = form.cleaned_data
             _, live = active_layout()
-            layout = layout_plan(live, shards=data["shards"], pin=data["pin"], unpin=data["unpin"])
-        except LayoutError as error:
+            # The boards RANKINGS_SPLIT names are split in the new version (and only those).
+            layout = layout_plan(
+                live, shards=data["shards"], pin=data["pin"], unpin=data["unpin"], split=split_setting()
+            )
+        except (LayoutError, SplitError) as error:
             self.message_user(request, f"Nothing was rebuilt: {error}", messages.ERROR)
             return redirect("admin:rankings_rankingversion_changelist")
         activate = data["activate"]

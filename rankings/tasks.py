@@ -95,7 +95,7 @@ def tick_wake_on_commit(layout: "Layout", categories: Iterable[Iterable[str]]) -
     roll back. No categories (no sale stored): nothing is woken."""
     from rankings.engine.shards import ALL
 
-    chosen = {layout.shard_of(slug) for slugs in categories for slug in (ALL, *slugs)}
+    chosen = {shard for slugs in categories for slug in (ALL, *slugs) for shard in layout.shards_of(slug)}
     if chosen:
         transaction.on_commit(lambda: tick_wake(chosen, count=layout.shards))
 

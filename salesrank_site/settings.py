@@ -230,6 +230,10 @@ RANKINGS = {
     # The count of a fresh install only: then it belongs to the active version, and a
     # setting that disagrees is refused (sales queued under another count would be lost).
     "SHARDS": env.int("RANKINGS_SHARDS", default=4),
+    # Boards kept as sub-boards on shards (and cluster nodes) of their own, by a stable hash of
+    # the product: "all:3,toys:2". A rebuild gives the next version this split (a fresh install
+    # starts with it); reads merge the parts exactly.
+    "SPLIT": env("RANKINGS_SPLIT", default=""),
     # A tick claims at most this many pending sales in its first batch, so that a few
     # sales commit and reach Redis quickly; each batch it fills, the next may take four times
     # as many, up to BATCH_SIZE_MAX: a backlog is worked in a few large set-based steps. The

@@ -473,6 +473,7 @@ def django_env(**extra) -> dict:
         "DATABASE_URL": url,
         "RANKINGS_KEY_PREFIX": settings.RANKINGS["KEY_PREFIX"],
         "RANKINGS_SHARDS": str(settings.RANKINGS["SHARDS"]),
+        "RANKINGS_SPLIT": settings.RANKINGS.get("SPLIT", ""),
         "SECRET_KEY": "test-only-key",
         "PYTHONPATH": str(ROOT),
     }

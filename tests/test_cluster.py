@@ -111,3 +111,44 @@ def test_a_primary_that_may_evict_stops_the_tick(cluster, redis_cluster_session)
     finally:
         client.config_set("maxmemory-policy", "noeviction")
         store.reset_clients()
+
+
+def test_a_split_board_spreads_its_parts_over_the_primaries_and_reads_exactly(cluster, settings):
+    """`all` kept as 3 parts: they lie on several primaries, and every read merged from them equals
+    the recompute of the board as one; a rebuild and switch un-splits it on the cluster."""
+    from rankings.engine.recompute import boards_recompute
+    from rankings.serving.thresholds import board_thresholds
+
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
+    shop = _shop_with_sales()
+    shop.assert_exact()
+    layout = active_layout()[1]
+    assert layout.split == {ALL: 3}
+    nodes = {cluster.get_node_from_key(f"{store.shard_tag(1, s)}:state").name for s in layout.shards_of(ALL)}
+    assert len(nodes) >= 2, "the premise: the parts lie on more than one primary"
+    boards = boards_recompute(shard=0, layout=Layout(1), now=shop.now.timestamp())
+    whole = boards[("7d", "units", ALL)]
+    top = selectors.board_top(category=ALL, window="7d", metric="units", limit=100, offset=0)
+    assert [(i.product_id, i.units) for i in top.items] == whole and top.total == len(whole)
+    deep = selectors.board_top(category=ALL, window="7d", metric="units", limit=20, offset=45)
+    assert [(i.product_id, i.units) for i in deep.items] == whole[45:65]
+    for place, (product_id, _) in enumerate(whole):
+        rank = selectors.product_rank(product_id=product_id, category=ALL, window="7d", metric="units")
+        assert (rank.rank, rank.total) == (place + 1, len(whole))
+    around = selectors.product_neighbors(
+        product_id=whole[30][0], category=ALL, window="7d", metric="units", n=3
+    )
+    assert [i.product_id for i in around.items] == [pid for pid, _ in whole[27:34]]
+    ranks = selectors.product_ranks(product_id="p0", window="7d", metric="units")
+    assert {r.category: r.total for r in ranks.ranks} == {
+        c: len(boards[("7d", "units", c)]) for c in ("c0", "c5")
+    }
+    assert board_thresholds(category=ALL, window="7d", metric="units").total == len(whole)
+    # when it is un-split by a rebuild and switch, the board is the same, whole
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": ""}
+    built = version_build(layout=Layout(4), activate=True)
+    assert store.active_version(fresh=True) == built.number
+    shop.assert_exact()
+    selectors.caches_clear()
+    again = selectors.board_top(category=ALL, window="7d", metric="units", limit=100, offset=0)
+    assert again.items == top.items

@@ -81,9 +81,11 @@ def shop_ago(i):
     return dt.timedelta(minutes=7 * i)
 
 
+@pytest.mark.parametrize("split", ["", "all:3,c1:2"])
 @pytest.mark.parametrize("point", ["after-postgres-commit", "after-redis-apply", "between-shards"])
-def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point):
-    # given a history, one good tick, and more sales
+def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point, split, settings):
+    # given a history, one good tick, and more sales (with boards split, or not)
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": split}
     shop = Shop()
     _history(shop)
     shop.tick()
@@ -100,7 +102,8 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point):
     assert not Batch.objects.filter(applied=False).exists()
     assert not PendingSale.objects.exists()
     assert not PendingEngagement.objects.exists()
-    shop.assert_exact()
+    report = shop.assert_exact()
+    assert len(report.as_of) == (9 if split else 4)  # the split boards' parts have shards of their own
 
 
 def test_a_tick_killed_between_the_steps_of_one_transition_is_replayed_exactly():

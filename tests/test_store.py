@@ -83,6 +83,18 @@ CALLS = {
     "shard_stamp": lambda: store.shard_stamp(version=1, shard=0),
     "ordered_before": lambda: store.ordered_before(**BOARD, score=3, product_id="p1"),
     "board_thresholds": lambda: store.board_thresholds(**BOARD, ranks=[1], edges=[1, 2]),
+    "parts_before": lambda: store.parts_before(
+        version=1, window="7d", metric="units", parts=[(0, "all#0"), (1, "all#1")], score=3, product_id="p1"
+    ),
+    "parts_ranges": lambda: store.parts_ranges(
+        version=1, window="7d", metric="units", ranges=[(0, "all#0", 0, 9)], others=True
+    ),
+    "others_scores": lambda: store.others_scores(
+        version=1, window="7d", metric="units", members=[(0, "all#0", ["p1"])]
+    ),
+    "parts_histogram": lambda: store.parts_histogram(
+        version=1, window="7d", metric="units", parts=[(0, "all#0")], edges=[1, 2]
+    ),
 }
 
 

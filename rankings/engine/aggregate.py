@@ -347,8 +347,9 @@ def _apply_step(
     step: _Step, *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
     """Apply a committed step's batches to Redis; with none, move the shard's instant on all the same."""
-    report.sales += step.claimed if shard == layout.shard_of(ALL) else 0
-    report.engagements += step.engaged if shard == layout.shard_of(ALL) else 0
+    # Every sale is queued once on the shard of `all` (of its part, when `all` is split).
+    report.sales += step.claimed if shard in layout.shards_of(ALL) else 0
+    report.engagements += step.engaged if shard in layout.shards_of(ALL) else 0
     report.too_old += step.too_old
     for batch in step.batches:
         report.batches += 1
@@ -511,12 +512,12 @@ def _changes(
                 for i, value in enumerate(values):
                     totals[i] += value
         too_old = 0
-        if shard == layout.shard_of(ALL):
+        if shard in layout.shards_of(ALL):
             cursor.execute(
                 # A fact of engagement counts its events (a sale's has none: one sale).
                 "SELECT coalesce(sum(greatest(views + wishes, 1)), 0) FROM tick_facts"
-                " WHERE category = %s AND t < %s",
-                [ALL, oldest_bucket_start(windows, new_t)],
+                " WHERE category = ANY(%s) AND t < %s",
+                [list(layout.boards_of(ALL)), oldest_bucket_start(windows, new_t)],
             )
             (too_old,) = cursor.fetchone()
     changes = [

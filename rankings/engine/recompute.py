@@ -29,21 +29,20 @@ GROUP BY c.category, s.product_id
 """
 
 # Views and wishes, from the raw engagement events the retention keeps (every window's), less those
-# the shard has not claimed yet (its queue rows count them by product, second and boards).
+# the shard has not claimed yet (its queue rows count them by product, second and boards, a split
+# category's under the part that holds the product).
 _RECOMPUTE_ENGAGEMENT = f"""
-SELECT category, product_id, sum(views), sum(wishes) FROM (
-    SELECT c.category, s.product_id,
-           count(*) FILTER (WHERE s.kind = 'view') AS views, count(*) FILTER (WHERE s.kind = 'wish') AS wishes
-    FROM rankings_engagement s
-    CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
-    WHERE s.ts >= to_timestamp(%(first)s) AND s.ts < to_timestamp(%(stop)s)
-    GROUP BY 1, 2
-    UNION ALL
-    SELECT c.category, p.product_id, -sum(p.views), -sum(p.wishes)
-    FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS c(category)
-    WHERE p.shard = %(shard)s AND p.ts >= to_timestamp(%(first)s) AND p.ts < to_timestamp(%(stop)s)
-    GROUP BY 1, 2
-) AS counted
+SELECT c.category, s.product_id,
+       count(*) FILTER (WHERE s.kind = 'view'), count(*) FILTER (WHERE s.kind = 'wish')
+FROM rankings_engagement s
+CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
+WHERE s.ts >= to_timestamp(%(first)s) AND s.ts < to_timestamp(%(stop)s)
+GROUP BY 1, 2
+"""
+_PENDING_ENGAGEMENT = """
+SELECT c.category, p.product_id, sum(p.views), sum(p.wishes)
+FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS c(category)
+WHERE p.shard = %(shard)s AND p.ts >= to_timestamp(%(first)s) AND p.ts < to_timestamp(%(stop)s)
 GROUP BY 1, 2
 """
 
@@ -73,7 +72,9 @@ def boards_recompute(
                     **tree.sql_params(),
                 },
             )
-            for category, product_id, units, cents in cursor.fetchall():
+            for slug, product_id, units, cents in cursor.fetchall():
+                # A split category's sales count on the part that holds the product.
+                category = layout.board_of(slug, product_id)
                 if category not in in_shard:
                     in_shard[category] = layout.shard_of(category) == shard
                 if not in_shard[category]:
@@ -92,11 +93,21 @@ def boards_recompute(
                     **tree.sql_params(),
                 },
             )
-            for category, product_id, views, wishes in cursor.fetchall():
+            engaged: dict[tuple[str, str], list[int]] = {}
+            for slug, product_id, views, wishes in cursor.fetchall():
+                category = layout.board_of(slug, product_id)
                 if category not in in_shard:
                     in_shard[category] = layout.shard_of(category) == shard
-                if not in_shard[category]:
-                    continue
+                if in_shard[category]:
+                    engaged[(category, product_id)] = [views, wishes]
+            cursor.execute(
+                _PENDING_ENGAGEMENT, {"first": first, "stop": last + w.bucket_seconds, "shard": shard}
+            )
+            for category, product_id, views, wishes in cursor.fetchall():
+                counted = engaged.setdefault((category, product_id), [0, 0])
+                counted[0] -= views
+                counted[1] -= wishes
+            for (category, product_id), (views, wishes) in engaged.items():
                 if views > 0:
                     boards[(w.name, "views", category)].append((product_id, int(views)))
                 if wishes > 0:
@@ -134,11 +145,17 @@ GROUP BY h.at, c.category, s.product_id
 
 
 def snapshots_recompute(
-    *, hours: list[int], earlier_sale_id: int, earlier_engagement_id: int = 0, tree: Tree = EMPTY
+    *,
+    hours: list[int],
+    earlier_sale_id: int,
+    earlier_engagement_id: int = 0,
+    tree: Tree = EMPTY,
+    layout: Layout | None = None,
 ) -> dict[tuple[int, str, str, str], list[str]]:
     """The snapshots of the hours `hours` (epoch seconds) from raw sales and engagement events, for a
     tick that crossed them having counted, before it, the sales up to id `earlier_sale_id` and the
-    events up to `earlier_engagement_id` (those stored before the previous tick). Keys are (hour,
+    events up to `earlier_engagement_id` (those stored before the previous tick), with `tree`, a
+    split category's by part as `layout` splits it. Keys are (hour,
     window, metric, category); values the first SNAPSHOT_DEPTH product ids in ranking order. Every
     shard's boards."""
     snapshots: dict[tuple[int, str, str, str], list[tuple[int, bytes, str]]] = defaultdict(list)
@@ -158,7 +175,9 @@ def snapshots_recompute(
             }
             for query in (_SNAPSHOT_RECOMPUTE, _SNAPSHOT_RECOMPUTE_ENGAGEMENT):
                 cursor.execute(query, params)
-                for at, category, product_id, *scores in cursor.fetchall():
+                for at, slug, product_id, *scores in cursor.fetchall():
+                    # A split category's snapshots are its parts' (`layout`'s).
+                    category = layout.board_of(slug, product_id) if layout is not None else slug
                     for metric, score in zip(("units", "revenue", "views", "wishes"), scores, strict=True):
                         if score > 0:
                             snapshots[(at, name, metric, category)].append(

@@ -14,7 +14,10 @@ queue, the layout lock that every ingest shares:
   version's Redis state holds for it (the caller settled every shard to one
   instant first), so the next tick's batch is the next number there;
 - the batch log is emptied: every batch was applied to the version that served
-  and replayed into the new one, and the next numbers start from the new state.
+  and replayed into the new one, and the next numbers start from the new state;
+- a board split otherwise (rankings.engine.split) changes the category its rows
+  are kept under: each bucket and queue row of a product takes the board that
+  holds the product in the new layout (`all` ↔ `all#k`) before being re-keyed.
 """
 
 import datetime as dt
@@ -23,6 +26,7 @@ from django.db import connection
 
 from rankings.engine import locks
 from rankings.engine.shards import ALL, Layout
+from rankings.engine.split import base_of
 from rankings.models import ShardState
 
 _MAP_TABLE = """
@@ -77,10 +81,84 @@ def _map_add(cursor, layout: Layout, categories_query: str) -> None:
     )
 
 
-def state_rekey(*, layout: Layout, positions: dict[int, int], as_of: dt.datetime | None) -> None:
-    """Re-key every row kept by shard number to `layout`; inside the caller's transaction, with every
-    shard's lock of both layouts held. `positions`: new shard -> the batch its version holds."""
+_SPLIT_MAP_TABLE = """
+DROP TABLE IF EXISTS pg_temp.split_map;
+CREATE TEMPORARY TABLE split_map (
+    category varchar(50), product_id varchar(64), board varchar(50), PRIMARY KEY (category, product_id)
+) ON COMMIT DROP
+"""
+
+_BUCKET_PAIRS = "SELECT DISTINCT category, product_id FROM rankings_bucket WHERE category = ANY(%s)"
+_PENDING_PAIRS = """
+SELECT DISTINCT u.category, s.product_id
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+CROSS JOIN LATERAL unnest(p.categories) AS u(category)
+WHERE p.categories && %(names)s::varchar[] AND u.category = ANY(%(names)s)
+"""
+
+_SPLIT_BUCKETS = """
+UPDATE rankings_bucket b SET category = m.board FROM split_map m
+WHERE b.category = m.category AND b.product_id = m.product_id
+"""
+
+# Separate statements: psycopg sends parameters with one statement at a time.
+_SPLIT_PENDING = (
+    "DROP TABLE IF EXISTS pg_temp.pending_split",
+    """
+CREATE TEMPORARY TABLE pending_split ON COMMIT DROP AS
+SELECT p.shard, p.sale_id, p.counted_at, array_agg(coalesce(m.board, u.category)) AS categories
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+CROSS JOIN LATERAL unnest(p.categories) AS u(category)
+LEFT JOIN split_map m ON m.category = u.category AND m.product_id = s.product_id
+WHERE p.categories && %(names)s::varchar[]
+GROUP BY p.shard, p.sale_id, p.counted_at
+""",
+    "DELETE FROM rankings_pendingsale WHERE categories && %(names)s::varchar[]",
+    """
+INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
+SELECT shard, sale_id, counted_at, categories FROM pending_split
+""",
+)
+
+
+def _resplit_names(previous: Layout, layout: Layout) -> list[str]:
+    """The categories rows are kept under in `previous` whose boards `layout` splits otherwise."""
+    changed = {
+        slug
+        for slug in previous.split.keys() | layout.split.keys()
+        if previous.split.get(slug) != layout.split.get(slug)
+    }
+    return [name for slug in sorted(changed) for name in previous.boards_of(slug)]
+
+
+def _split_map_add(cursor, layout: Layout, query: str, params) -> None:
+    """Put the (category, product) pairs the query finds in split_map with their board in `layout`."""
+    cursor.execute(query, params)
+    pairs = [
+        (category, product_id, layout.board_of(base_of(category), product_id))
+        for category, product_id in cursor.fetchall()
+    ]
+    pairs = [pair for pair in pairs if pair[0] != pair[2]]
+    if pairs:
+        cursor.execute(
+            "INSERT INTO split_map SELECT * FROM unnest(%s::varchar[], %s::varchar[], %s::varchar[])"
+            " ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*pairs, strict=True)],
+        )
+
+
+def state_rekey(
+    *, layout: Layout, previous: Layout | None = None, positions: dict[int, int], as_of: dt.datetime | None
+) -> None:
+    """Re-key every row kept by shard number to `layout` (from `previous`, the active one); inside the
+    caller's transaction, with every shard's lock of both layouts held. `positions`: new shard -> the
+    batch its version holds."""
+    resplit = _resplit_names(previous, layout) if previous is not None else []
     with connection.cursor() as cursor:
+        if resplit:
+            cursor.execute(_SPLIT_MAP_TABLE)
+            _split_map_add(cursor, layout, _BUCKET_PAIRS, [resplit])
+            cursor.execute(_SPLIT_BUCKETS)
         cursor.execute(_MAP_TABLE)
         # Ticks write buckets, and every tick is held off: their categories are known now.
         _map_add(cursor, layout, _BUCKET_CATEGORIES)
@@ -93,7 +171,7 @@ def state_rekey(*, layout: Layout, positions: dict[int, int], as_of: dt.datetime
                     shard=shard,
                     seq=positions[shard],
                     as_of=as_of,
-                    too_old=too_old if shard == layout.shard_of(ALL) else 0,
+                    too_old=too_old if shard == layout.shards_of(ALL)[0] else 0,
                 )
                 for shard in range(layout.shards)
             ]
@@ -102,6 +180,10 @@ def state_rekey(*, layout: Layout, positions: dict[int, int], as_of: dt.datetime
         # Last, as briefly as can be: the ingests that queued under the old layout commit first,
         # later ones wait for this commit and then read the new layout.
         locks.layout_change_lock()
+        if resplit:
+            _split_map_add(cursor, layout, _PENDING_PAIRS, {"names": resplit})
+            for statement in _SPLIT_PENDING:
+                cursor.execute(statement, {"names": resplit})
         _map_add(cursor, layout, _PENDING_CATEGORIES)
         cursor.execute(_REKEY_PENDING)
         _map_add(cursor, layout, _PENDING_ENGAGEMENT_CATEGORIES)

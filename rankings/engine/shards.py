@@ -14,6 +14,7 @@ setting re-laid out the shards.
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.core import checks
 from django.db import DatabaseError
@@ -21,6 +22,16 @@ from django.utils import timezone
 
 from catalogue.models import RESERVED_SLUG
 from rankings.conf import rankings_settings
+from rankings.engine.split import (
+    SplitError,
+    is_part,
+    part_index,
+    part_name,
+    part_names,
+    split_describe,
+    split_of,
+    split_parse,
+)
 
 # The board that counts every sale once; the catalogue keeps its slug from every category.
 ALL = RESERVED_SLUG
@@ -41,7 +52,11 @@ class LayoutError(ValueError):
 @dataclass(frozen=True)
 class Layout:
     """How a version's boards are spread: `shards` shards in all, of which the last len(pinned)
-    each hold one pinned category; every other category is hashed over the first ones."""
+    each hold one pinned category; every other category is hashed over the first ones.
+
+    A split category's boards are its parts' (rankings.engine.split), each part pinned to a shard of
+    its own: the split is read from the pinned names, so a version's layout, wherever it is kept,
+    carries its split."""
 
     shards: int
     pinned: tuple[str, ...] = ()
@@ -50,6 +65,25 @@ class Layout:
     def hashed(self) -> int:
         return self.shards - len(self.pinned)
 
+    @cached_property
+    def split(self) -> dict[str, int]:
+        """slug -> parts of each split category."""
+        return split_of(self.pinned)
+
+    def board_of(self, slug: str, product_id: str) -> str:
+        """The category whose boards count `product_id`'s sales in `slug`: `slug`, or its part."""
+        parts = self.split.get(slug)
+        return slug if parts is None else part_name(slug, part_index(product_id, parts))
+
+    def boards_of(self, slug: str) -> tuple[str, ...]:
+        """The categories holding `slug`'s boards: `slug`, or each of its parts."""
+        parts = self.split.get(slug)
+        return (slug,) if parts is None else part_names(slug, parts)
+
+    def shards_of(self, slug: str) -> list[int]:
+        """The shards of `slug`'s boards (its parts' for a split category)."""
+        return [self.shard_of(board) for board in self.boards_of(slug)]
+
     def shard_of(self, slug: str) -> int:
         if slug in self.pinned:
             return self.hashed + self.pinned.index(slug)
@@ -57,9 +91,14 @@ class Layout:
         return zlib.crc32(slug.encode()) % self.hashed
 
     def describe(self) -> str:
-        if not self.pinned:
-            return f"{self.shards} shards"
-        return f"{self.hashed} hashed shards + {len(self.pinned)} pinned ({', '.join(self.pinned)})"
+        pins = [slug for slug in self.pinned if not is_part(slug)]
+        text = f"{self.shards} shards" if not self.pinned else f"{self.hashed} hashed shards"
+        if pins:
+            text += f" + {len(pins)} pinned ({', '.join(pins)})"
+        if self.split:
+            parts = len(self.pinned) - len(pins)
+            text += f" + {parts} for split boards ({split_describe(self.split)})"
+        return text
 
 
 def shard_of(slug: str, layout: Layout) -> int:
@@ -84,11 +123,14 @@ def active_layout() -> tuple[int, Layout]:
     found = _active()
     if found is not None:
         return found
+    # A fresh install's split boards (RANKINGS_SPLIT) are pinned after its hashed shards.
+    parts = [name for slug, count in split_setting().items() for name in part_names(slug, count)]
     version, _ = RankingVersion.objects.get_or_create(
         number=1,
         defaults={
             "state": RankingVersion.State.ACTIVE,
-            "shards": rankings_settings.SHARDS,
+            "shards": rankings_settings.SHARDS + len(parts),
+            "pinned": parts,
             "activated_at": timezone.now(),
         },
     )
@@ -109,30 +151,49 @@ def version_layout(number: int) -> Layout:
     return Layout(found[0], tuple(found[1])) if found is not None else active_layout()[1]
 
 
+def split_setting() -> dict[str, int]:
+    """RANKINGS_SPLIT as slug -> parts: the split a rebuild gives the next version."""
+    return split_parse(getattr(rankings_settings, "SPLIT", ""))
+
+
 def layout_plan(
-    current: Layout, *, shards: int | None = None, pin: Iterable[str] = (), unpin: Iterable[str] = ()
+    current: Layout,
+    *,
+    shards: int | None = None,
+    pin: Iterable[str] = (),
+    unpin: Iterable[str] = (),
+    split: dict[str, int] | None = None,
 ) -> Layout:
     """The layout a rebuild asks for: `shards` hashed shards (default: as now), the current pins
-    with `pin` added and `unpin` taken away. LayoutError says what is wrong with the request."""
+    with `pin` added and `unpin` taken away, and the boards of `split` (slug -> parts; default: as
+    now) split, each part pinned to a shard after the others. LayoutError says what is wrong."""
     from catalogue.models import Category
 
     hashed = current.hashed if shards is None else shards
     if hashed < 1:
         raise LayoutError(f"--shards must be at least 1 (got {hashed})")
+    split = dict(current.split if split is None else split)
+    current_pins = tuple(slug for slug in current.pinned if not is_part(slug))
     pin, unpin = list(dict.fromkeys(pin)), list(dict.fromkeys(unpin))
     for slug in pin:
-        if slug in current.pinned:
+        if slug in current_pins:
             raise LayoutError(f"category {slug!r} is already pinned to its own shard")
+        if slug in split:
+            raise LayoutError(f"category {slug!r} is split: each of its parts has a shard of its own")
     for slug in unpin:
-        if slug not in current.pinned:
-            raise LayoutError(
-                f"category {slug!r} is not pinned; pinned: {', '.join(current.pinned) or 'none'}"
-            )
-    known = set(Category.objects.filter(slug__in=pin).values_list("slug", flat=True)) | {ALL}
-    unknown = [slug for slug in pin if slug not in known]
-    if unknown:
-        raise LayoutError(f"no category {', '.join(map(repr, unknown))} in the catalogue to pin")
-    pinned = tuple(slug for slug in current.pinned if slug not in unpin) + tuple(pin)
+        if slug not in current_pins:
+            raise LayoutError(f"category {slug!r} is not pinned; pinned: {', '.join(current_pins) or 'none'}")
+    kept = tuple(slug for slug in current_pins if slug not in unpin)
+    both = [slug for slug in kept if slug in split]
+    if both:
+        raise LayoutError(f"category {', '.join(map(repr, both))} is pinned: unpin it to split it")
+    known = set(Category.objects.filter(slug__in={*pin, *split}).values_list("slug", flat=True)) | {ALL}
+    for asked, verb in ((pin, "pin"), (list(split), "split")):
+        unknown = [slug for slug in asked if slug not in known]
+        if unknown:
+            raise LayoutError(f"no category {', '.join(map(repr, unknown))} in the catalogue to {verb}")
+    parts = tuple(name for slug, count in split.items() for name in part_names(slug, count))
+    pinned = kept + tuple(pin) + parts
     if hashed + len(pinned) > MAX_SHARDS:
         raise LayoutError(
             f"{hashed} hashed shards + {len(pinned)} pinned is more than {MAX_SHARDS} shards in all"
@@ -144,8 +205,9 @@ def _mismatch(number: int, layout: Layout, first: int | None) -> str | None:
     """What is wrong with RANKINGS_SHARDS: it must say the count the installation started with
     (or, once a rebuild changed the layout, the active version's count)."""
     setting = rankings_settings.SHARDS
-    started = layout.shards if number == 1 or first is None else first
-    if setting in (started, layout.shards):
+    # Version 1's split boards (from RANKINGS_SPLIT) take shards beyond the setting's count.
+    started = layout.hashed if number == 1 or first is None else first
+    if setting in (started, layout.shards, layout.hashed):
         return None
     if number == 1:
         return (
@@ -162,7 +224,8 @@ def _mismatch(number: int, layout: Layout, first: int | None) -> str | None:
 def _first_count() -> int | None:
     from rankings.models import RankingVersion
 
-    return RankingVersion.objects.filter(number=1).values_list("shards", flat=True).first()
+    found = RankingVersion.objects.filter(number=1).values_list("shards", "pinned").first()
+    return Layout(found[0], tuple(found[1])).hashed if found else None
 
 
 def layout_checked() -> tuple[int, Layout]:
@@ -187,16 +250,35 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     stop a build step without a database, nor the migration that adds the count.
     """
     try:
+        split = split_setting()
+    except SplitError as error:
+        return [
+            checks.Error(
+                f"RANKINGS_SPLIT: {error}", hint="Write it as SLUG:PARTS,… (all:3)", id="rankings.E002"
+            )
+        ]
+    try:
         found = _active()
         message = found and _mismatch(*found, _first_count())
     except DatabaseError:
         return []
-    if not message:
-        return []
-    return [
-        checks.Error(
-            message,
-            hint="Set RANKINGS_SHARDS back to the count the installation started with.",
-            id="rankings.E001",
+    found_messages: list[checks.CheckMessage] = []
+    if message:
+        found_messages.append(
+            checks.Error(
+                message,
+                hint="Set RANKINGS_SHARDS back to the count the installation started with.",
+                id="rankings.E001",
+            )
         )
-    ]
+    if found and split != found[1].split:
+        # Not an error: the setting is what the next rebuild does, and may be set ahead of it.
+        found_messages.append(
+            checks.Warning(
+                f"RANKINGS_SPLIT says {split_describe(split) or 'no split'}, the active version {found[0]} "
+                f"splits {split_describe(found[1].split) or 'no board'}",
+                hint="It takes effect through rankings_rebuild and a switch-over.",
+                id="rankings.W001",
+            )
+        )
+    return found_messages

@@ -56,6 +56,7 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from rankings.conf import metric_pair, other_metric, rankings_settings
+from rankings.engine.split import PART_MARK, is_part
 
 log = logging.getLogger(__name__)
 
@@ -958,6 +959,19 @@ class BoardCopy:
         self._places = dict(zip(board[::2], range(0, len(board), 2), strict=True))
         self._others = dict(zip(other[::2], other[1::2], strict=True))
 
+    def before(self, score: int, product_id: str) -> int:
+        """What ordered_before would have answered at the copy's instant: the members with a higher
+        score, or the same score and a smaller id (found by halves: O(log n) scores parsed)."""
+        key = (float(-score), product_id.encode())
+        low, high = 0, self.total
+        while low < high:
+            mid = (low + high) // 2
+            if (float(self._scores[2 * mid + 1]), self._scores[2 * mid]) < key:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
     def member(self, product_id: str) -> MemberRank:
         """What member_rank would have answered at the copy's instant."""
         key = product_id.encode()
@@ -1192,9 +1206,10 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
         pipe.zcard(key)
     summary: dict[str, dict[str, int]] = {}
     for key, members in zip(keys, pipe.execute(), strict=True):
-        window = key.split(":b:", 1)[1].split(":", 1)[0]
+        window, _, category = key.split(":b:", 1)[1].split(":", 2)
         entry = summary.setdefault(window, {"boards": 0, "members": 0})
-        entry["boards"] += 1
+        # A split board counts once, with its first part.
+        entry["boards"] += 1 if not is_part(category) or category.endswith(f"{PART_MARK}0") else 0
         entry["members"] += members
     return summary
 
@@ -1239,3 +1254,136 @@ def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, flo
         used = [r.memory_usage(k, samples=0) or 0 for k in sample]
         out[window] = {"keys": len(window_keys), "bytes": sum(used) / len(sample) * len(window_keys)}
     return out
+
+
+# --- split boards: the reads a merge of parts needs (rankings.serving.merge) -------------------
+
+# KEYS: a board, its shard's state. ARGV: a score as stored (negated), a member, then the state's
+# fields. The members ordered before (score, member) (see _ORDERED_BEFORE), the board's size and
+# the state: what one part adds to a product's rank on a split board.
+_PART_BEFORE = (
+    _BYTES_BEFORE
+    + """
+local higher = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
+local ties = redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[1])
+local low, high = 0, ties
+while low < high do
+  local mid = math.floor((low + high) / 2)
+  local member = redis.call('ZRANGE', KEYS[1], higher + mid, higher + mid)[1]
+  if bytes_before(member, ARGV[2]) then low = mid + 1 else high = mid end
+end
+return {higher + low, redis.call('ZCARD', KEYS[1]), redis.call('HMGET', KEYS[2], unpack(ARGV, 3))}
+"""
+)
+
+
+@dataclass
+class PartBefore:
+    as_of: float | None
+    total: int
+    before: int  # members ordered before the product asked about
+
+
+@_translated
+def parts_before(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], score: int, product_id: str
+) -> list[PartBefore]:
+    """On each board (shard, category), the members ordered before `product_id` were its score
+    `score`, with the board's size and its shard's as_of. One round trip on one server; on a Redis
+    Cluster, whose pipelines refuse scripts, one per board."""
+    script = _script(_PART_BEFORE)
+    args = [-score, product_id, *_STATE_READ]
+    calls = [([board_key(version, shard, window, metric, category), state_key(version, shard)], shard)
+             for shard, category in parts]  # fmt: skip
+    if clustered():
+        replies = [script(keys=keys, args=args, client=fast()) for keys, _ in calls]
+    else:
+        pipe = fast().pipeline(transaction=False)
+        for keys, _ in calls:
+            script(keys=keys, args=args, client=pipe)
+        replies = pipe.execute()
+    return [
+        PartBefore(as_of=_as_of(version, shard, state), total=int(total), before=int(before))
+        for (before, total, state), (_, shard) in zip(replies, calls, strict=True)
+    ]
+
+
+@_translated
+def parts_ranges(
+    *, version: int, window: str, metric: str, ranges: list[tuple[int, str, int, int]], others: bool
+) -> list[BoardSlice]:
+    """Ranks start..stop (0-based, inclusive) of several boards ((shard, category, start, stop)
+    each), with each board's size and its shard's as_of: one round trip; with `others`, the other
+    metric's scores of those members in a second one (else 0, for the caller to ask later)."""
+    pipe = fast().pipeline(transaction=False)
+    for shard, category, start, stop in ranges:
+        key = board_key(version, shard, window, metric, category)
+        if stop >= start:
+            pipe.zrange(key, start, stop, withscores=True)
+        else:
+            pipe.zcard(key)  # a place holder: nothing to read from this board
+        pipe.zcard(key)
+        pipe.hmget(state_key(version, shard), _STATE_READ)
+    values = pipe.execute()
+    out = []
+    for i, (shard, _, start, stop) in enumerate(ranges):
+        rows, total, state = values[3 * i : 3 * i + 3]
+        rows = rows if stop >= start else []
+        out.append(
+            BoardSlice(
+                as_of=_as_of(version, shard, state),
+                total=total,
+                rows=[(m.decode(), int(-s), 0) for m, s in rows],
+            )
+        )
+    if others:
+        wanted = [
+            (shard, category, [m for m, _, _ in found.rows])
+            for (shard, category, _, _), found in zip(ranges, out, strict=True)
+        ]
+        scores = others_scores(version=version, window=window, metric=metric, members=wanted)
+        for found, other in zip(out, scores, strict=True):
+            found.rows = [(m, s, o) for (m, s, _), o in zip(found.rows, other, strict=True)]
+    return out
+
+
+@_translated
+def others_scores(
+    *, version: int, window: str, metric: str, members: list[tuple[int, str, list[str]]]
+) -> list[list[int]]:
+    """The other metric's scores of members of several boards ((shard, category, members) each),
+    0 where a member has none: one round trip."""
+    asked = [(shard, category, ids) for shard, category, ids in members if ids]
+    values = []
+    if asked:
+        pipe = fast().pipeline(transaction=False)
+        for shard, category, ids in asked:
+            pipe.zmscore(board_key(version, shard, window, other_metric(metric), category), ids)
+        values = pipe.execute()
+    found = iter(values)
+    return [[int(-o) if o is not None else 0 for o in next(found)] if ids else [] for _, _, ids in members]
+
+
+@_translated
+def parts_histogram(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], edges: list[int]
+) -> list[Thresholds]:
+    """Each board's size, histogram over `edges` and shard's as_of (board_thresholds without ranks):
+    one round trip on one server, one per board on a Redis Cluster."""
+    script = _script(_THRESHOLDS)
+    args = [0, len(edges), *(-edge for edge in edges), *_STATE_READ]
+    calls = [([board_key(version, shard, window, metric, category), state_key(version, shard)], shard)
+             for shard, category in parts]  # fmt: skip
+    if clustered():
+        replies = [script(keys=keys, args=args, client=fast()) for keys, _ in calls]
+    else:
+        pipe = fast().pipeline(transaction=False)
+        for keys, _ in calls:
+            script(keys=keys, args=args, client=pipe)
+        replies = pipe.execute()
+    return [
+        Thresholds(
+            as_of=_as_of(version, shard, state), total=int(total), ranks=[], counts=[int(c) for c in counts]
+        )
+        for (total, _, counts, state), (_, shard) in zip(replies, calls, strict=True)
+    ]

@@ -269,10 +269,11 @@ def _store(rows: list[_Row], result: IngestResult) -> tuple[int, int]:
         with cursor.copy("COPY engagement_stage FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_STAGE_TYPES)
             for row in rows:
-                key = tuple(row.categories)
+                # With split boards the queue depends on the product too (its parts).
+                key = (tuple(row.categories), row.product_id if layout.split else "")
                 queue = queue_of.get(key)
                 if queue is None:
-                    queue = queue_of[key] = _queue_entries(key, layout, tree)
+                    queue = queue_of[key] = _queue_entries(key[0], layout, tree, row.product_id)
                 copy.write_row(
                     (
                         row.index,

@@ -698,12 +698,14 @@ SELECT event_id FROM inserted
 """
 
 
-def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree) -> str:
+def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree, product_id: str) -> str:
     """'shard:slug,slug;shard:slug': each shard a sale is queued for, with the boards it counts in there
-    (its categories and their ancestors in the active version's tree, each once)."""
+    (its categories and their ancestors in the active version's tree, each once; of a split category,
+    the part that holds the product)."""
     boards: dict[int, list[str]] = defaultdict(list)
     for slug in (ALL, *tree.expand(categories)):
-        boards[layout.shard_of(slug)].append(slug)
+        board = layout.board_of(slug, product_id)
+        boards[layout.shard_of(board)].append(board)
     return ";".join(f"{shard}:{','.join(slugs)}" for shard, slugs in sorted(boards.items()))
 
 
@@ -744,10 +746,11 @@ def _stage(cursor, rows: list[_Row], layout: Layout, tree: Tree) -> None:
         # Binary rows cost the server no text parsing: half the time of a text COPY.
         copy.set_types(_STAGE_TYPES)
         for row in rows:
-            key = tuple(row.categories)
+            # With split boards the queue depends on the product too (its parts).
+            key = (tuple(row.categories), row.product_id if layout.split else "")
             queue = queue_of.get(key)
             if queue is None:
-                queue = queue_of[key] = _queue_entries(key, layout, tree)
+                queue = queue_of[key] = _queue_entries(key[0], layout, tree, row.product_id)
             copy.write_row(
                 (
                     row.index,

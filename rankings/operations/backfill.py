@@ -22,7 +22,9 @@ the switch's transaction; the version it retires is told where the new
 layout's batch numbers start, so that switching back works the same way.
 """
 
+import dataclasses
 import datetime as dt
+import heapq
 import logging
 import time
 from collections import defaultdict
@@ -43,6 +45,7 @@ from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active_layout, version_layout
+from rankings.engine.split import base_of
 from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
 from rankings.engine.windows import Window
 from rankings.models import Batch, RankingVersion, ShardState
@@ -392,7 +395,7 @@ def _subtract_pending(cursor, totals: dict, sums: str, params: dict, live: Layou
     cursor.execute(_PENDING.format(sums=sums), params)
     for shard, category, product_id, *values in cursor.fetchall():
         counted = totals.get((category, product_id))
-        if counted is not None and live.shard_of(category) == shard:
+        if counted is not None and live.shard_of(live.board_of(category, product_id)) == shard:
             totals[(category, product_id)] = [a - b for a, b in zip(counted, values, strict=True)]
 
 
@@ -409,12 +412,21 @@ def _fill_boards(
     names = [(w.name, metric) for w in windows for metric in METRICS]
     # category -> its boards, in the order of `names`; a category of a shard not wanted has none
     boards_of: dict[str, list[dict]] = {}
+    # A category split in either layout: its sales are placed product by product (split.py).
+    split = live.split.keys() | target.split.keys()
     for category in dict.fromkeys(category for category, _ in totals):
-        if live.shard_of(category) in wanted:
+        if category not in split and live.shard_of(category) in wanted:
             shard = target.shard_of(category)
             boards_of[category] = [boards[shard][(window, metric, category)] for window, metric in names]
     for (category, product_id), values in totals.items():
-        category_boards = boards_of.get(category)
+        if category in split:
+            if live.shard_of(live.board_of(category, product_id)) not in wanted:
+                continue
+            board = target.board_of(category, product_id)
+            shard_boards = boards[target.shard_of(board)]
+            category_boards = [shard_boards[(window, metric, board)] for window, metric in names]
+        else:
+            category_boards = boards_of.get(category)
         if category_boards is None:
             continue
         for board, value in zip(category_boards, values, strict=True):
@@ -503,7 +515,11 @@ def _replay_routed(number: int, layout: Layout, batch: Batch, gen: str) -> None:
     routed: dict[int, list[store.Change]] = defaultdict(list)
     for row in batch.changes:
         change = store.Change(*row)
-        routed[layout.shard_of(change.category)].append(change)
+        # A board split otherwise in `layout`: the change goes to the board that holds its product there.
+        category = layout.board_of(base_of(change.category), change.product_id)
+        if category != change.category:
+            change = dataclasses.replace(change, category=category)
+        routed[layout.shard_of(category)].append(change)
     for shard, changes in routed.items():
         outcome = store.batch_apply_routed(
             version=number, shard=shard, source=batch.shard, seq=batch.seq,
@@ -642,7 +658,7 @@ def _switch_relayout(number: int, previous: int, layout: Layout, tree: Tree, aff
         )
     try:
         with transaction.atomic():
-            state_rekey(layout=layout, positions=positions, as_of=as_of)
+            state_rekey(layout=layout, previous=live, positions=positions, as_of=as_of)
             _retree(number, layout, tree, affected)
             return _activate(number, relayout=True)
     except OperationalError as error:  # the layout lock was not granted in time
@@ -669,12 +685,25 @@ def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
             _catch_up_version(number)
             live_heads = _heads(live_number, live.shards, top_n)
             new_heads = _heads(number, layout.shards, top_n)
+    # Boards are compared whole: a split board's parts merged, whichever version splits it.
+    live_heads, new_heads = _merged_heads(live_heads, top_n), _merged_heads(new_heads, top_n)
     comparisons = []
     for board in sorted(live_heads.keys() | new_heads.keys()):
         live_total, live_top = live_heads.get(board, (0, []))
         new_total, new_top = new_heads.get(board, (0, []))
         comparisons.append(BoardComparison(*board, live_total, new_total, live_top, new_top))
     return comparisons
+
+
+def _merged_heads(heads: dict, top_n: int) -> dict:
+    """Board heads with each split board's parts merged into one: sizes summed, first ranks merged."""
+    merged: dict = {}
+    for (window, metric, category), (total, top) in heads.items():
+        key = (window, metric, base_of(category))
+        known_total, known_top = merged.get(key, (0, []))
+        rows = heapq.merge(known_top, top, key=lambda row: (-row[1], row[0].encode()))
+        merged[key] = (known_total + total, list(rows)[:top_n])
+    return merged
 
 
 def _heads(version: int, shards: int, top_n: int) -> dict:

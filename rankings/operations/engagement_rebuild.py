@@ -8,6 +8,7 @@ has not claimed yet are taken out, as no board of it holds them.
 import datetime as dt
 
 from rankings.engine.shards import ALL, Layout
+from rankings.engine.split import base_of
 from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
 from rankings.engine.windows import Window
 
@@ -61,8 +62,10 @@ def engagement_totals(
         for category, product_id, *values in rows:
             totals[(category, product_id)] = values
     cursor.execute(_PENDING.format(sums=queued), params)
-    for shard, category, product_id, *values in cursor.fetchall():
-        counted = totals.get((category, product_id))
-        if counted is not None and live.shard_of(category) == shard:
-            totals[(category, product_id)] = [a - b for a, b in zip(counted, values, strict=True)]
+    for shard, board, product_id, *values in cursor.fetchall():
+        # A queue row names a split category's part; the totals are by category.
+        key = (base_of(board), product_id)
+        counted = totals.get(key)
+        if counted is not None and live.shard_of(board) == shard:
+            totals[key] = [a - b for a, b in zip(counted, values, strict=True)]
     return totals

@@ -44,7 +44,10 @@ def liveness_read() -> dict:
         version = store.active_version()
         # The tick writes the count beside the boards; without it there is nothing to serve.
         layout = store.shard_layout_get(version)
-        as_of = store.shard_as_of(version=version, shard=Layout(*layout).shard_of(ALL)) if layout else None
+        shards = Layout(layout[0], layout[1]).shards_of(ALL) if layout else []
+        # A split `all`: as of its oldest part.
+        known = [store.shard_as_of(version=version, shard=shard) for shard in shards]
+        as_of = min(known) if known and all(known) else None
     except store.StoreError:
         return {"status": "down", "as_of": None}
     if not as_of:
@@ -93,8 +96,9 @@ def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
     layout = active_layout()[1]
-    # Every sale is queued once on `all`'s shard: its queue counts the sales not yet counted.
-    pending = PendingSale.objects.filter(shard=layout.shard_of(ALL))
+    # Every sale is queued once on `all`'s shard (on one of its parts' when it is split): its queue
+    # counts the sales not yet counted.
+    pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))
     oldest = _oldest_pending(layout.shards)
     last = TickLog.objects.first()
     # Sales only: engagement has figures of its own (engagement_status).

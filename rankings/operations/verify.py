@@ -185,7 +185,8 @@ def verify_sampled(*, sample: int | None = None, categories: list[str] | None = 
     layout = version_layout(version)
     by_shard: dict[int, list[str]] = defaultdict(list)
     for category in categories:
-        by_shard[layout.shard_of(category)].append(category)
+        for board in layout.boards_of(category):  # a split category: each of its parts
+            by_shard[layout.shard_of(board)].append(board)
     for shard, shard_categories in sorted(by_shard.items()):
         # Between two batches of the shard: Redis and the buckets stand at the same instant.
         with locks.shard_lock(shard):

@@ -491,6 +491,8 @@ def _selected(reply_class: type[_Reply], call, **kwargs) -> HttpResponse:
         raise exceptions.NotFound(str(missing)) from missing
     except selectors.Unavailable as down:
         raise ServiceUnavailable(str(down)) from down
+    except selectors.NotKept as refused:
+        raise exceptions.ValidationError({"category": str(refused)}) from refused
     response = HttpResponse(_encode(reply_class, answer), content_type=JSONRenderer.media_type)
     patch_cache_control(response, max_age=READ_MAX_AGE, public=True)
     if answer.stale:

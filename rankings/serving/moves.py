@@ -73,6 +73,7 @@ def _depth_slice(category: str, window: str, metric: str, start: int, stop: int)
 @_reading
 def board_movers(*, category: str, window: str, metric: str, limit: int) -> Movers:
     """The products ranked now within the first DEPTH whose rank 24 hours before was lower or none."""
+    selectors.split_refused(category)
     category_name(category)
     return _served(
         ("movers", category, window, metric, limit),
@@ -137,6 +138,7 @@ def releases(product_ids: list[str]) -> dict[str, dt.datetime]:
 @_reading
 def board_new(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
     """The board restricted to the products released at most NEW_DAYS days before its asOf."""
+    selectors.split_refused(category)
     category_name(category)
     return _served(
         ("new", category, window, metric, limit, offset),
@@ -186,6 +188,7 @@ def _board_new(*, category: str, window: str, metric: str, limit: int, offset: i
 def product_history(*, product_id: str, category: str, window: str, metric: str, days: int) -> History:
     """The product's rank in each hourly snapshot of the last `days` days, oldest first; None where
     it was not in the snapshot's first DEPTH ranks."""
+    selectors.split_refused(category)
     category_name(category)
     return product_histories(
         product_id=product_id, categories=[category], window=window, metric=metric, days=days

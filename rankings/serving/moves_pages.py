@@ -26,7 +26,7 @@ from rankings.serving.pages import (
     category_url,
     page_view,
 )
-from rankings.serving.then import gain_percent
+from rankings.serving.then import gain_percent, split_board
 
 MOVERS_SHOWN = 100  # rows of the movers page
 HISTORY_DAYS = 7  # days of rank history on a product's page
@@ -131,9 +131,12 @@ def rank_charts(product_id: str, ranked, names: dict, window: str, metric: str) 
     window where it has snapshots, else 7 days'; one query for them all."""
     if window not in rankings_settings.SNAPSHOT_WINDOWS:
         window = DEFAULT_WINDOW
+    # A split board's parts are snapshotted apart: it has no rank history.
     shown = [
-        r.category for r in sorted(ranked, key=lambda r: (r.percentile, r.category))[:HISTORY_CATEGORIES]
-    ]
+        r.category
+        for r in sorted(ranked, key=lambda r: (r.percentile, r.category))
+        if not split_board(r.category)
+    ][:HISTORY_CATEGORIES]
     if not shown:
         return []
     try:

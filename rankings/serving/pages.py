@@ -87,7 +87,7 @@ def page_view(view):
             return response
         try:
             response = cached_view(request, *args, **kwargs)
-        except BadRequest as bad:
+        except (BadRequest, selectors.NotKept) as bad:
             return render(request, "400.html", {"message": str(bad)}, status=400)
         except selectors.NotFound as missing:
             return render(request, "404.html", {"message": str(missing)}, status=404)

@@ -23,8 +23,9 @@ from django.db import DatabaseError, connection
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import ALL, Layout
+from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree
+from rankings.serving import merge
 from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
@@ -76,6 +77,21 @@ class NotFound(LookupError):
 
 class Unavailable(RuntimeError):
     """Redis is unreachable and no earlier answer to this query is known."""
+
+
+class NotKept(ValueError):
+    """What is not kept for this board: a split board's parts are snapshotted apart, so its movers,
+    new releases and rank history are not answered (a 400, not a guess)."""
+
+
+def split_refused(category: str) -> None:
+    """NotKept for a category the active version splits."""
+    try:
+        split = category in _layout(store.active_version()).split
+    except store.StoreError:
+        return  # unknown: the read goes on, and answers as it can while Redis is away
+    if split:
+        raise NotKept(f"movers, new releases and rank history are not kept for the split board '{category}'")
 
 
 # --- answers ------------------------------------------------------------------------
@@ -467,6 +483,12 @@ def product_detail(*, product_id: str) -> ProductDetail:
 def _shard(category: str, version: int) -> int:
     """The board's shard under the version's own layout (a pinned category has a shard of its own):
     from Redis, else from PostgreSQL."""
+    return _layout(version).shard_of(category)
+
+
+def _layout(version: int) -> Layout:
+    """The version's own layout (which shards hold which boards, which boards are split): from
+    Redis, else from PostgreSQL."""
     layout = store.shard_layout_get(version)
     if layout is None:
         from rankings.models import RankingVersion
@@ -478,7 +500,7 @@ def _shard(category: str, version: int) -> int:
         if layout is None:
             raise store.Unreachable(f"the shard layout of version {version} is unknown")
     shards, pinned = layout
-    return Layout(shards, tuple(pinned)).shard_of(category)
+    return Layout(shards, tuple(pinned))
 
 
 def _placed(category: str) -> tuple[int, int]:
@@ -597,7 +619,20 @@ def _top_key(category: str, window: str, metric: str, limit: int, offset: int) -
 
 
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
-    version, shard = _placed(category)
+    version = store.active_version()
+    layout = _layout(version)
+    if category in layout.split:
+        found = merge.board_slice(
+            version=version,
+            layout=layout,
+            window=window,
+            metric=metric,
+            category=category,
+            start=offset,
+            stop=offset + limit - 1,
+        )
+        return _board(category, window, metric, offset, found)
+    shard = layout.shard_of(category)
     found = store.board_slice(
         version=version,
         shard=shard,
@@ -653,10 +688,16 @@ def _heads_read(
         return {}
     try:
         version = store.active_version()
-        read = store.board_heads(
-            version=version,
-            boards=[(_shard(c, version), window, metric, c, limits[c]) for c in categories],
-        )
+        layout = _layout(version)
+        if layout.split:
+            read = merge.heads(
+                version=version, layout=layout, boards=[(c, window, metric, limits[c]) for c in categories]
+            )
+        else:
+            read = store.board_heads(
+                version=version,
+                boards=[(layout.shard_of(c), window, metric, c, limits[c]) for c in categories],
+            )
     except store.StoreError:
         return None
     return dict(zip(categories, read, strict=True))
@@ -677,14 +718,36 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
-    version, shard = _placed(category)
-    found = _member_rank((version, shard, window, metric, category), product_id)
+    version = store.active_version()
+    layout = _layout(version)
+    if category in layout.split:
+        # Random products of a small split board: from copies of its parts, as for a whole board.
+        parts = [
+            (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)
+        ]
+        copies = [_board_copy(part) for part in parts]
+        if all(copy is not None for copy in copies):
+            found = merge.member_rank_copied(
+                layout=layout, category=category, product_id=product_id, copies=copies
+            )
+        else:
+            found = merge.member_rank(
+                version=version,
+                layout=layout,
+                window=window,
+                metric=metric,
+                category=category,
+                product_id=product_id,
+            )
+    else:
+        found = _member_rank((version, layout.shard_of(category), window, metric, category), product_id)
     if found.rank is None:
         # Only an unranked product needs the catalogue to tell "not ranked" from "no such
         # product": a ranked one has sales, and a product with sales cannot be deleted.
         _product(product_id)
     rank = found.rank + 1 if found.rank is not None else None
-    (sales,) = _sales_beside(version, window, metric, [(shard, category, [product_id])])
+    board = layout.board_of(category, product_id)  # of a split category, the product's part
+    (sales,) = _sales_beside(version, window, metric, [(layout.shard_of(board), board, [product_id])])
     units, revenue, *engagement = _figures(metric, found.score, found.other, sales.get(product_id))
     return Rank(
         product_id,
@@ -767,13 +830,29 @@ def product_ranks(*, product_id: str, window: str, metric: str, every_level: boo
 
 def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> Ranks:
     version = store.active_version()
+    layout = _layout(version)
     found = store.members_ranks(
         version=version,
         window=window,
         metric=metric,
         product_id=product_id,
-        boards=[(_shard(c, version), c) for c in categories],
+        boards=[(layout.shard_of(c), c) for c in categories if c not in layout.split],
     )
+    if layout.split:  # each split board merged from its parts, in the order of `categories`
+        by_category = dict(zip([c for c in categories if c not in layout.split], found, strict=True))
+        found = [
+            by_category[c]
+            if c not in layout.split
+            else merge.member_rank(
+                version=version,
+                layout=layout,
+                window=window,
+                metric=metric,
+                category=c,
+                product_id=product_id,
+            )
+            for c in categories
+        ]
     known = [f.as_of for f in found if f.as_of]
     sales = _sales_beside(
         version, window, metric, [(_shard(c, version), c, [product_id]) for c in categories]
@@ -810,7 +889,23 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     _product(product_id)
-    version, shard = _placed(category)
+    version = store.active_version()
+    layout = _layout(version)
+    if category in layout.split:
+        found, start, board = merge.neighbors(
+            version=version,
+            layout=layout,
+            window=window,
+            metric=metric,
+            category=category,
+            product_id=product_id,
+            n=n,
+        )
+        if board is None:
+            return Neighbors(product_id, category, window, metric, instant(found.as_of), None, ())
+        items = _items(board.rows, start + 1, metric)
+        return Neighbors(product_id, category, window, metric, instant(board.as_of), found.rank + 1, items)
+    shard = layout.shard_of(category)
     found = store.member_rank(
         version=version, shard=shard, window=window, metric=metric, category=category, product_id=product_id
     )
@@ -866,8 +961,13 @@ def units_per_period(
     if period % size:
         raise ValueError(f"a period of {period} s is not a whole number of {size}-second buckets")
     start = int(first.timestamp()) // period
+    try:
+        # `all`'s buckets, or those of its parts when it is split.
+        categories = active_layout()[1].boards_of(ALL)
+    except DatabaseError:
+        return UnitsPerPeriod(periods=[], stale=True)
     rows = Bucket.objects.filter(
-        size=size, category=ALL, start__gte=start * period, start__lt=(start + count) * period
+        size=size, category__in=categories, start__gte=start * period, start__lt=(start + count) * period
     )
     if product_id is not None:
         rows = rows.filter(product_id=product_id)

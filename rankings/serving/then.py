@@ -37,13 +37,25 @@ def snapshot_windows() -> tuple[str, ...]:
     return tuple(rankings_settings.SNAPSHOT_WINDOWS)
 
 
+def split_board(category: str) -> bool:
+    """Whether the active version splits the category: its parts are snapshotted apart, so its rank
+    24 hours before is unknown."""
+    from rankings.engine import store
+    from rankings.serving.selectors import _layout
+
+    try:
+        return category in _layout(store.active_version()).split
+    except store.StoreError:
+        return False
+
+
 def ranks_then(
     *, category: str, window: str, metric: str, as_of: dt.datetime | None
 ) -> dict[str, int] | None:
     """product -> rank in the compared snapshot; {} when it has none (no product had a rank
     then); None when the window has no snapshots or PostgreSQL did not answer (unknown)."""
     then = then_of(as_of)
-    if then is None or window not in snapshot_windows():
+    if then is None or window not in snapshot_windows() or split_board(category):
         return None
     key = (category, window, metric, then)
     with _lock:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from rankings.engine import store
+from rankings.serving import merge
 from rankings.serving.selectors import (
     NotFound,
     Unavailable,
-    _placed,
+    _layout,
     _reading,
     _served,
     category_name,
@@ -63,11 +64,14 @@ def board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
 
 
 def _board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
-    version, shard = _placed(category)
+    version = store.active_version()
+    layout = _layout(version)
     edges = _EDGES["revenue" if metric == "revenue" else "count"]
-    found = store.board_thresholds(
+    # A split board: the parts' histograms summed, the threshold ranks from their merge.
+    read = merge.thresholds if category in layout.split else store.board_thresholds
+    found = read(
         version=version,
-        shard=shard,
+        **({"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}),
         window=window,
         metric=metric,
         category=category,
@@ -126,11 +130,13 @@ def product_climb(*, product_id: str, category: str, window: str, metric: str, r
     more = target - score + (1 if product_id.encode() > member.encode() else 0)
     if more < 1:  # a tick moved the product between the two reads
         return None
-    version, shard = _placed(category)
     try:
-        before = store.ordered_before(
+        version = store.active_version()
+        layout = _layout(version)
+        where = {"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}
+        before = (merge.ordered_before if category in layout.split else store.ordered_before)(
             version=version,
-            shard=shard,
+            **where,
             window=window,
             metric=metric,
             category=category,

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from rankings.engine.shards import LayoutError, active_layout, layout_plan
+from rankings.engine.shards import LayoutError, active_layout, layout_plan, split_setting
+from rankings.engine.split import SplitError, split_parse
 from rankings.operations.backfill import VersionError, version_build
 
 
@@ -9,7 +10,8 @@ class Command(BaseCommand):
     help = (
         "Rebuild every board from raw sales into a new version while the active one keeps serving; "
         "--activate switches to it when it is ready. --shards, --pin and --unpin lay the new version "
-        "out otherwise (a reshard): the switch-over re-keys the work queue and every shard's state."
+        "out otherwise (a reshard): the switch-over re-keys the work queue and every shard's state. "
+        "The boards RANKINGS_SPLIT names (or --split) are split in the new version, and only those."
     )
 
     def add_arguments(self, parser):
@@ -35,11 +37,22 @@ class Command(BaseCommand):
             help="put a pinned category back among the hashed shards (repeatable)",
         )
 
+        parser.add_argument(
+            "--split",
+            metavar="SLUG:PARTS,…",
+            help="the boards to keep as sub-boards on shards of their own, e.g. all:3,toys:2; "
+            "'none' for no split board (default: RANKINGS_SPLIT)",
+        )
+
     def handle(self, *args, **options):
         number, live = active_layout()
         try:
-            layout = layout_plan(live, shards=options["shards"], pin=options["pin"], unpin=options["unpin"])
-        except LayoutError as error:
+            wanted = options["split"]
+            split = split_setting() if wanted is None else split_parse("" if wanted == "none" else wanted)
+            layout = layout_plan(
+                live, shards=options["shards"], pin=options["pin"], unpin=options["unpin"], split=split
+            )
+        except (LayoutError, SplitError) as error:
             raise CommandError(str(error)) from error
         if layout != live:
             self.stdout.write(f"version {number} has {live.describe()}; the new version: {layout.describe()}")

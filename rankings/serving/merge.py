@@ -1,0 +1,304 @@
+"""Reads of a split board: its parts merged exactly, with the answers one sorted set would give.
+
+A split category's boards are kept as parts on shards of their own (rankings.engine.split); every
+product is in exactly one part. So:
+
+- a page of ranks is a k-way merge of the parts' heads in the board's order (score descending,
+  then product id ascending by bytes): the first 100 ranks from the parts' top-100 blobs (each
+  part's first 100 hold every member of the merged first 100 it contributes), deeper pages from a
+  window of each part around its expected place (offset / K, give or take a few times
+  sqrt(offset)), checked to hold the page exactly, else from each part's first offset + limit
+  members;
+- the size is the sum of the parts' sizes;
+- a product's rank is 1 + the members ordered before it in every part: its own rank in its part,
+  plus, in each other part, the members with a higher score or the same score and a smaller id
+  (store.parts_before; ZCOUNT on the score alone would miscount the ties);
+- its neighbours are merged from each part's members just before and after that place;
+- asOf is the oldest of the parts' shards' instants (each part is exact as of its own), unknown
+  when one part's is.
+
+Each read costs one or two round trips (one per node on a Redis Cluster where scripts are
+involved) and O(K × (log n + limit)) work in Redis, K the number of parts; a deep page
+O(K × (sqrt(offset) + limit)) (O(K × (offset + limit)) when the parts are very uneven), offset
+being at most 10,000.
+"""
+
+import heapq
+import math
+
+from rankings.engine import store
+from rankings.engine.shards import Layout
+
+
+def _order(row: tuple[str, int, int]) -> tuple[int, bytes]:
+    return (-row[1], row[0].encode())
+
+
+def _as_of(found) -> float | None:
+    instants = [f.as_of for f in found]
+    return min(instants) if instants and all(instants) else None
+
+
+def _parts(layout: Layout, category: str) -> list[tuple[int, str]]:
+    return [(layout.shard_of(part), part) for part in layout.boards_of(category)]
+
+
+def _merged(slices: list[store.BoardSlice]) -> list[tuple[int, tuple[str, int, int]]]:
+    """Every row of the slices in the board's order, each with the index of its part."""
+    tagged = [[(i, row) for row in found.rows] for i, found in enumerate(slices)]
+    return list(heapq.merge(*tagged, key=lambda item: _order(item[1])))
+
+
+def board_slice(
+    *, version: int, layout: Layout, window: str, metric: str, category: str, start: int, stop: int
+) -> store.BoardSlice:
+    """Ranks start..stop (0-based, inclusive) of a split board, with both metrics."""
+    parts = _parts(layout, category)
+    if stop < store.BLOB_SIZE:
+        heads = store.board_heads(
+            version=version, boards=[(shard, window, metric, part, stop + 1) for shard, part in parts]
+        )
+        missing = [i for i, found in enumerate(heads) if found is None]
+        if missing:  # a blob being rewritten after a rebuild: those parts from their boards
+            read = store.parts_ranges(
+                version=version,
+                window=window,
+                metric=metric,
+                ranges=[(*parts[i], 0, stop) for i in missing],
+                others=True,
+            )
+            for i, found in zip(missing, read, strict=True):
+                heads[i] = found
+        rows = [row for _, row in _merged(heads)[start : stop + 1]]
+        return store.BoardSlice(as_of=_as_of(heads), total=sum(f.total for f in heads), rows=rows)
+    chosen, read = _deep_page(
+        version=version, window=window, metric=metric, parts=parts, start=start, stop=stop
+    )
+    wanted = [[row[0] for i, row in chosen if i == part] for part in range(len(parts))]
+    others = store.others_scores(
+        version=version,
+        window=window,
+        metric=metric,
+        members=[(shard, part, ids) for (shard, part), ids in zip(parts, wanted, strict=True)],
+    )
+    other_of = {
+        pid: o for ids, scores in zip(wanted, others, strict=True) for pid, o in zip(ids, scores, strict=True)
+    }
+    rows = [(pid, score, other_of[pid]) for _, (pid, score, _) in chosen]
+    return store.BoardSlice(as_of=_as_of(read), total=sum(f.total for f in read), rows=rows)
+
+
+def _deep_page(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], start: int, stop: int
+) -> tuple[list, list[store.BoardSlice]]:
+    """Ranks start..stop of a split board, each row tagged with its part (other metric not read).
+
+    A product lands in a part by a hash, so about start/K of the members before `start` lie in each
+    part: each part is read in a window of _deep_slack(start) ranks either side of that guess, and
+    the merge of those windows is checked to hold the page exactly (see _window_holds). Should it
+    not (parts of very different sizes), each part's first stop + 1 members are read instead."""
+    guess, slack = start // len(parts), _deep_slack(start)
+    ranges = [(*p, max(0, guess - slack), guess + slack + stop - start) for p in parts]
+    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=False)
+    total = sum(found.total for found in read)
+    if start >= total:
+        return [], read
+    merged = _merged(read)
+    first = start - sum(low for _, _, low, _ in ranges)
+    page = merged[first : first + stop - start + 1] if first >= 0 else []
+    if first >= 0 and _window_holds(read, [low for _, _, low, _ in ranges], page, want=stop - start + 1):
+        return page, read
+    read = store.parts_ranges(
+        version=version, window=window, metric=metric, ranges=[(*p, 0, stop) for p in parts], others=False
+    )
+    return _merged(read)[start : stop + 1], read
+
+
+def _deep_slack(start: int) -> int:
+    """Ranks read either side of a part's guessed place: the hash spreads the members before
+    `start` over the parts with a spread of about sqrt(start / K) each; this is several times it."""
+    return 32 + 3 * math.isqrt(start)
+
+
+def _window_holds(read: list[store.BoardSlice], lows: list[int], page: list, *, want: int) -> bool:
+    """Whether `page`, taken from the merge of the parts' windows (part i: ranks lows[i] onwards),
+    is exactly the merged board's ranks there: every member of every part ordered between the
+    page's first and last rows was read (no unread member below a window's first row comes after
+    the page's first, none past a window's last row comes before the page's last), and a short
+    page ends with every part read to its end. Then the page's first row is at rank
+    sum(lows) + its place in the merge, as the caller took it."""
+    if not page:
+        return False
+    first, last = _order(page[0][1]), _order(page[-1][1])
+    for found, low in zip(read, lows, strict=True):
+        rows = found.rows
+        if low > 0 and (not rows or _order(rows[0]) > first):
+            return False
+        complete = low + len(rows) >= found.total
+        if not complete and (len(page) < want or not rows or _order(rows[-1]) < last):
+            return False
+    return True
+
+
+def _rank(
+    *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str
+) -> tuple[store.MemberRank, list[tuple[int, str]], list[int]]:
+    """The product's standing on the split board, the parts, and in each part the members ordered
+    before it (in its own part, its rank there)."""
+    parts = _parts(layout, category)
+    own = layout.board_of(category, product_id)
+    index = [part for _, part in parts].index(own)
+    found = store.member_rank(
+        version=version,
+        shard=parts[index][0],
+        window=window,
+        metric=metric,
+        category=own,
+        product_id=product_id,
+    )
+    others = [p for i, p in enumerate(parts) if i != index]
+    read = store.parts_before(
+        version=version, window=window, metric=metric, parts=others, score=found.score, product_id=product_id
+    )
+    before = [b.before for b in read]
+    before.insert(index, found.rank if found.rank is not None else 0)
+    rank = found.rank + sum(b.before for b in read) if found.rank is not None else None
+    merged = store.MemberRank(
+        as_of=_as_of([found, *read]),
+        total=found.total + sum(b.total for b in read),
+        rank=rank,
+        score=found.score,
+        other=found.other,
+    )
+    return merged, parts, before
+
+
+def member_rank(
+    *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str
+) -> store.MemberRank:
+    """A product's rank (0-based), scores and the board's size on a split board."""
+    found, _, _ = _rank(
+        version=version, layout=layout, window=window, metric=metric, category=category, product_id=product_id
+    )
+    return found
+
+
+def member_rank_copied(*, layout: Layout, category: str, product_id: str, copies: list) -> store.MemberRank:
+    """member_rank from copies of every part (store.BoardCopy, in the order of the parts), with no
+    Redis round trip: the product's rank in its own part's copy, plus the members ordered before
+    it in each other's."""
+    index = layout.boards_of(category).index(layout.board_of(category, product_id))
+    found = copies[index].member(product_id)
+    others = [copy for i, copy in enumerate(copies) if i != index]
+    return store.MemberRank(
+        as_of=_as_of(copies),
+        total=sum(copy.total for copy in copies),
+        rank=found.rank + sum(c.before(found.score, product_id) for c in others)
+        if found.rank is not None
+        else None,
+        score=found.score,
+        other=found.other,
+    )
+
+
+def neighbors(
+    *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str, n: int
+) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
+    """The product's standing, and the ranks from n above it to n below it (the first's 0-based rank
+    and the slice; None when it is not ranked)."""
+    found, parts, before = _rank(
+        version=version, layout=layout, window=window, metric=metric, category=category, product_id=product_id
+    )
+    if found.rank is None:
+        return found, 0, None
+    own = [part for _, part in parts].index(layout.board_of(category, product_id))
+    ranges = []
+    for i, ((shard, part), b) in enumerate(zip(parts, before, strict=True)):
+        # In its own part the product is at rank b: n before it, itself and n after; in any other,
+        # the members ordered before it end at b.
+        ranges.append((shard, part, max(0, b - n), b + n if i == own else b + n - 1))
+    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=True)
+    rows = [row for _, row in _merged(read)]
+    place = sum(b - first for b, (_, _, first, _) in zip(before, ranges, strict=True))
+    first = max(0, place - n)
+    board = store.BoardSlice(
+        as_of=_as_of([found, *read]), total=found.total, rows=rows[first : place + n + 1]
+    )
+    return found, found.rank - (place - first), board
+
+
+def ordered_before(
+    *, version: int, layout: Layout, window: str, metric: str, category: str, score: int, product_id: str
+) -> int:
+    """store.ordered_before of a split board: the sum over its parts."""
+    read = store.parts_before(
+        version=version,
+        window=window,
+        metric=metric,
+        parts=_parts(layout, category),
+        score=score,
+        product_id=product_id,
+    )
+    return sum(b.before for b in read)
+
+
+def thresholds(
+    *,
+    version: int,
+    layout: Layout,
+    window: str,
+    metric: str,
+    category: str,
+    ranks: list[int],
+    edges: list[int],
+) -> store.Thresholds:
+    """store.board_thresholds of a split board: the parts' histograms summed, the members at `ranks`
+    from the merge of the parts' heads."""
+    parts = _parts(layout, category)
+    histograms = store.parts_histogram(
+        version=version, window=window, metric=metric, parts=parts, edges=edges
+    )
+    total = sum(h.total for h in histograms)
+    deepest = min(max(ranks, default=0), total)
+    rows = []
+    as_of = _as_of(histograms)
+    if deepest:
+        read = store.parts_ranges(
+            version=version,
+            window=window,
+            metric=metric,
+            ranges=[(*p, 0, deepest - 1) for p in parts],
+            others=False,
+        )
+        rows = [row for _, row in _merged(read)]
+        as_of = _as_of([*histograms, *read])
+    return store.Thresholds(
+        as_of=as_of,
+        total=total,
+        ranks=[
+            (rank, rows[rank - 1][0], rows[rank - 1][1]) for rank in ranks if rank <= min(total, len(rows))
+        ],
+        counts=[sum(counts) for counts in zip(*(h.counts for h in histograms), strict=True)],
+    )
+
+
+def heads(
+    *, version: int, layout: Layout, boards: list[tuple[str, str, str, int]]
+) -> list[store.BoardSlice | None]:
+    """store.board_heads for boards (category, window, metric, n) some of which are split: one round
+    trip for them all; a split board's head is merged from its parts' (None if one cannot answer)."""
+    flat, spans = [], []
+    for category, window, metric, n in boards:
+        parts = _parts(layout, category)
+        spans.append((len(flat), len(parts), n))
+        flat.extend((shard, window, metric, part, n) for shard, part in parts)
+    read = store.board_heads(version=version, boards=flat)
+    out: list[store.BoardSlice | None] = []
+    for first, count, n in spans:
+        found = read[first : first + count]
+        if count == 1 or any(f is None for f in found):
+            out.append(found[0] if count == 1 else None)
+            continue
+        rows = [row for _, row in _merged(found)[:n]]
+        out.append(store.BoardSlice(as_of=_as_of(found), total=sum(f.total for f in found), rows=rows))
+    return out

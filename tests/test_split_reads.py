@@ -1,0 +1,177 @@
+"""Split boards answer exactly like one sorted set: every read of a board kept as K parts (by a
+stable hash of the product) against the same members in one board, through the real selectors on
+the real Redis, with random members, many ties and random K."""
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalogue.models import Category, Product
+from rankings.engine import store
+from rankings.engine.shards import Layout
+from rankings.engine.split import part_index, part_names
+from rankings.serving import selectors, thresholds
+
+HASHED = 2
+WINDOW = "7d"
+SPLIT, SINGLE = "big", "ref"
+
+# Ids of every length and byte (prefixes of one another, bytes a locale would reorder) and few
+# distinct scores: ties everywhere, tie groups straddling the parts and the blob's 100 ranks.
+ids = st.text(alphabet="aAbB0._:-zZ", min_size=1, max_size=5)
+members = st.dictionaries(ids, st.tuples(st.integers(1, 4), st.integers(1, 6)), max_size=260)
+
+
+@pytest.fixture
+def catalogue(db):
+    Category.objects.create(slug=SPLIT, name="Big")
+    Category.objects.create(slug=SINGLE, name="Reference")
+
+
+_seq = iter(range(1, 10**9))
+
+
+def _write(redis_client, board: dict[str, tuple[int, int]], parts: int) -> Layout:
+    """`board` (product -> (units, revenue)) split `parts` ways under SPLIT and whole under SINGLE."""
+    prefix = store.prefix()
+    keys = list(redis_client.scan_iter(f"{prefix}:*"))
+    if keys:
+        redis_client.delete(*keys)
+    store.reset_clients()
+    selectors.answers_forget()
+    layout = Layout(HASHED + parts, part_names(SPLIT, parts))
+    store.shard_layout_set(1, layout.shards, layout.pinned)
+    gen = store.generation(1)
+    Product.objects.bulk_create(
+        [Product(product_id=pid, name=f"name {pid}", price_cents=100) for pid in [*board, "nobody"]],
+        ignore_conflicts=True,
+    )
+    boards: dict[int, dict] = {shard: {} for shard in range(layout.shards)}
+    for pid, (units, revenue) in board.items():
+        for category in (SINGLE, layout.board_of(SPLIT, pid)):
+            shard_boards = boards[layout.shard_of(category)]
+            shard_boards.setdefault((WINDOW, "units", category), {})[pid] = units
+            shard_boards.setdefault((WINDOW, "revenue", category), {})[pid] = revenue
+    as_of = float(int(time.time()))  # every shard at one instant, as after a tick
+    for shard, shard_boards in boards.items():
+        store.shard_replace(version=1, shard=shard, seq=next(_seq), as_of=as_of, gen=gen, boards=shard_boards)
+    return layout
+
+
+def _same(split, single):
+    """Answers equal but for the category they name."""
+    fields = [f for f in split.__slots__ if f != "category"]
+    assert [getattr(split, f) for f in fields] == [getattr(single, f) for f in fields]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    board=members,
+    parts=st.integers(2, 5),
+    metric=st.sampled_from(["units", "revenue"]),
+    pages=st.lists(st.tuples(st.integers(0, 280), st.integers(1, 100)), min_size=1, max_size=4),
+    n=st.integers(1, 6),
+    data=st.data(),
+)
+def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
+    redis_client, catalogue, board, parts, metric, pages, n, data
+):
+    layout = _write(redis_client, board, parts)
+    assert layout.split == {SPLIT: parts}
+    # first pages (from the parts' blobs) and deep ones (from the parts' boards)
+    for offset, limit in [(0, 1), (0, 10), (0, 100), (90, 20), *pages]:
+        args = {"window": WINDOW, "metric": metric, "limit": limit, "offset": offset}
+        _same(selectors.board_top(category=SPLIT, **args), selectors.board_top(category=SINGLE, **args))
+    heads = selectors.boards_top_many(limits={SPLIT: 10, SINGLE: 10}, window=WINDOW, metric=metric)
+    _same(heads[SPLIT], heads[SINGLE])
+    asked = data.draw(st.lists(st.sampled_from(sorted(board)), max_size=6)) if board else []
+    for pid in [*asked, "nobody"]:
+        args = {"product_id": pid, "window": WINDOW, "metric": metric}
+        _same(selectors.product_rank(category=SPLIT, **args), selectors.product_rank(category=SINGLE, **args))
+        _same(
+            selectors.product_neighbors(category=SPLIT, n=n, **args),
+            selectors.product_neighbors(category=SINGLE, n=n, **args),
+        )
+    # ranks of random products, answered from copies of the parts (as a reader of many products is)
+    selectors.answers_forget()
+    copy_after = selectors.BOARD_COPY_AFTER
+    selectors.BOARD_COPY_AFTER = 1
+    try:
+        for pid in [*asked, "nobody"]:
+            args = {"product_id": pid, "window": WINDOW, "metric": metric}
+            _same(
+                selectors.product_rank(category=SPLIT, **args),
+                selectors.product_rank(category=SINGLE, **args),
+            )
+    finally:
+        selectors.BOARD_COPY_AFTER = copy_after
+    assert not board or selectors._board_copies, "the premise: the ranks were read from copies"
+    args = {"window": WINDOW, "metric": metric}
+    _same(
+        thresholds.board_thresholds(category=SPLIT, **args),
+        thresholds.board_thresholds(category=SINGLE, **args),
+    )
+    for pid in asked[:2]:
+        rank = selectors.product_rank(product_id=pid, category=SINGLE, **args)
+        score = rank.units if metric == "units" else int(rank.revenue * 100)
+        climb = {
+            category: thresholds.product_climb(
+                product_id=pid, category=category, rank=rank.rank, score=score, **args
+            )
+            for category in (SPLIT, SINGLE)
+        }
+        assert (climb[SPLIT] and (climb[SPLIT].more, climb[SPLIT].rank)) == (
+            climb[SINGLE] and (climb[SINGLE].more, climb[SINGLE].rank)
+        )
+
+
+def test_each_part_holds_the_products_its_hash_names(redis_client, catalogue):
+    """The parts are on shards of their own, and a product is in exactly one of them."""
+    board = {f"p{i}": (1 + i % 3, 100) for i in range(50)}
+    layout = _write(redis_client, board, 3)
+    shards = layout.shards_of(SPLIT)
+    assert len(set(shards)) == 3 and layout.shard_of(SINGLE) not in shards
+    for k, (shard, part) in enumerate(zip(shards, layout.boards_of(SPLIT), strict=True)):
+        held = store.board_read_all(store.board_key(1, shard, WINDOW, "units", part))
+        assert {pid for pid, _ in held} == {pid for pid in board if part_index(pid, 3) == k}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_split_board_lost_in_redis_is_rebuilt_by_the_next_tick_and_merged_again(redis_client, settings):
+    """Every key deleted, then a tick: each part comes back from its buckets, and the merged board
+    reads as before."""
+    from .rankings_helpers import Shop
+
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
+    shop = Shop()
+    shop.send(*[shop.sale(f"p{i}", qty=1 + i % 4) for i in range(40)])
+    shop.tick()
+    before = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
+    assert before.total == 40
+    redis_client.delete(*redis_client.scan_iter(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    selectors.answers_forget()
+    store.reset_clients()
+    report = shop.tick()
+    assert report.rebuilt_shards == settings.RANKINGS["SHARDS"] + 3
+    after = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
+    assert (after.items, after.total) == (before.items, before.total)
+    shop.assert_exact()
+
+
+def test_a_deep_page_reads_a_window_around_each_parts_place_not_every_member_before_it(
+    redis_client, catalogue, monkeypatch
+):
+    """Ranks 2,001-2,050 of 3,000 members in 3 parts: each part is read about its place (the hash
+    spreads the members evenly), and the page is the one sorted set's."""
+    board = {f"p{i:04}": (1 + i % 7, 1 + i % 5) for i in range(3000)}
+    _write(redis_client, board, 3)
+    reads = []
+    real = store.parts_ranges
+    monkeypatch.setattr(store, "parts_ranges", lambda **kw: reads.append(kw["ranges"]) or real(**kw))
+    args = {"window": WINDOW, "metric": "units", "limit": 50, "offset": 2000}
+    split = selectors.board_top(category=SPLIT, **args)
+    assert len(reads) == 1, "the windows did not hold the page"
+    assert all(stop - start + 1 < 500 for _, _, start, stop in reads[0])
+    _same(split, selectors.board_top(category=SINGLE, **args))
