@@ -74,6 +74,7 @@ CALLS = {
     "members_ranks": lambda: store.members_ranks(
         version=1, window="7d", metric="units", product_id="p1", boards=[(0, "toys")]
     ),
+    "members_scores": lambda: store.members_scores(version=1, lookups=[(0, "7d", "units", "toys", ["p1"])]),
     "shard_as_of": lambda: store.shard_as_of(version=1, shard=0),
     "board_heads": lambda: store.board_heads(version=1, boards=[(0, "7d", "units", "toys", 10)]),
     "boards_summary": lambda: store.boards_summary(1),
