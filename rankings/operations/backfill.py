@@ -22,7 +22,6 @@ the switch's transaction; the version it retires is told where the new
 layout's batch numbers start, so that switching back works the same way.
 """
 
-import dataclasses
 import datetime as dt
 import heapq
 import logging
@@ -518,7 +517,7 @@ def _replay_routed(number: int, layout: Layout, batch: Batch, gen: str) -> None:
         # A board split otherwise in `layout`: the change goes to the board that holds its product there.
         category = layout.board_of(base_of(change.category), change.product_id)
         if category != change.category:
-            change = dataclasses.replace(change, category=category)
+            change = change._replace(category=category)
         routed[layout.shard_of(category)].append(change)
     for shard, changes in routed.items():
         outcome = store.batch_apply_routed(
