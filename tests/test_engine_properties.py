@@ -431,11 +431,11 @@ class TreeEditHistory(SalesHistory):
         self.shop.assert_exact()
 
 
-# 200 random histories in all, in parts that parallel test workers share; each part
+# 120 random histories in all, in parts that parallel test workers share; each part
 # draws its own (Hypothesis seeds every run afresh). PROPERTY_HISTORIES asks for fewer
 # (the second run of `make test`, on a Redis Cluster). Histories with tree edits, each with
 # several rebuilds and switches, are a quarter as many.
-HISTORIES = int(os.environ.get("PROPERTY_HISTORIES", 200))
+HISTORIES = int(os.environ.get("PROPERTY_HISTORIES", 120))
 PARTS = 4
 
 

@@ -58,9 +58,9 @@ GROUP BY 1, 2, 3, 4, 5
 # less the queue rows of the category's shard that count in it (already re-counted under the new
 # tree): what the shard has claimed. Written into the buckets the sales' re-count has just made.
 _RECOUNT_ENGAGEMENT_BUCKETS = f"""
-INSERT INTO rankings_bucket AS b (size, start, category, product_id, shard, views, wishes)
+INSERT INTO rankings_bucket AS b (size, start, category, product_id, shard, units, revenue_cents, views, wishes)
 SELECT sizes.size, e.t - ((e.t %% sizes.size) + sizes.size) %% sizes.size, e.category, e.product_id, e.shard,
-       sum(e.views), sum(e.wishes)
+       0, 0, sum(e.views), sum(e.wishes)
 FROM (
     SELECT m.category, m.shard, s.product_id, floor(extract(epoch FROM s.ts))::bigint AS t,
            (s.kind = 'view')::integer AS views, (s.kind = 'wish')::integer AS wishes
