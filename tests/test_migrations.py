@@ -5,7 +5,10 @@ import json
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
+from rankings.ingest.engagement import engagements_ingest
+from rankings.ingest.partitions import partitions_forget
 from rankings.models import Batch
 
 BEFORE = [("rankings", "0014_ticklog_shards")]
@@ -22,6 +25,8 @@ def _migrate(targets) -> None:
 def test_batches_logged_as_json_read_back_the_same_after_packing():
     changes = [["7d", "units", "toys", "p1", 3], ["1h", "revenue", "all", "p-2", -250]]
     latest = [(app, name) for app, name in MigrationExecutor(connection).loader.graph.leaf_nodes()]
+    view = {"ts": timezone.now().isoformat(), "productId": "p1", "kind": "view"}
+    assert engagements_ingest(events=[view]).accepted == 1  # its day's partition is now known
     try:
         # given a batch logged before the change, as jsonb
         _migrate(BEFORE)
@@ -41,3 +46,8 @@ def test_batches_logged_as_json_read_back_the_same_after_packing():
             assert json.loads(cursor.fetchone()[0]) == changes  # Django reads jsonb as text
     finally:
         _migrate(latest)
+        # Going back dropped the partitioned engagement table with its days; the forward
+        # migration made it again without them.
+        partitions_forget()
+    # then a view of the same day is stored in the day's partition made again
+    assert engagements_ingest(events=[view]).accepted == 1

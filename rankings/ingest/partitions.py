@@ -167,3 +167,10 @@ def engagement_partitions_drop(cutoff: dt.datetime) -> list[str]:
                 dropped.append(name)
                 _known_days.discard(day)
     return dropped
+
+
+def partitions_forget() -> None:
+    """Forget which partitions this process knows to exist, after they changed behind its back (a
+    migration that dropped and recreated a partitioned table, a restore): the next ingest ensures them."""
+    _known.clear()
+    _known_days.clear()
