@@ -132,11 +132,12 @@ class Table:
 
 
 @contextlib.contextmanager
-def boards_on_cluster():
-    """The boards on a Redis Cluster of their own (three primaries, three replicas) for this process and
-    every process it starts; the Django cache and Celery's broker stay on the plain Redis."""
+def boards_on_cluster(*, replicas: int = 1):
+    """The boards on a Redis Cluster of their own (three primaries, each with `replicas` replicas) for
+    this process and every process it starts; the Django cache and Celery's broker stay on the plain
+    Redis."""
     with tempfile.TemporaryDirectory(prefix="salesrank-bench-cluster-") as logs:
-        cluster = processes.redis_cluster(logs)
+        cluster = processes.redis_cluster(logs, replicas=replicas)
         try:
             with processes.boards_on(cluster.url, clustered=True):
                 yield cluster
