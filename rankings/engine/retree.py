@@ -86,35 +86,29 @@ _PENDING_ENGAGEMENT_OF_SHARDS = """
 SELECT shard, entry, categories, named FROM rankings_pendingengagement WHERE shard = ANY(%s)
 """
 
-_PENDING_ENGAGEMENT_SET = """
-UPDATE rankings_pendingengagement p SET categories = string_to_array(v.categories, ',')
-FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(shard, entry, categories)
-WHERE p.shard = v.shard AND p.entry = v.entry
-"""
-
-_PENDING_ENGAGEMENT_DROP = """
-DELETE FROM rankings_pendingengagement p
-USING unnest(%s::smallint[], %s::bigint[]) AS v(shard, entry)
-WHERE p.shard = v.shard AND p.entry = v.entry
-"""
-
 _PENDING_OF_SHARDS = """
 SELECT p.shard, p.sale_id, p.categories, s.categories
 FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
 WHERE p.shard = ANY(%s)
 """
 
-_PENDING_SET = """
-UPDATE rankings_pendingsale p SET categories = string_to_array(v.categories, ',')
-FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(shard, sale_id, categories)
-WHERE p.shard = v.shard AND p.sale_id = v.sale_id
-"""
 
-_PENDING_DROP = """
-DELETE FROM rankings_pendingsale p
-USING unnest(%s::smallint[], %s::bigint[]) AS v(shard, sale_id)
-WHERE p.shard = v.shard AND p.sale_id = v.sale_id
+def _queue_rewrites(table: str, row: str) -> tuple[str, str]:
+    """The statements that set the categories of a queue's rows, and drop rows, by (shard, `row`)."""
+    update = f"""
+UPDATE {table} p SET categories = string_to_array(v.categories, ',')
+FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(shard, {row}, categories)
+WHERE p.shard = v.shard AND p.{row} = v.{row}
 """
+    drop = f"""
+DELETE FROM {table} p USING unnest(%s::smallint[], %s::bigint[]) AS v(shard, {row})
+WHERE p.shard = v.shard AND p.{row} = v.{row}
+"""
+    return update, drop
+
+
+_PENDING_SET, _PENDING_DROP = _queue_rewrites("rankings_pendingsale", "sale_id")
+_PENDING_ENGAGEMENT_SET, _PENDING_ENGAGEMENT_DROP = _queue_rewrites("rankings_pendingengagement", "entry")
 
 
 def tree_recount(*, layout: Layout, tree: Tree, affected: set[str]) -> set[int]:

@@ -1291,21 +1291,29 @@ def parts_before(
     """On each board (shard, category), the members ordered before `product_id` were its score
     `score`, with the board's size and its shard's as_of. One round trip on one server; on a Redis
     Cluster, whose pipelines refuse scripts, one per board."""
-    script = _script(_PART_BEFORE)
     args = [-score, product_id, *_STATE_READ]
-    calls = [([board_key(version, shard, window, metric, category), state_key(version, shard)], shard)
-             for shard, category in parts]  # fmt: skip
-    if clustered():
-        replies = [script(keys=keys, args=args, client=fast()) for keys, _ in calls]
-    else:
-        pipe = fast().pipeline(transaction=False)
-        for keys, _ in calls:
-            script(keys=keys, args=args, client=pipe)
-        replies = pipe.execute()
+    replies = _on_boards(_PART_BEFORE, version=version, window=window, metric=metric, parts=parts, args=args)
     return [
         PartBefore(as_of=_as_of(version, shard, state), total=int(total), before=int(before))
-        for (before, total, state), (_, shard) in zip(replies, calls, strict=True)
+        for (before, total, state), (shard, _) in zip(replies, parts, strict=True)
     ]
+
+
+def _on_boards(
+    source: str, *, version: int, window: str, metric: str, parts: list[tuple[int, str]], args: list
+):
+    """The replies of the script `source` run on each board (shard, category) with its shard's state
+    key and `args`: one round trip on one server; on a Redis Cluster, whose pipelines refuse
+    scripts, one per board."""
+    script = _script(source)
+    calls = [[board_key(version, shard, window, metric, category), state_key(version, shard)]
+             for shard, category in parts]  # fmt: skip
+    if clustered():
+        return [script(keys=keys, args=args, client=fast()) for keys in calls]
+    pipe = fast().pipeline(transaction=False)
+    for keys in calls:
+        script(keys=keys, args=args, client=pipe)
+    return pipe.execute()
 
 
 @_translated
@@ -1370,20 +1378,11 @@ def parts_histogram(
 ) -> list[Thresholds]:
     """Each board's size, histogram over `edges` and shard's as_of (board_thresholds without ranks):
     one round trip on one server, one per board on a Redis Cluster."""
-    script = _script(_THRESHOLDS)
     args = [0, len(edges), *(-edge for edge in edges), *_STATE_READ]
-    calls = [([board_key(version, shard, window, metric, category), state_key(version, shard)], shard)
-             for shard, category in parts]  # fmt: skip
-    if clustered():
-        replies = [script(keys=keys, args=args, client=fast()) for keys, _ in calls]
-    else:
-        pipe = fast().pipeline(transaction=False)
-        for keys, _ in calls:
-            script(keys=keys, args=args, client=pipe)
-        replies = pipe.execute()
+    replies = _on_boards(_THRESHOLDS, version=version, window=window, metric=metric, parts=parts, args=args)
     return [
         Thresholds(
             as_of=_as_of(version, shard, state), total=int(total), ranks=[], counts=[int(c) for c in counts]
         )
-        for (total, _, counts, state), (_, shard) in zip(replies, calls, strict=True)
+        for (total, _, counts, state), (shard, _) in zip(replies, parts, strict=True)
     ]
