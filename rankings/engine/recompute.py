@@ -58,63 +58,59 @@ def boards_recompute(
     """
     boards: dict[tuple[str, str, str], list[tuple[str, int]]] = defaultdict(list)
     in_shard: dict[str, bool] = {}
-    t = int(now)
+
+    def board_here(slug: str, product_id: str) -> str | None:
+        """The board of the shard that counts `product_id` in `slug` (its part, for a split
+        category); None when that board is another shard's."""
+        category = layout.board_of(slug, product_id)
+        if category not in in_shard:
+            in_shard[category] = layout.shard_of(category) == shard
+        return category if in_shard[category] else None
+
     with connection.cursor() as cursor:
         for w in rankings_settings.windows.values():
-            first, last = w.bounds(t)
-            cursor.execute(
-                _RECOMPUTE,
-                {
-                    "all": ALL,
-                    "first": first,
-                    "stop": last + w.bucket_seconds,
-                    "shard": shard,
-                    **tree.sql_params(),
-                },
-            )
-            for slug, product_id, units, cents in cursor.fetchall():
-                # A split category's sales count on the part that holds the product.
-                category = layout.board_of(slug, product_id)
-                if category not in in_shard:
-                    in_shard[category] = layout.shard_of(category) == shard
-                if not in_shard[category]:
-                    continue
-                if units > 0:
-                    boards[(w.name, "units", category)].append((product_id, int(units)))
-                if cents > 0:
-                    boards[(w.name, "revenue", category)].append((product_id, int(cents)))
-            cursor.execute(
-                _RECOMPUTE_ENGAGEMENT,
-                {
-                    "all": ALL,
-                    "first": first,
-                    "stop": last + w.bucket_seconds,
-                    "shard": shard,
-                    **tree.sql_params(),
-                },
-            )
-            engaged: dict[tuple[str, str], list[int]] = {}
-            for slug, product_id, views, wishes in cursor.fetchall():
-                category = layout.board_of(slug, product_id)
-                if category not in in_shard:
-                    in_shard[category] = layout.shard_of(category) == shard
-                if in_shard[category]:
-                    engaged[(category, product_id)] = [views, wishes]
-            cursor.execute(
-                _PENDING_ENGAGEMENT, {"first": first, "stop": last + w.bucket_seconds, "shard": shard}
-            )
-            for category, product_id, views, wishes in cursor.fetchall():
-                counted = engaged.setdefault((category, product_id), [0, 0])
-                counted[0] -= views
-                counted[1] -= wishes
-            for (category, product_id), (views, wishes) in engaged.items():
-                if views > 0:
-                    boards[(w.name, "views", category)].append((product_id, int(views)))
-                if wishes > 0:
-                    boards[(w.name, "wishes", category)].append((product_id, int(wishes)))
+            first, last = w.bounds(int(now))
+            params = {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard}
+            scores = {
+                **_sales_recount(cursor, {**params, **tree.sql_params()}, board_here),
+                **_engagement_recount(cursor, {**params, **tree.sql_params()}, board_here),
+            }
+            for (metric, category, product_id), score in scores.items():
+                if score > 0:
+                    boards[(w.name, metric, category)].append((product_id, int(score)))
     for rows in boards.values():
         rows.sort(key=lambda row: (-row[1], row[0].encode()))
     return dict(boards)
+
+
+def _sales_recount(cursor, params: dict, board_here) -> dict[tuple[str, str, str], int]:
+    """(metric, board, product) -> units and revenue in one window of `params`, over the shard's claimed sales."""
+    scores = {}
+    cursor.execute(_RECOMPUTE, params)
+    for slug, product_id, units, cents in cursor.fetchall():
+        category = board_here(slug, product_id)
+        if category is not None:
+            scores[("units", category, product_id)] = units
+            scores[("revenue", category, product_id)] = cents
+    return scores
+
+
+def _engagement_recount(cursor, params: dict, board_here) -> dict[tuple[str, str, str], int]:
+    """(metric, board, product) -> views and wishes in one window of `params`: the raw events in
+    the shard's boards less those still pending in its queue."""
+    scores: dict[tuple[str, str, str], int] = defaultdict(int)
+    cursor.execute(_RECOMPUTE_ENGAGEMENT, params)
+    for slug, product_id, views, wishes in cursor.fetchall():
+        category = board_here(slug, product_id)
+        if category is not None:
+            scores[("views", category, product_id)] += views
+            scores[("wishes", category, product_id)] += wishes
+    cursor.execute(_PENDING_ENGAGEMENT, params)
+    for category, product_id, views, wishes in cursor.fetchall():
+        if ("views", category, product_id) in scores:
+            scores[("views", category, product_id)] -= views
+            scores[("wishes", category, product_id)] -= wishes
+    return scores
 
 
 # The snapshots' reference: for each hour H, the sales in the window as of H that the engine had

@@ -92,6 +92,20 @@ def _oldest_pending(shards: int) -> dt.datetime | None:
     return Sale.objects.filter(id=min(ids)).values_list("received_at", flat=True).first()
 
 
+def _tick_summary(last: TickLog | None) -> dict | None:
+    """The last tick's figures (None before the first tick)."""
+    if last is None:
+        return None
+    return {
+        "at": last.started_at,
+        "asOf": last.as_of,
+        "durationMs": round(last.duration_ms, 1),
+        "sales": last.sales,
+        "batches": last.batches,
+        "redisWrites": last.redis_writes,
+    }
+
+
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
@@ -100,7 +114,6 @@ def status_read() -> dict:
     # counts the sales not yet counted.
     pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))
     oldest = _oldest_pending(layout.shards)
-    last = TickLog.objects.first()
     # Sales only: engagement has figures of its own (engagement_status).
     sales_log = IngestLog.objects.exclude(source__startswith=ENGAGEMENT_SOURCE)
     recent = sales_log.filter(at__gte=now - RATE_SPAN).aggregate(n=Sum("accepted"))["n"] or 0
@@ -117,18 +130,7 @@ def status_read() -> dict:
         "now": now,
         "pendingSales": pending.count(),
         "lagSeconds": (now - oldest).total_seconds() if oldest else 0.0,
-        "lastTick": (
-            {
-                "at": last.started_at,
-                "asOf": last.as_of,
-                "durationMs": round(last.duration_ms, 1),
-                "sales": last.sales,
-                "batches": last.batches,
-                "redisWrites": last.redis_writes,
-            }
-            if last
-            else None
-        ),
+        "lastTick": _tick_summary(TickLog.objects.first()),
         "salesPerSecond": round(recent / RATE_SPAN.total_seconds(), 2),
         "totalsSeconds": TOTALS_SPAN.total_seconds(),
         "accepted": totals["accepted"] or 0,
