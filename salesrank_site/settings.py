@@ -234,13 +234,12 @@ RANKINGS = {
     # the product: "all:3,toys:2". A rebuild gives the next version this split (a fresh install
     # starts with it); reads merge the parts exactly.
     "SPLIT": env("RANKINGS_SPLIT", default=""),
-    # A tick claims at most this many pending sales in its first batch, so that a few
-    # sales commit and reach Redis quickly; each batch it fills, the next may take four times
-    # as many, up to BATCH_SIZE_MAX: a backlog is worked in a few large set-based steps. The
-    # claimed sales stay in PostgreSQL; what a batch holds in the worker's memory is its
+    # A tick claims at most this many pending sales (and rows of the engagement queue) in one
+    # batch: a backlog is worked in a few large set-based steps, and a smaller one is taken whole,
+    # so each board member it touches is written once. The claimed sales stay in PostgreSQL (a
+    # claim and its fold fit in the tick's work_mem, rankings/engine/aggregate.py); what a batch holds in the worker's memory is its
     # change, at most one entry per board member it touches (about 200 bytes each).
-    "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=5000),
-    "BATCH_SIZE_MAX": env.int("RANKINGS_BATCH_SIZE_MAX", default=200_000),
+    "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=200_000),
     # One window transition (after a long outage every member may leave every window) is
     # applied in steps of at most this many board changes: each step is one Lua call that
     # blocks Redis readers for roughly 1 ms per 1,000 changes, and one JSON row of about

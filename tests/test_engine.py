@@ -154,7 +154,7 @@ def test_a_sale_ahead_of_the_clock_enters_the_window_when_its_bucket_does():
 
 def test_a_backlog_is_worked_in_bounded_batches(settings):
     """Incremental in batches of 3 equals the recompute."""
-    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3, "BATCH_SIZE_MAX": 3}
+    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3}
     shop = Shop()
     shop.send(
         *[shop.sale(f"p{i % 4}", categories=[f"c{i % 3}"], qty=1 + i % 5, ago=i * HOUR) for i in range(40)]
@@ -164,9 +164,9 @@ def test_a_backlog_is_worked_in_bounded_batches(settings):
     shop.assert_exact()
 
 
-def test_a_backlog_is_claimed_in_batches_that_grow_up_to_the_maximum(settings, monkeypatch):
-    """3, then 12, then 48 (the maximum), then 48 again: each full claim lets the next take four times as many."""
-    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 3, "BATCH_SIZE_MAX": 48}
+def test_a_backlog_is_claimed_whole_up_to_the_batch_size(settings, monkeypatch):
+    """120 sales in batches of at most 48: 48, 48, then the 24 left, each claim as large as it may be."""
+    settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 48}
     claims = []
     real_claim = aggregate._claim
 
@@ -184,11 +184,9 @@ def test_a_backlog_is_claimed_in_batches_that_grow_up_to_the_maximum(settings, m
     shop.tick()
     every = shard_of(ALL, Layout(4))
     assert [(limit, claimed) for shard, limit, claimed in claims if shard == every] == [
-        (3, 3),
-        (12, 12),
         (48, 48),
         (48, 48),
-        (48, 9),
+        (48, 24),
     ]
     shop.assert_exact()
 

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 # A failing shard's error is kept this long on its row (a traceback can be huge).
 ERROR_TEXT_KEPT = 500  # characters
 
-# PostgreSQL's memory for one sort or hash of a tick's transaction (a claim of BATCH_SIZE_MAX
+# PostgreSQL's memory for one sort or hash of a tick's transaction (a claim of BATCH_SIZE
 # sales and its fold each need a few tens of MB).
 TICK_WORK_MEM = "64MB"
 
@@ -197,7 +197,7 @@ def _write_version() -> tuple[int, Layout]:
 def _tick_shard(
     *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
-    """Bring one shard's boards to `now`, a batch of claimed sales at a time (see batch_size_next)."""
+    """Bring one shard's boards to `now`, a batch of claimed sales at a time (see _tick_to)."""
     state, _ = ShardState.objects.get_or_create(shard=shard)
     _redis_recover(shard=shard, version=version, gen=gen, report=report)
     # Each hour boundary crossed: first to the boundary with what counts by then, its snapshots, on.
@@ -224,7 +224,8 @@ def _tick_to(
     report: TickReport,
 ) -> None:
     """Claim the shard's pending sales (only those counted at or before `until`, if given) and bring
-    its boards to `now`, a batch at a time."""
+    its boards to `now`, a batch of up to BATCH_SIZE at a time: a backlog is taken whole when it
+    fits, so each board member it touches is written to Redis once, not once per small batch."""
     limit = rankings_settings.BATCH_SIZE
     while True:
         step = _claim_and_record(shard=shard, layout=layout, now=now, limit=limit, until=until)
@@ -233,14 +234,6 @@ def _tick_to(
         _apply_step(step, shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
         if max(step.claimed, step.engaged_rows) < limit:
             return
-        limit = batch_size_next(limit)
-
-
-def batch_size_next(limit: int) -> int:
-    """The claim after a full one: four times as large, up to BATCH_SIZE_MAX (never below BATCH_SIZE).
-    Each claim scans the shard's queue and the sales' months once, so a backlog costs a few scans."""
-    ceiling = max(rankings_settings.BATCH_SIZE, rankings_settings.BATCH_SIZE_MAX)
-    return min(limit * 4, ceiling)
 
 
 def shards_pending(shards: Iterable[int]) -> list[int]:
@@ -480,10 +473,38 @@ WHERE shard = %s AND size = %s AND start BETWEEN %s AND %s
 GROUP BY category, product_id
 """
 
-_FACT_SUMS = """
-SELECT category, product_id, sum(qty)::bigint, sum(cents)::bigint, sum(views)::bigint, sum(wishes)::bigint
-FROM tick_facts WHERE t >= %s AND t < %s GROUP BY category, product_id
-"""
+# Every board's net change in one statement, as the clock moves: per window (one row of `w`), the
+# buckets that left it subtracted, those that entered it added, and the claimed facts inside it
+# as of the new instant; one row per board member whose score moves, per metric that moves.
+# An empty range (first > last) stands for no bucket.
+_NET = """
+WITH w (name, size, first, stop, left_from, left_to, entered_from, entered_to) AS (
+    SELECT * FROM unnest(%(names)s::text[], %(sizes)s::integer[], %(firsts)s::bigint[], %(stops)s::bigint[],
+                         %(left_from)s::bigint[], %(left_to)s::bigint[], %(entered_from)s::bigint[],
+                         %(entered_to)s::bigint[])
+), moved AS (
+    SELECT w.name, b.category, b.product_id, -b.units AS units, -b.revenue_cents AS revenue,
+           -b.views AS views, -b.wishes AS wishes
+    FROM w JOIN rankings_bucket b
+      ON b.shard = %(shard)s AND b.size = w.size AND b.start BETWEEN w.left_from AND w.left_to
+    UNION ALL
+    SELECT w.name, b.category, b.product_id, b.units, b.revenue_cents, b.views, b.wishes
+    FROM w JOIN rankings_bucket b
+      ON b.shard = %(shard)s AND b.size = w.size AND b.start BETWEEN w.entered_from AND w.entered_to
+    UNION ALL
+    SELECT w.name, f.category, f.product_id, f.qty, f.cents, f.views, f.wishes
+    FROM w JOIN tick_facts f ON f.t >= w.first AND f.t < w.stop
+), net AS (
+    SELECT name, category, product_id, sum(units)::bigint AS units, sum(revenue)::bigint AS revenue,
+           sum(views)::bigint AS views, sum(wishes)::bigint AS wishes
+    FROM moved GROUP BY name, category, product_id
+)
+SELECT net.name, m.metric, net.category, net.product_id, m.delta
+FROM net CROSS JOIN LATERAL (VALUES %(metric_values)s) AS m(metric, delta)
+WHERE m.delta <> 0
+""".replace("%(metric_values)s", ", ".join(f"('{m}', {m})" for m in METRICS))
+
+_NO_RANGE = (1, 0)
 
 
 def _changes(
@@ -492,25 +513,23 @@ def _changes(
     """The net change of every board of the shard; read before the claimed sales are folded."""
     new_t = int(_epoch(new_now))
     old_t = int(_epoch(old_now)) if old_now is not None else None
-    net: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0] * len(METRICS))
-    windows = rankings_settings.windows.values()
+    windows = list(rankings_settings.windows.values())
+    moves = [w.transition(old_t, new_t) for w in windows]
+    bounds = [w.bounds(new_t) for w in windows]
+    params = {
+        "shard": shard,
+        "names": [w.name for w in windows],
+        "sizes": [w.bucket_seconds for w in windows],
+        "firsts": [first for first, _ in bounds],
+        "stops": [last + w.bucket_seconds for w, (_, last) in zip(windows, bounds, strict=True)],
+        "left_from": [(left or _NO_RANGE)[0] for left, _ in moves],
+        "left_to": [(left or _NO_RANGE)[1] for left, _ in moves],
+        "entered_from": [(entered or _NO_RANGE)[0] for _, entered in moves],
+        "entered_to": [(entered or _NO_RANGE)[1] for _, entered in moves],
+    }
     with connection.cursor() as cursor:
-        for w in windows:
-            left, entered = w.transition(old_t, new_t)
-            for bucket_range, sign in ((left, -1), (entered, +1)):
-                if bucket_range is None:
-                    continue
-                cursor.execute(_BUCKET_SUMS, [shard, w.bucket_seconds, *bucket_range])
-                for category, product_id, *values in cursor.fetchall():
-                    totals = net[(w.name, category, product_id)]
-                    for i, value in enumerate(values):
-                        totals[i] += sign * value
-            first, last = w.bounds(new_t)
-            cursor.execute(_FACT_SUMS, [first, last + w.bucket_seconds])
-            for category, product_id, *values in cursor.fetchall():
-                totals = net[(w.name, category, product_id)]
-                for i, value in enumerate(values):
-                    totals[i] += value
+        cursor.execute(_NET, params)
+        changes = [store.Change(*row) for row in cursor.fetchall()]
         too_old = 0
         if shard in layout.shards_of(ALL):
             cursor.execute(
@@ -520,12 +539,6 @@ def _changes(
                 [list(layout.boards_of(ALL)), oldest_bucket_start(windows, new_t)],
             )
             (too_old,) = cursor.fetchone()
-    changes = [
-        store.Change(window, metric, category, product_id, value)
-        for (window, category, product_id), values in net.items()
-        for metric, value in zip(METRICS, values, strict=True)
-        if value != 0
-    ]
     return changes, too_old
 
 
