@@ -358,6 +358,7 @@ class CategoryRows:
 
     def __init__(self, *, top_level: bool = False):
         self.where = _TOP_LEVEL if top_level else ""
+        self._read: dict[tuple[int, int], list[tuple[str, str]]] = {}  # a page is read once
 
     def count(self) -> int:
         with _categories_lock:
@@ -379,6 +380,11 @@ class CategoryRows:
 
     def __getitem__(self, window: slice) -> list[tuple[str, str]]:
         start, stop = window.start or 0, window.stop
+        if (start, stop) not in self._read:
+            self._read[start, stop] = self._rows(start, stop)
+        return self._read[start, stop]
+
+    def _rows(self, start: int, stop: int) -> list[tuple[str, str]]:
         try:
             with connection.cursor() as cursor:
                 cursor.execute(
