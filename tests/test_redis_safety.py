@@ -237,7 +237,7 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
     # and a rebuild that completes leaves boards (larger than a blob's ranks) and blobs without any TTL
     monkeypatch.setattr(store, "shard_board_keys", real)
     members = range(store.BLOB_SIZE + 1)
-    boards = {(w, m, "toys"): {f"p{i}": 5 + i for i in members} for w, m in boards}
+    boards = {board: {f"p{i}": 5 + i for i in members} for board in boards}
     store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
     board = store.board_key(1, shard, "7d", "units", "toys")
     assert redis_client.ttl(board) == -1
