@@ -65,8 +65,9 @@ def reset() -> None:
             " catalogue_product_categories, catalogue_product, catalogue_category RESTART IDENTITY CASCADE"
         )
     r = store.patient()
-    for key in r.scan_iter(f"{BENCH_PREFIX}:*", count=5000):
-        r.unlink(key)
+    keys = list(r.scan_iter(f"{BENCH_PREFIX}:*", count=5000))
+    for first in range(0, len(keys), 5000):  # a million categories leave millions of keys
+        r.unlink(*keys[first : first + 5000])
     selectors.caches_clear()
 
 

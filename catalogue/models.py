@@ -63,6 +63,9 @@ class Category(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "categories"
+        # The lists page through the categories by name (a million of them): each page is a walk
+        # of this index, never a sort of the table.
+        indexes = [models.Index(fields=["name", "slug"], name="category_by_name")]
 
     def __str__(self):
         return self.name

@@ -231,19 +231,47 @@ def test_bad_category_list_parameters_are_400(api, shop, query):
     assert reply.json()["error"]
 
 
-def test_unknown_slugs_reload_the_categories_at_most_once_per_interval(
+def test_an_unknown_slug_is_looked_up_at_most_once_per_interval(
     api, shop, django_assert_max_num_queries, monkeypatch
 ):
-    """A flood of made-up slugs must not turn into a flood of whole-table reads."""
-    # given the categories read a moment ago, and an interval longer than the test
+    """A flood of one made-up slug must not turn into a flood of queries."""
+    # given an interval longer than the test
     monkeypatch.setattr(selectors, "CATEGORY_MISS_RELOAD_SECONDS", 60.0, raising=False)
-    api.get("/v1/categories")
-    # when eighty unknown slugs are asked for (fewer than the read rate allows in a second)
+    # when one unknown slug is asked for eighty times
     with django_assert_max_num_queries(1):
-        replies = [api.get(f"/v1/categories/made-up-{i}/top").status_code for i in range(40)]
-        replies += [api.get(f"/v1/products/p0/rank?category=made-up-{i}").status_code for i in range(40)]
-    # then each is a 404, and the table was read at most once
+        replies = [api.get("/v1/categories/made-up/top").status_code for i in range(40)]
+        replies += [api.get("/v1/products/p0/rank?category=made-up").status_code for i in range(40)]
+    # then each is a 404, and the category was looked up once
     assert set(replies) == {404}
+
+
+def test_categories_are_looked_up_by_slug_not_loaded_whole(api, shop):
+    """A read names one category: a process holds the names it was asked for, not the table."""
+    # given many categories, none read yet
+    Category.objects.bulk_create(Category(slug=f"c{i:04}", name=f"C{i:04}") for i in range(2000))
+    selectors.categories_forget()
+    # when one of them is read
+    with CaptureQueriesContext(connection) as captured:
+        assert api.get("/v1/categories/toys/top").status_code == 200
+    # then one query read the category table, for that slug, and the process remembers that one name
+    read = [q["sql"] for q in captured.captured_queries if "catalogue_category" in q["sql"]]
+    assert len(read) == 1 and "slug = ANY" in read[0]
+    assert list(selectors._category_names) == ["toys"]
+
+
+def test_the_names_a_process_remembers_are_bounded(shop, monkeypatch):
+    # given a process that remembers at most 3 category names
+    monkeypatch.setattr(
+        selectors, "_category_names", selectors.TLRUCache(maxsize=3, ttu=lambda *_: float("inf"))
+    )
+    monkeypatch.setattr(selectors, "_category_known", selectors.LRUCache(maxsize=3))
+    Category.objects.bulk_create(Category(slug=f"c{i}", name=f"C{i}") for i in range(10))
+    # when every category is read
+    names = selectors.categories_names([f"c{i}" for i in range(10)])
+    # then each was found, and only the last three are held
+    assert names == {f"c{i}": f"C{i}" for i in range(10)}
+    assert sorted(selectors._category_names) == ["c7", "c8", "c9"]
+    assert len(selectors._category_known) == 3
 
 
 def test_a_category_created_a_moment_ago_is_found_after_the_interval(api, shop, monkeypatch):

@@ -78,7 +78,7 @@ CALLS = {
     "shard_as_of": lambda: store.shard_as_of(version=1, shard=0),
     "board_heads": lambda: store.board_heads(version=1, boards=[(0, "7d", "units", "toys", 10)]),
     "boards_summary": lambda: store.boards_summary(1),
-    "blob_read": lambda: store.blob_read(store.blob_key(1, 0, "7d", "units", "toys")),
+    "head_read": lambda: store.head_read(1, 0, "7d", "units", "toys"),
     "boards_heads": lambda: store.boards_heads(1, 0, 10),
     "memory_by_window": lambda: store.memory_by_window(1),
     "shard_stamp": lambda: store.shard_stamp(version=1, shard=0),

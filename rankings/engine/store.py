@@ -477,29 +477,37 @@ def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
 
 # --- the write path --------------------------------------------------------------
 
-# Rewrite the blob of each board in KEYS[first..last] (triples: board, the
-# other metric's board, blob) from the board itself. Scores are copied as the
-# strings Redis gives, so no precision is lost on the way to JSON; members are
-# product ids, which need no JSON escaping.
+# A board's first `size` ranks with both metrics' scores, as one JSON string (the blob's text).
+# Scores are copied as the strings Redis gives, so no precision is lost on the way to JSON;
+# members are product ids, which need no JSON escaping.
+# Rewrite the blob of each board in KEYS[first..last] (triples: board, the other metric's board,
+# blob) from the board itself. A board of at most `size` members has no blob: it would copy the
+# whole board, and a read builds the same text from the board (_HEAD).
 _BLOBS = """
+local function blob_text(board, other, size, total)
+    local rows = redis.call('ZRANGE', board, 0, size - 1, 'WITHSCORES')
+    local parts = {}
+    if #rows > 0 then
+        local members = {}
+        for j = 1, #rows, 2 do members[#members + 1] = rows[j] end
+        local others = redis.call('ZMSCORE', other, unpack(members))
+        for j = 1, #rows, 2 do
+            local o = others[(j + 1) / 2]
+            o = o and string.gsub(o, '^-', '') or '0'
+            parts[#parts + 1] = '["' .. rows[j] .. '",' .. string.gsub(rows[j + 1], '^-', '') .. ',' .. o .. ']'
+        end
+    end
+    return '{"total":' .. total .. ',"rows":[' .. table.concat(parts, ',') .. ']}'
+end
+
 local function write_blobs(first, last, size)
     for i = first, last, 3 do
         local board, other, blob = KEYS[i], KEYS[i + 1], KEYS[i + 2]
         local total = redis.call('ZCARD', board)
-        if total == 0 then
+        if total <= size then
             redis.call('DEL', blob)
         else
-            local rows = redis.call('ZRANGE', board, 0, size - 1, 'WITHSCORES')
-            local members = {}
-            for j = 1, #rows, 2 do members[#members + 1] = rows[j] end
-            local others = redis.call('ZMSCORE', other, unpack(members))
-            local parts = {}
-            for j = 1, #rows, 2 do
-                local o = others[(j + 1) / 2]
-                o = o and string.gsub(o, '^-', '') or '0'
-                parts[#parts + 1] = '["' .. rows[j] .. '",' .. string.gsub(rows[j + 1], '^-', '') .. ',' .. o .. ']'
-            end
-            redis.call('SET', blob, '{"total":' .. total .. ',"rows":[' .. table.concat(parts, ',') .. ']}')
+            redis.call('SET', blob, blob_text(board, other, size, total))
         end
     end
 end
@@ -850,6 +858,38 @@ def _as_of(version: int, shard: int, state: list) -> float | None:
     return float(as_of)
 
 
+# A board's first ranks as its blob's text: the blob, or for a board of at most ARGV[1] members
+# (which has none) the same text made from the board; false for a larger board whose blob is
+# missing. KEYS: the board, the other metric's board, the blob.
+_HEAD = (
+    _BLOBS
+    + """
+local blob = redis.call('GET', KEYS[3])
+if blob then return blob end
+local total = redis.call('ZCARD', KEYS[1])
+if total > tonumber(ARGV[1]) then return false end
+return blob_text(KEYS[1], KEYS[2], tonumber(ARGV[1]), total)
+"""
+)
+
+
+def _heads(version: int, boards: list[tuple[int, str, str, str]], states: list[int]) -> tuple[list, list]:
+    """_HEAD of each board (shard, window, metric, category), and the state of each shard of
+    `states`: one round trip on one server; on a Redis Cluster, whose pipelines refuse scripts, the
+    states in one and each head in one of its own."""
+    r = fast()
+    pipe = r.pipeline(transaction=False)
+    for shard in states:
+        pipe.hmget(state_key(version, shard), _STATE_READ)
+    script, calls = _script(_HEAD), [list(_board_keys(version, *board)) for board in boards]
+    if clustered():
+        return pipe.execute() if states else [], [script(keys=k, args=[BLOB_SIZE], client=r) for k in calls]
+    for keys in calls:
+        script(keys=keys, args=[BLOB_SIZE], client=pipe)
+    values = pipe.execute()
+    return values[: len(states)], values[len(states) :]
+
+
 @dataclass
 class BoardSlice:
     as_of: float | None
@@ -863,16 +903,13 @@ def board_slice(
 ) -> BoardSlice:
     """Members ranked start..stop (0-based, inclusive), with both metrics.
 
-    Within the blob's ranks this is one round trip (GET); deeper, two
-    (ZRANGE, then ZMSCORE for the other metric).
+    Within the blob's ranks this is one round trip (the blob, or a small board's head made from
+    it: _HEAD); deeper, two (ZRANGE, then ZMSCORE for the other metric).
     """
     r = fast()
     if stop < BLOB_SIZE:
-        pipe = r.pipeline(transaction=False)
-        pipe.get(blob_key(version, shard, window, metric, category))
-        pipe.hmget(state_key(version, shard), _STATE_READ)
-        blob, state = pipe.execute()
-        if blob is not None:
+        (state,), (blob,) = _heads(version, [(shard, window, metric, category)], [shard])
+        if blob:
             data = json.loads(blob)
             return BoardSlice(
                 as_of=_as_of(version, shard, state),
@@ -1165,24 +1202,17 @@ def shard_as_of(*, version: int, shard: int) -> float | None:
 def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -> list[BoardSlice | None]:
     """The first n ranks of several boards ((shard, window, metric, category, n) each).
 
-    One round trip for them all: each board's blob and size, each shard's as_of.
-    None for a board the blob cannot answer (missing while the board is not
-    empty, or n deeper than the blob): a caller reads that one with board_slice.
+    One round trip for them all: each board's head (its blob, or for a small board the same made
+    from the board: _HEAD), each shard's as_of. None for a board the head cannot answer (a large
+    board's blob missing, or n deeper than the blob): a caller reads that one with board_slice.
     """
     shards = sorted({shard for shard, *_ in boards})
-    pipe = fast().pipeline(transaction=False)
-    for shard in shards:
-        pipe.hmget(state_key(version, shard), _STATE_READ)
-    for shard, window, metric, category, _ in boards:
-        pipe.get(blob_key(version, shard, window, metric, category))
-        pipe.zcard(board_key(version, shard, window, metric, category))
-    values = pipe.execute()
-    as_of_by_shard = {shard: _as_of(version, shard, s) for shard, s in zip(shards, values, strict=False)}
+    states, heads = _heads(version, [board[:4] for board in boards], shards)
+    as_of_by_shard = {shard: _as_of(version, shard, s) for shard, s in zip(shards, states, strict=True)}
     out: list[BoardSlice | None] = []
-    for i, (shard, _, _, _, n) in enumerate(boards):
-        blob, total = values[len(shards) + 2 * i : len(shards) + 2 * i + 2]
-        if blob is None:
-            out.append(BoardSlice(as_of=as_of_by_shard[shard], total=0, rows=[]) if total == 0 else None)
+    for blob, (shard, _, _, _, n) in zip(heads, boards, strict=True):
+        if not blob:
+            out.append(None)  # a large board whose blob is missing
             continue
         data = json.loads(blob)
         if n > BLOB_SIZE and data["total"] > BLOB_SIZE:
@@ -1218,9 +1248,12 @@ def boards_summary(version: int) -> dict[str, dict[str, int]]:
 
 
 @_translated
-def blob_read(key: str) -> dict | None:
-    raw = patient().get(key)
-    return json.loads(raw) if raw is not None else None
+def head_read(version: int, shard: int, window: str, metric: str, category: str) -> dict | None:
+    """A board's head as readers get it ({"total", "rows"}): its blob, or a small board's made
+    from it; None for a large board whose blob is missing."""
+    keys = list(_board_keys(version, shard, window, metric, category))
+    raw = _script(_HEAD)(keys=keys, args=[BLOB_SIZE], client=patient())
+    return json.loads(raw) if raw else None
 
 
 @_translated

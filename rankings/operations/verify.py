@@ -136,7 +136,7 @@ def _blob_check(version, shard, board, want, expected) -> Difference | None:
     """The board's blob must hold its first ranks with both metrics' scores, and its size."""
     window, metric, category = board
     other = dict(expected.get((window, other_metric(metric), category), []))
-    blob = store.blob_read(store.blob_key(version, shard, window, metric, category))
+    blob = store.head_read(version, shard, window, metric, category)
     head = want[: store.BLOB_SIZE]
     rows = [[product_id, score, other.get(product_id, 0)] for product_id, score in head]
     if (blob or {"total": 0, "rows": []}) == {"total": len(want), "rows": rows}:

@@ -244,7 +244,7 @@ def home(request):
     window, metric = DEFAULT_WINDOW, DEFAULT_METRIC
     number = _page_number(request)
     # The top of the tree: a category under another counts in it, and shows on its parent's page.
-    pages = Paginator(selectors.categories_top_level(), HOME_CATEGORIES, allow_empty_first_page=True)
+    pages = Paginator(selectors.CategoryRows(top_level=True), HOME_CATEGORIES, allow_empty_first_page=True)
     if number > pages.num_pages:
         raise selectors.NotFound(f"page {number} is past the end of the categories.")
     shown = pages.page(number)
@@ -323,11 +323,9 @@ def category(request, slug):
 def _tree_context(slug: str, *, window: str, metric: str) -> tuple[list[dict], list[dict]]:
     """The category's ancestors (root first) as breadcrumbs, and the categories right under it, each
     with its leader, in the tree the boards count with."""
-    names = selectors.categories_map()
-    crumbs = [
-        {"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)}
-        for s in selectors.categories_tree().path(slug)[:-1]
-    ]
+    above = selectors.categories_tree().path(slug)[:-1]
+    names = selectors.categories_names(above)
+    crumbs = [{"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)} for s in above]
     children = selectors.category_children(slug)
     if not children:
         return crumbs, []
@@ -465,7 +463,7 @@ def product(request, product_id):
     window, metric = _board_params(request)
     detail = selectors.product_detail(product_id=product_id)
     overall, ranks = _product_ranks(product_id, window, metric)
-    names = selectors.categories_map()
+    names = selectors.categories_names([ALL, *(r.category for r in ranks.ranks)])
     ranked = [r for r in (overall, *ranks.ranks) if r.rank]
     nearby, neighbors = _nearby(product_id, ranked, names, window, metric)
     freshness = _freshness(detail, overall, ranks, *([neighbors] if neighbors else []))

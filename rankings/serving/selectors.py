@@ -24,16 +24,19 @@ from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
-from rankings.engine.tree import EMPTY, Tree
+from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.serving import merge
 from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
-# A slug the names do not hold re-reads them at most this often: a flood of
-# made-up slugs costs one read of the category table per interval, not one per
-# request. While PostgreSQL is unreachable, the read is retried as often.
+# A slug found unknown is asked for again after this long (one indexed query: a
+# flood of one made-up slug costs one a second). While PostgreSQL is unreachable,
+# the tree that counts is asked for as often.
 CATEGORY_MISS_RELOAD_SECONDS = 1.0  # seconds
+# Category names (and slugs found unknown) remembered per process: bounded, so that
+# memory does not grow with the catalogue (a shop may have a million categories).
+CATEGORY_CACHE_SIZE = 50_000  # categories
 # A product's name and price as last read, per process: a reader of random
 # products among many would otherwise ask PostgreSQL on every read, which costs
 # more than the Redis read that answers it. Short-lived, so that an edit shows
@@ -57,6 +60,7 @@ BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time,
 BOARD_COPIES = 8  # boards copied at once, per process
 
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
+_UNREAD = object()  # a slug this process has not looked up (or not lately)
 _fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
 _last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
@@ -273,118 +277,168 @@ def _catalogue_unreachable() -> None:
 
 # --- categories -------------------------------------------------------------------------
 
+ALL_NAME = "All products"
 
-@dataclass(frozen=True)
-class _Categories:
-    loaded: float  # time.monotonic() of the read
-    names: dict[str, str]  # slug -> name, `all` first
-    rows: list[tuple[str, str]]  # (slug, name) of the real categories, by name
-    complete: bool  # False: PostgreSQL did not answer; names hold what was known before
-    tree: Tree = EMPTY  # the tree of the active version: the one the boards count with
-
-
-# One entry, kept until CATEGORY_CACHE_SECONDS after its read (sooner after a failed read: see `loaded`).
-_categories: TLRUCache = TLRUCache(
-    maxsize=1, ttu=lambda _key, value, _now: value.loaded + CATEGORY_CACHE_SECONDS, timer=time.monotonic
+# Categories are looked up by slug as reads ask for them, never loaded whole: a shop may have a
+# million. Each process remembers at most CATEGORY_CACHE_SIZE names (and slugs found unknown),
+# the way it remembers products.
+_category_names: TLRUCache = TLRUCache(
+    maxsize=CATEGORY_CACHE_SIZE,
+    ttu=lambda _slug, name, now: now + (CATEGORY_CACHE_SECONDS if name else CATEGORY_MISS_RELOAD_SECONDS),
+    timer=time.monotonic,
 )
+# The names as last read, for the reads made while PostgreSQL does not answer.
+_category_known: LRUCache = LRUCache(maxsize=CATEGORY_CACHE_SIZE)
+# The lists' totals (a count of the table each), kept as long as names.
+_category_counts: TTLCache = TTLCache(maxsize=2, ttl=CATEGORY_CACHE_SECONDS, timer=time.monotonic)
+
+
+# The tree that counts, as [the version whose tree it is, the tree].
+_tree_held: list = [None, EMPTY]
 _categories_lock = threading.Lock()
 
-
-# Every category with its parent in the active version's tree (the one the boards count with), in
-# one query: the version's tree is read once (an InitPlan), and each row looks its slug up in it.
-_CATEGORIES = f"""
-SELECT c.slug, c.name, (
+# The tree the boards count with: the active version's, or the first's before any switch.
+_TREE = """(
     SELECT v.tree FROM rankings_rankingversion v
     WHERE v.state = 'active' OR v.number = 1 ORDER BY v.state = 'active' DESC LIMIT 1
-) ->> c.slug
-FROM {Category._meta.db_table} c ORDER BY c.name, c.slug
-"""
+)"""
+_CATEGORY_NAMES = f"SELECT slug, name FROM {Category._meta.db_table} WHERE slug = ANY(%s)"
+# The categories by name (the index of migration catalogue 0006), all of them or only the top of
+# the tree that counts (those its version's tree gives no parent).
+_CATEGORY_ROWS = f"SELECT slug, name FROM {Category._meta.db_table} c {{where}} ORDER BY name, slug"
+_TOP_LEVEL = f"WHERE NOT coalesce({_TREE} ? c.slug, false)"
 
 
-def _categories_read(*, reload: bool = False) -> _Categories:
+def _categories_remember(asked: list[str], rows: dict[str, str]) -> None:
     with _categories_lock:
-        current = _categories.get(ALL)
-        if current is not None and not reload:
-            return current
+        for slug in asked:
+            _category_names[slug] = rows.get(slug)
+        _category_known.update(rows)
+
+
+def categories_names(slugs) -> dict[str, str]:
+    """slug -> name of those of `slugs` that are categories (`all` among them): remembered ones
+    from memory, the rest in one query. While PostgreSQL is unreachable, a slug not remembered may
+    still be a category: its name falls back to its slug, and the answer is marked stale."""
+    names, missing = {}, []
+    with _categories_lock:
+        for slug in dict.fromkeys(slugs):
+            name = ALL_NAME if slug == ALL else _category_names.get(slug, _UNREAD)
+            if name is _UNREAD:
+                missing.append(slug)
+            elif name is not None:
+                names[slug] = name
+    if not missing:
+        return names
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_CATEGORY_NAMES, [missing])
+            rows = dict(cursor.fetchall())
+    except DatabaseError:
+        _catalogue_unreachable()
+        with _categories_lock:
+            return names | {slug: _category_known.get(slug, slug) for slug in missing}
+    _categories_remember(missing, rows)
+    return names | rows
+
+
+def category_name(slug: str) -> str:
+    """A category's name; NotFound for a slug no category has (asked again after
+    CATEGORY_MISS_RELOAD_SECONDS: a flood of one made-up slug is one indexed query a second)."""
+    name = categories_names([slug]).get(slug)
+    if name is None:
+        raise NotFound(f"unknown category '{slug}'")
+    return name
+
+
+class CategoryRows:
+    """The categories by name (`top_level`: only those at the top of the tree that counts), as a
+    sequence Django's Paginator pages through: a count, and a query per slice read (LIMIT, OFFSET).
+    Each row read is remembered as categories_names would."""
+
+    def __init__(self, *, top_level: bool = False):
+        self.where = _TOP_LEVEL if top_level else ""
+        self._read: dict[tuple[int, int], list[tuple[str, str]]] = {}  # a page is read once
+
+    def count(self) -> int:
+        with _categories_lock:
+            known = _category_counts.get(self.where)
+        if known is None:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SELECT count(*) FROM {Category._meta.db_table} c {self.where}")
+                    (known,) = cursor.fetchone()
+            except DatabaseError:
+                _catalogue_unreachable()
+                return 0
+            with _categories_lock:
+                _category_counts[self.where] = known
+        return known
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, window: slice) -> list[tuple[str, str]]:
+        start, stop = window.start or 0, window.stop
+        if (start, stop) not in self._read:
+            self._read[start, stop] = self._rows(start, stop)
+        return self._read[start, stop]
+
+    def _rows(self, start: int, stop: int) -> list[tuple[str, str]]:
         try:
             with connection.cursor() as cursor:
-                cursor.execute(_CATEGORIES)
-                found = cursor.fetchall()
-            rows = [(slug, name) for slug, name, _ in found]
-            tree = Tree({slug: parent for slug, _, parent in found if parent is not None})
-            loaded, complete = time.monotonic(), True
+                cursor.execute(
+                    _CATEGORY_ROWS.format(where=self.where) + " LIMIT %s OFFSET %s", [stop - start, start]
+                )
+                rows = cursor.fetchall()
         except DatabaseError:
             _catalogue_unreachable()
-            known = current or _categories.get(ALL)
-            rows = known.rows if known else []
-            tree = known.tree if known else EMPTY
-            # Tried again after the short interval, not the long one.
-            loaded = time.monotonic() - CATEGORY_CACHE_SECONDS + CATEGORY_MISS_RELOAD_SECONDS
-            complete = False
-        read = _Categories(
-            loaded=loaded, names={ALL: "All products", **dict(rows)}, rows=rows, complete=complete, tree=tree
-        )
-        _categories[ALL] = read
-        return read
-
-
-def categories_map() -> dict[str, str]:
-    """slug -> name of every category, with `all` first."""
-    return _categories_read().names
+            return []
+        _categories_remember([slug for slug, _ in rows], dict(rows))
+        return rows
 
 
 def categories_page(*, limit: int, offset: int) -> CategoriesPage:
-    """`limit` categories from `offset`, `all` first."""
-    read = _categories_read()
-    if offset == 0:
-        items = [(ALL, read.names[ALL]), *read.rows[: limit - 1]]
-    else:
-        items = read.rows[offset - 1 : offset - 1 + limit]
-    return CategoriesPage(total=len(read.rows) + 1, items=items)
-
-
-def categories_real() -> list[tuple[str, str]]:
-    """(slug, name) of every category but `all`, by name."""
-    return _categories_read().rows
+    """`limit` categories from `offset`, `all` first: one query for the page, and the table's count
+    at most every CATEGORY_CACHE_SECONDS."""
+    rows = CategoryRows()
+    first = [(ALL, ALL_NAME)] if offset == 0 else []
+    start = max(0, offset - 1)
+    items = [*first, *rows[start : start + limit - len(first)]]
+    return CategoriesPage(total=rows.count() + 1, items=items)
 
 
 def categories_tree() -> Tree:
-    """The tree the boards count with (the active version's), as last read with the categories."""
-    return _categories_read().tree
-
-
-def categories_top_level() -> list[tuple[str, str]]:
-    """(slug, name) of every category without a parent in the tree that counts, by name."""
-    read = _categories_read()
-    return [(slug, name) for slug, name in read.rows if slug not in read.tree.parents]
+    """The tree the boards count with: the active version's, read once per version (the version
+    is the one this process reads boards of); as last read while PostgreSQL or Redis is away."""
+    with _categories_lock:
+        held = tuple(_tree_held)
+    try:
+        number = store.active_version()
+        if number == held[0]:
+            return held[1]
+        tree = version_tree(number)
+    except (store.StoreError, DatabaseError):
+        _catalogue_unreachable()
+        return held[1]
+    with _categories_lock:
+        _tree_held[:] = [number, tree]
+    return tree
 
 
 def category_children(slug: str) -> list[tuple[str, str]]:
     """(slug, name) of the categories right under `slug` in the tree that counts, by name."""
-    read = _categories_read()
-    return [(child, name) for child, name in read.rows if read.tree.parents.get(child) == slug]
+    children = categories_tree().children(slug)
+    names = categories_names(children)
+    return sorted(((child, names.get(child, child)) for child in children), key=lambda row: (row[1], row[0]))
 
 
 def categories_forget() -> None:
     with _categories_lock:
-        _categories.clear()
-
-
-def category_name(slug: str) -> str:
-    """A category's name; NotFound for a slug no category has.
-
-    While PostgreSQL is unreachable, a slug the names do not hold may still be
-    a category: its name falls back to its slug and the answer is marked stale.
-    """
-    read = _categories_read()
-    if slug not in read.names and time.monotonic() - read.loaded >= CATEGORY_MISS_RELOAD_SECONDS:
-        read = _categories_read(reload=True)
-    if slug in read.names:
-        return read.names[slug]
-    if not read.complete:
-        _catalogue_unreachable()
-        return slug
-    raise NotFound(f"unknown category '{slug}'")
+        _category_names.clear()
+        _category_known.clear()
+        _category_counts.clear()
+        _tree_held[:] = [None, EMPTY]
 
 
 # --- products -------------------------------------------------------------------------
@@ -655,8 +709,10 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
     categories' leaders cost what one does. Answers are remembered under
     board_top's keys, fresh or stale alike.
     """
+    known = categories_names(limits)
     for category in limits:
-        category_name(category)
+        if category not in known:
+            raise NotFound(f"unknown category '{category}'")
     keys = {category: _top_key(category, window, metric, limit, 0) for category, limit in limits.items()}
     with _cache_lock:
         wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
