@@ -365,16 +365,16 @@ def test_many_clients_sending_overlapping_batches_in_any_order_never_get_a_500(i
 @pytest.mark.parametrize("sqlstate_error", [pg_errors.DeadlockDetected, pg_errors.SerializationFailure])
 def test_a_deadlock_or_serialization_failure_is_retried_inside_the_service(monkeypatch, sqlstate_error):
     # given storage that fails once as if PostgreSQL had chosen this batch as a deadlock victim
-    real_store = ingest_module._store
+    real_store = ingest_module.SaleIngest.store
     failures = []
 
-    def failing_once(rows, result):
+    def failing_once(self, rows, result):
         if not failures:
             failures.append(1)
             raise OperationalError("victim") from sqlstate_error("victim")
-        return real_store(rows, result)
+        return real_store(self, rows, result)
 
-    monkeypatch.setattr(ingest_module, "_store", failing_once)
+    monkeypatch.setattr(ingest_module.SaleIngest, "store", failing_once)
 
     # when
     result = sales_ingest(events=[event("a"), event("b")], now=NOW)

@@ -209,14 +209,14 @@ class PausedIngest:
     holding the layout lock shared, until `resume`."""
 
     def __init__(self, monkeypatch, shop: Shop, tag: str):
-        real_stage, self.layout_read, self._go = sales._stage, threading.Event(), threading.Event()
+        real_stage, self.layout_read, self._go = sales.SaleIngest.stage, threading.Event(), threading.Event()
 
-        def stage_then_wait(cursor, rows, *queued_under):
-            real_stage(cursor, rows, *queued_under)
+        def stage_then_wait(ingest, cursor, rows, *queued_under):
+            real_stage(ingest, cursor, rows, *queued_under)
             self.layout_read.set()
             assert self._go.wait(DEADLINE)
 
-        monkeypatch.setattr(sales, "_stage", stage_then_wait)
+        monkeypatch.setattr(sales.SaleIngest, "stage", stage_then_wait)
         events = [
             shop.sale(f"p{i}", categories=_categories(i), qty=1, event_id=f"{tag}-{i}") for i in range(12)
         ]

@@ -15,7 +15,13 @@ from django.db import DatabaseError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 from django.views import defaults
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import exceptions, serializers, status
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import JSONParser
@@ -71,9 +77,11 @@ class PayloadTooLarge(exceptions.APIException):
     default_detail = "too many events in one batch"
 
 
-class CanAddSales(BasePermission):
+class CanIngest(BasePermission):
+    """The permission a batch ingest view names (`BatchIngestApi.permission`)."""
+
     def has_permission(self, request, view):
-        return bool(request.user and request.user.has_perm("rankings.add_sale"))
+        return bool(request.user and request.user.has_perm(view.permission))
 
 
 _IngestReply = inline_serializer(
@@ -108,26 +116,15 @@ BODY_SHAPE = 'body must be {"events": [ ... ]}'
 
 
 class EventBatchField(serializers.ListField):
-    """The events of a batch: a list of at most MAX_BATCH_EVENTS, taken as they are.
+    """The events of a batch, for the schema: a list of at most `limit` events, each of which the
+    ingest service validates on its own, so that a bad event rejects only itself."""
 
-    Each event is then validated on its own by the ingest service, so that a
-    bad event rejects only itself; the child serializer documents an event.
-    """
-
-    def __init__(self, **kwargs):
-        super().__init__(child=SaleEventSerializer(), max_length=rankings_settings.MAX_BATCH_EVENTS, **kwargs)
-
-    def run_validation(self, data=serializers.empty):
-        if not isinstance(data, list):
-            raise serializers.ValidationError(BODY_SHAPE)
-        limit = rankings_settings.MAX_BATCH_EVENTS  # read now: a test or an operator may change it
-        if len(data) > limit:
-            raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(data)}")
-        return data
+    def __init__(self, *, child: serializers.Serializer, limit: int, **kwargs):
+        super().__init__(child=child, max_length=limit, **kwargs)
 
 
 class IngestRequest(serializers.Serializer):
-    events = EventBatchField()
+    events = EventBatchField(child=SaleEventSerializer(), limit=rankings_settings.MAX_BATCH_EVENTS)
 
     class Meta:
         ref_name = "SalesIngestInput"
@@ -146,16 +143,11 @@ class _BatchParser(JSONParser):
         return json_decoded(data, slow)
 
 
-class SalesIngestApi(APIView):
-    """Accept a batch of sale events; valid events are stored even when others are rejected."""
-
-    permission_classes = [CanAddSales]
-    parser_classes = [_BatchParser]
-    throttle_scope = "ingest"
-
-    @extend_schema(
-        operation_id="sales_ingest",
-        request=IngestRequest,
+def ingest_schema(*, operation_id: str, request: type, limit: int):
+    """The schema of a batch ingest's POST: `request` documents the body, `limit` its events."""
+    return extend_schema(
+        operation_id=operation_id,
+        request=request,
         responses={
             200: _IngestReply,
             400: OpenApiResponse(_Error, description='body is not {"events": [...]}'),
@@ -163,26 +155,61 @@ class SalesIngestApi(APIView):
             403: _Error,
             413: OpenApiResponse(
                 _Error,
-                description=f"more than {rankings_settings.MAX_BATCH_EVENTS:,} events, or a body over "
+                description=f"more than {limit:,} events, or a body over "
                 f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MB",
             ),
             429: _THROTTLED,
             503: OpenApiResponse(_Error, description="the service is misconfigured; nothing was stored"),
         },
     )
+
+
+class BatchIngestApi(APIView):
+    """Accept a batch of events; valid events are stored even when others are rejected.
+
+    A subclass names the permission, the ingest service, the log's source and
+    the setting that bounds a batch."""
+
+    permission_classes = [CanIngest]
+    parser_classes = [_BatchParser]
+    throttle_scope = "ingest"
+    permission: str
+    source: str
+    limit_setting: str
+    ingest: staticmethod
+
     def post(self, request):
         try:
             body = request.data
         except RecursionError:  # JSON nested deeper than the parser's stack
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
-        batch = IngestRequest(data=body)
-        if not isinstance(body, dict) or not batch.is_valid():
+        events = body.get("events") if isinstance(body, dict) else None
+        if not isinstance(events, list):
             raise exceptions.ValidationError({"error": BODY_SHAPE})
+        limit = getattr(
+            rankings_settings, self.limit_setting
+        )  # read now: a test or an operator may change it
+        if len(events) > limit:
+            raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(events)}")
         try:
-            result = sales_ingest(events=batch.validated_data["events"], source="api")
+            result = self.ingest(events=events, source=self.source)
         except ShardCountMismatch as error:  # an operator's mistake: nothing stored, the client retries
             raise ServiceUnavailable(str(error)) from error
         return Response(result.as_dict())
+
+
+@extend_schema_view(
+    post=ingest_schema(
+        operation_id="sales_ingest", request=IngestRequest, limit=rankings_settings.MAX_BATCH_EVENTS
+    )
+)
+class SalesIngestApi(BatchIngestApi):
+    """Accept a batch of sale events; valid events are stored even when others are rejected."""
+
+    permission = "rankings.add_sale"
+    source = "api"
+    limit_setting = "MAX_BATCH_EVENTS"
+    ingest = staticmethod(sales_ingest)
 
 
 # --- the read path ------------------------------------------------------------------

@@ -1,10 +1,8 @@
-from django.core.management.base import BaseCommand, CommandError
-
-from rankings.engine.shards import ShardCountMismatch
-from rankings.ingest.imports import ImportFileError, engagements_import
+from rankings.ingest.imports import engagements_import
+from rankings.management.commands import import_sales
 
 
-class Command(BaseCommand):
+class Command(import_sales.Command):
     help = (
         "Import engagement events (views, wish-list adds) from FILE: JSON lines (one event object per "
         "line) or CSV with a header (ts, productId, kind, and optionally id and categories separated "
@@ -12,19 +10,4 @@ class Command(BaseCommand):
         "stored in chunks of 10,000; rejected lines go to FILE.rejected.jsonl with their line number "
         "and reason."
     )
-
-    def add_arguments(self, parser):
-        parser.add_argument("file", help="path of the .jsonl or .csv file")
-        parser.add_argument(
-            "--format", choices=["jsonl", "csv"], help="file format (default: from the name, or sniffed)"
-        )
-        parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
-
-    def handle(self, *args, **options):
-        try:
-            report = engagements_import(
-                path=options["file"], file_format=options["format"], progress=not options["no_progress"]
-            )
-        except (ImportFileError, ShardCountMismatch) as error:
-            raise CommandError(str(error)) from error
-        self.stdout.write(report.summary())
+    importer = staticmethod(engagements_import)

@@ -11,6 +11,7 @@ class Command(BaseCommand):
         "an empty cell means absent). Events are validated as by POST /v1/sales and stored in "
         "chunks of 5,000; rejected lines go to FILE.rejected.jsonl with their line number and reason."
     )
+    importer = staticmethod(sales_import)
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="path of the .jsonl or .csv file")
@@ -21,7 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            report = sales_import(
+            report = self.importer(
                 path=options["file"], file_format=options["format"], progress=not options["no_progress"]
             )
         except (ImportFileError, ShardCountMismatch) as error:

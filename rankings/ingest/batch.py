@@ -1,0 +1,359 @@
+"""The one way in for a batch of events, sales or views and wishes: validate, stage, store, log.
+
+A batch is checked event by event, in the order given; the valid events are
+stored in one transaction, together with their places in the tick's work
+queue, and committed before the caller replies. A bad event is rejected with
+its index and reason and costs the others nothing.
+
+What every kind of event shares lives here (`BatchIngest`): the validation
+loop, the retries of a deadlock or serialization failure, the catalogue read
+for what events leave out, placeholders for unknown categories and products,
+a binary COPY into a per-session staging table, the one statement that stores
+the staged rows with their queue rows, the ids found taken only at insert time,
+and the log row. A kind of event (`rankings.ingest.sales`,
+`rankings.ingest.engagement`) says which serializer, staging table and insert
+statement it uses, and how it resolves its valid events into rows.
+"""
+
+import datetime as dt
+import json
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from catalogue.models import Category, Product
+from rankings.conf import rankings_settings
+from rankings.engine import locks
+from rankings.engine.shards import ALL, Layout, layout_checked
+from rankings.engine.tree import Tree, version_tree
+from rankings.ingest.events import EventIdField, EventValidator, duration_text
+from rankings.models import IngestLog
+from rankings.tasks import tick_wake_on_commit
+
+DUPLICATE_ID = "id already used by a different event"
+
+# A deadlock or serialization failure is retried this many times in all,
+# after a short random pause that grows with each attempt.
+ATTEMPTS = 5
+RETRY_PAUSE = 0.05  # seconds, doubled each attempt, times a random factor in [0.5, 1)
+_RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"accepted": self.accepted, "duplicates": self.duplicates, "rejected": self.rejected}
+
+    def merge(self, other: "IngestResult", offset: int = 0) -> None:
+        self.accepted += other.accepted
+        self.duplicates += other.duplicates
+        self.rejected.extend({**r, "index": r["index"] + offset} for r in other.rejected)
+
+
+class Retry(Exception):
+    """Raised by a kind of event inside an attempt: roll it back and make it again."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """What one attempt stored, for the reply and the log."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    too_old: int = 0
+
+
+# json.dumps with its defaults, through one C encoder made once (json.dumps makes one a call):
+# the digests of the events stored already must come out the same.
+_encoder = json.encoder.c_make_encoder(
+    None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+)
+
+
+def canonical_json(value: list) -> str:
+    return "".join(_encoder(value, 0))
+
+
+def too_far_ahead() -> str:
+    return f"ts is more than {duration_text(rankings_settings.MAX_FUTURE_SECONDS)} in the future"
+
+
+def _id_of(event) -> str | None:
+    """The id of a rejected event, to echo in the reply, if it is a valid id."""
+    value = event.get("id") if isinstance(event, dict) else None
+    try:
+        return EventIdField().to_internal_value(value)
+    except ValidationError:
+        return None
+
+
+# Lists of ids are matched with IN (SELECT unnest(…)) rather than = ANY(…): for
+# = ANY of a constant array the planner estimates every element against the
+# column's statistics, which for 5,000 ids takes ten times longer than the scan.
+
+
+def catalogue_of(product_ids: set[str]) -> dict[str, tuple[int, list[str]]]:
+    """product id -> (price in cents, category slugs) for the known products among `product_ids`:
+    one query for the whole batch."""
+    if not product_ids:
+        return {}
+    product = Product._meta.db_table
+    link = Product.categories.through._meta.db_table
+    category = Category._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT p.product_id, p.price_cents,
+                   coalesce(array_agg(c.slug ORDER BY c.slug) FILTER (WHERE c.slug IS NOT NULL), '{{}}')
+            FROM {product} p
+            LEFT JOIN {link} l ON l.product_id = p.id
+            LEFT JOIN {category} c ON c.id = l.category_id
+            WHERE p.product_id IN (SELECT unnest(%s::text[]))
+            GROUP BY p.id
+            """,
+            [list(product_ids)],
+        )
+        return {pid: (price, slugs) for pid, price, slugs in cursor.fetchall()}
+
+
+# Rows are locked in slug order, so that two batches marking the same categories never wait on each other.
+_MARK_CATEGORIES = f"""
+UPDATE {Category._meta.db_table} SET has_sales = true
+WHERE id IN (
+    SELECT id FROM {Category._meta.db_table} WHERE slug IN (SELECT unnest(%s::text[])) ORDER BY slug FOR UPDATE
+)
+RETURNING slug
+"""
+
+
+def _ensure_categories(rows: list) -> None:
+    """Create placeholders for unknown categories (no event is lost for want of them) and mark every
+    category the events name as having sales, which keeps it from being deleted.
+
+    Only a category's first events write its row. Marking takes the row lock,
+    so a delete running meanwhile either sees the mark or goes first, and then
+    the category is created again below.
+    """
+    slugs = {slug for row in rows for slug in row.categories}
+    if not slugs:
+        return
+    known = dict(Category.objects.filter(slug__in=slugs).values_list("slug", "has_sales"))
+    present = {slug for slug, has_sales in known.items() if has_sales}
+    unmarked = sorted(slug for slug, has_sales in known.items() if not has_sales)
+    if unmarked:
+        with connection.cursor() as cursor:
+            cursor.execute(_MARK_CATEGORIES, [unmarked])
+            present.update(slug for (slug,) in cursor.fetchall())
+    Category.objects.bulk_create(
+        [Category(slug=s, name=s, is_placeholder=True, has_sales=True) for s in sorted(slugs - present)],
+        ignore_conflicts=True,
+    )
+
+
+def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree, product_id: str) -> str:
+    """'shard:slug,slug;shard:slug': each shard an event is queued for, with the boards it counts in
+    there (its categories and their ancestors in the active version's tree, each once; of a split
+    category, the part that holds the product)."""
+    boards: dict[int, list[str]] = defaultdict(list)
+    for slug in (ALL, *tree.expand(categories)):
+        board = layout.board_of(slug, product_id)
+        boards[layout.shard_of(board)].append(board)
+    return ";".join(f"{shard}:{','.join(slugs)}" for shard, slugs in sorted(boards.items()))
+
+
+class BatchIngest:
+    """The steps every kind of event goes through; a subclass names its tables and statements and
+    resolves its valid events into rows (objects with index, event_id, ts, product_id, categories
+    and digest)."""
+
+    serializer_class: type
+    id_table: str  # where event ids are unique, with the digest of the event that took each
+    stage_table: str  # a temporary table with the columns `ord`, `event_id`, `product_id`, `categories`
+    stage_columns: str  # its columns, as CREATE TABLE lists them
+    stage_types: list[str]  # their types, in order, for the binary COPY
+    insert: str  # stores the staged rows and their queue rows; returns the `ord` of each stored
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Created once per database session and emptied before each use: creating and dropping
+        # it for every batch would write the system catalogues each time. Sent with the
+        # layout's lock as one round trip.
+        cls._stage_sql = (
+            f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0);"
+            f" CREATE TEMPORARY TABLE IF NOT EXISTS {cls.stage_table} ({cls.stage_columns}) ON COMMIT DELETE ROWS;"
+            f" DELETE FROM {cls.stage_table}"
+        )
+        cls._placeholders_sql = _PLACEHOLDER_PRODUCTS.format(stage=cls.stage_table)
+
+    def __call__(self, *, events: list, source: str, now: dt.datetime | None = None) -> IngestResult:
+        """Validate `events` in order and store the valid ones; return what became of each."""
+        now = now or timezone.now()
+        valid, invalid = self._validated(events, now)
+        if not events:
+            return IngestResult()  # nothing happened: an empty call leaves no trace in the log
+        self.prepare(valid)
+        for attempt in range(1, ATTEMPTS + 1):
+            result = IngestResult(rejected=list(invalid))
+            try:
+                with transaction.atomic():
+                    self._attempt(valid, result, source, now, first=attempt == 1)
+                break
+            except Retry:
+                if attempt == ATTEMPTS:
+                    raise
+            except OperationalError as error:
+                if attempt == ATTEMPTS or getattr(error.__cause__, "sqlstate", None) not in _RETRYABLE:
+                    raise
+                time.sleep(RETRY_PAUSE * 2 ** (attempt - 1) * random.uniform(0.5, 1))
+        result.rejected.sort(key=lambda r: r["index"])
+        return result
+
+    def _validated(self, events: list, now: dt.datetime) -> tuple[list[tuple[int, dict]], list[dict]]:
+        """(index, data) of the valid events, and the rejections of the others."""
+        limit = now + dt.timedelta(seconds=rankings_settings.MAX_FUTURE_SECONDS)
+        validate = EventValidator(self.serializer_class)
+        valid: list[tuple[int, dict]] = []
+        invalid: list[dict] = []
+        for index, event in enumerate(events):
+            data, error = validate(event)
+            if error is not None:
+                invalid.append({"index": index, "id": _id_of(event), "error": error})
+            elif data["ts"] > limit:
+                invalid.append({"index": index, "id": data.get("id"), "error": too_far_ahead()})
+            else:
+                valid.append((index, data))
+        return valid, invalid
+
+    def _attempt(
+        self,
+        valid: list[tuple[int, dict]],
+        result: IngestResult,
+        source: str,
+        now: dt.datetime,
+        *,
+        first: bool,
+    ) -> None:
+        """One attempt at storing the valid events, inside the caller's transaction."""
+        done = self.attempt(valid, result, first=first)
+        result.accepted = done.accepted
+        result.duplicates = done.duplicates
+        IngestLog.objects.create(
+            at=now,
+            source=source,
+            accepted=result.accepted,
+            duplicates=result.duplicates,
+            rejected=len(result.rejected),
+            too_old=done.too_old,
+        )
+
+    def prepare(self, valid: list[tuple[int, dict]]) -> None:
+        """What to do once, before the first attempt's transaction."""
+
+    def attempt(self, valid: list[tuple[int, dict]], result: IngestResult, *, first: bool) -> Attempt:
+        """Resolve and store the valid events; rejections go to `result`."""
+        raise NotImplementedError
+
+    def staged(self, row, queue: str) -> tuple:
+        """The staging table's row of `row`, queued as `queue` (see _queue_entries)."""
+        raise NotImplementedError
+
+    def before_stage(self, rows: list) -> None:
+        """What to do under the layout's lock before the rows are staged."""
+
+    def stored_digests(self, event_ids: list[str]) -> dict[str, str]:
+        """event id -> digest of the event stored under it, for the ids already taken."""
+        if not event_ids:
+            return {}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT event_id, digest FROM {self.id_table} WHERE event_id IN (SELECT unnest(%s::text[]))",
+                [event_ids],
+            )
+            return dict(cursor.fetchall())
+
+    def store(self, rows: list, result: IngestResult) -> tuple[set[int], int]:
+        """Insert the rows in bulk; return (the indexes stored, duplicates found only at insert time).
+
+        Refuses (ShardCountMismatch) while RANKINGS_SHARDS disagrees with the
+        installation's count. The events are queued under the active version's layout,
+        read under the shared layout lock, which this transaction keeps until it commits:
+        a switch-over that re-lays out the shards waits for it and then re-keys its rows.
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(self._stage_sql)
+        number, layout = layout_checked()
+        if not rows:
+            return set(), 0
+        # Read under the same lock as the layout: a switch to a version with another tree re-queues
+        # what was queued before it, and an ingest that reads after it waits for its commit.
+        tree = version_tree(number)
+        _ensure_categories(rows)
+        self.before_stage(rows)
+        with connection.cursor() as cursor:
+            self.stage(cursor, rows, layout, tree)
+            cursor.execute(self._placeholders_sql, [sorted({row.product_id for row in rows})])
+            cursor.execute(self.insert)
+            stored = {index for (index,) in cursor.fetchall()}
+        # Once committed, these events wake their shards' ticks rather than wait for the beat.
+        tick_wake_on_commit(layout, {tree.expand(row.categories) for row in rows if row.index in stored})
+        return stored, self._late_duplicates([row for row in rows if row.index not in stored], result)
+
+    def stage(self, cursor, rows: list, layout: Layout, tree: Tree) -> None:
+        """COPY the rows, each with its queue entries, into the staging table."""
+        queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
+        with cursor.copy(f"COPY {self.stage_table} FROM STDIN (FORMAT BINARY)") as copy:
+            # Binary rows cost the server no text parsing: half the time of a text COPY.
+            copy.set_types(self.stage_types)
+            for row in rows:
+                # With split boards the queue depends on the product too (its parts).
+                key = (tuple(row.categories), row.product_id if layout.split else "")
+                queue = queue_of.get(key)
+                if queue is None:
+                    queue = queue_of[key] = _queue_entries(key[0], layout, tree, row.product_id)
+                copy.write_row(self.staged(row, queue))
+
+    def _late_duplicates(self, raced: list, result: IngestResult) -> int:
+        """Of the rows not stored (a concurrent batch took their id between our check and our insert),
+        count the resends and reject the reused ids."""
+        late_duplicates = 0
+        if raced:
+            stored = self.stored_digests([row.event_id for row in raced])
+            for row in raced:
+                if stored.get(row.event_id) == row.digest:
+                    late_duplicates += 1
+                else:
+                    result.rejected.append({"index": row.index, "id": row.event_id, "error": DUPLICATE_ID})
+        return late_duplicates
+
+
+# Unknown products become placeholders, linked to the categories their first
+# events name, before the events that refer to them are inserted. Each of the
+# batch's distinct product ids is looked up in the index (a subquery per id):
+# NOT EXISTS let the planner hash the whole catalogue for every batch instead.
+_PLACEHOLDER_PRODUCTS = f"""
+WITH created AS (
+    INSERT INTO {Product._meta.db_table} (product_id, name, price_cents, is_placeholder)
+    SELECT wanted.product_id, wanted.product_id, 0, true
+    FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(product_id, n)
+    WHERE (SELECT known.id FROM {Product._meta.db_table} known WHERE known.product_id = wanted.product_id) IS NULL
+    ORDER BY wanted.n  -- sorted ids: concurrent batches wait rather than deadlock
+    ON CONFLICT (product_id) DO NOTHING
+    RETURNING id, product_id
+)
+INSERT INTO {Product.categories.through._meta.db_table} (product_id, category_id)
+SELECT DISTINCT created.id, category.id
+FROM created
+JOIN {{stage}} stage USING (product_id)
+CROSS JOIN unnest(string_to_array(stage.categories, ',')) AS wanted(slug)
+JOIN {Category._meta.db_table} category ON category.slug = wanted.slug
+ON CONFLICT DO NOTHING
+"""
