@@ -25,11 +25,6 @@ class Sale(models.Model):
         on_delete=models.PROTECT,
         related_name="sales",
         db_index=False,  # the (product, counted_at) index serves every lookup by product
-        # No foreign key in the database: ingest creates a placeholder for an unknown product in
-        # the statement before its sales, and the key's check at commit locked every product sold
-        # (FOR KEY SHARE, a write to its row for each batch that sold it), which made concurrent
-        # batches of the best sellers queue. Deleting a product with sales is refused (PROTECT).
-        db_constraint=False,
     )
     # The categories the sale counts in: the event's, or the product's at ingest.
     categories = ArrayField(models.CharField(max_length=50))
