@@ -129,14 +129,14 @@ import os, django
 django.setup()
 from rankings.operations import backfill
 from rankings.engine import store
-real = store.shard_replace
+real = store.boards_swap
 done = []
-def replace_then_die(**kwargs):
-    real(**kwargs)
+def swap_then_die(load, **kwargs):
+    real(load, **kwargs)
     done.append(kwargs["shard"])
     if len(done) == 2:
         os._exit(9)
-store.shard_replace = replace_then_die
+store.boards_swap = swap_then_die
 backfill.version_build()
 """
 
