@@ -3,10 +3,12 @@
 A rebuild never writes the active version. It takes one consistent snapshot
 (REPEATABLE READ, begun while every shard's tick lock is held, so the
 snapshot sits exactly between two batches of each shard), lets PostgreSQL
-aggregate the raw sales in one GROUP BY, writes the new version's boards,
-then catches up by replaying the batches the ticks committed since the
-snapshot. Those batches are the very changes the active version received, so
-the new version reaches the same sequence number with the same content.
+aggregate the raw sales (a GROUP BY of the categories and one of `all`, side by
+side on two connections), streams the sums into the new version's boards as they
+come (rankings.operations.board_stream), puts each shard's in place, then
+catches up by replaying the batches the ticks committed since the snapshot.
+Those batches are the very changes the active version received, so the new
+version reaches the same sequence number with the same content.
 
 A switch-over holds every shard's lock, brings the target version up to the
 last batch, and then changes the one key readers consult: a reader sees the
