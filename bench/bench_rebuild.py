@@ -6,9 +6,10 @@ scan of the raw sales by PostgreSQL (SELECT sum(qty)), which any rebuild must
 at least make.
 
 The sales have the demo's shape (40% in the hot category, skewed products,
-20% in two categories, 14 days) but are written straight into the raw-sales
-table with one INSERT … SELECT: pushing ten million events through the API
-first would measure ingestion, not the rebuild. The shards are then marked as
+20% in two categories, never the same one twice, as ingest makes sure, 14
+days) but are written straight into the raw-sales table with one INSERT …
+SELECT: pushing ten million events through the API first would measure
+ingestion, not the rebuild. The shards are then marked as
 having aggregated them, so the rebuild replays every one.
 """
 
@@ -25,7 +26,7 @@ SIZES = tuple(
 _GENERATE = """
 INSERT INTO rankings_sale (event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at,
                            received_at, digest)
-SELECT 'gen-' || g, t, 'p' || p, cats, q, q * (199 + p %% 9800), NULL, t, now(), ''
+SELECT 'gen-' || g, t, 'p' || p, ARRAY(SELECT DISTINCT unnest(cats)), q, q * (199 + p %% 9800), NULL, t, now(), ''
 FROM (
     SELECT g,
            now() - random() * interval '14 days' AS t,

@@ -30,7 +30,7 @@ import heapq
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,25 +204,27 @@ def _build_failed(number: int, error: BaseException) -> None:
 
 # Every sale counts in its categories and in `all`: two plain GROUP BYs, with no
 # join to the catalogue or the work queue, run several times faster than one
-# over categories || 'all' that is joined to both; and on two connections that
-# share the snapshot, they run side by side. The one of `all` also counts the sales.
-_AGGREGATE_CATEGORIES = """
-SELECT u.category, s.product_id, {sums}
+# over categories || 'all' that is joined to both. The categories' is split by
+# product into PARTS, each a GROUP BY of its own (a product's sums are all in
+# one part): the first part's boards are written to Redis while PostgreSQL adds
+# up the next, where one GROUP BY would send nothing until it was all done. The
+# parts and the aggregate of `all` (which also counts the sales) run on two
+# connections that share the snapshot.
+PARTS = 4
+_PART = "mod(hashtext(s.product_id) & 2147483647, %(parts)s) = %(part)s"
+_AGGREGATE_CATEGORIES = f"""
+SELECT u.category, s.product_id, {{sums}}
 FROM rankings_sale s CROSS JOIN LATERAL unnest(s.categories) AS u(category)
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
 GROUP BY 1, 2
 """
 # With a tree, each sale counts once in every category it names and every ancestor of them.
-_AGGREGATE_CATEGORIES_TREE = (
-    """
-SELECT u.category, s.product_id, {sums}
-FROM rankings_sale s CROSS JOIN LATERAL ("""
-    + EXPAND_SQL
-    + """) AS u(category)
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+_AGGREGATE_CATEGORIES_TREE = f"""
+SELECT u.category, s.product_id, {{sums}}
+FROM rankings_sale s CROSS JOIN LATERAL ({EXPAND_SQL}) AS u(category)
+WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
 GROUP BY 1, 2
 """
-)
 _AGGREGATE_ALL = """
 SELECT count(*), %(all)s, s.product_id, {sums}
 FROM rankings_sale s
@@ -256,7 +258,7 @@ def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _
             (snapshot,) = cursor.fetchone()
         with _snapshot_connection(snapshot) as first, _snapshot_connection(snapshot) as second:
             for as_of, shards in _shards_by_bounds(states).items():
-                sales = max(sales, _aggregate_into(first, second, load, as_of, shards, live, target, tree))
+                sales = max(sales, _aggregate_into((first, second), load, as_of, shards, live, target, tree))
     live_positions = {}
     for shard in range(live.shards):
         seq, as_of = states.get(shard, (0, None))
@@ -318,47 +320,69 @@ def _snapshot_connection(snapshot: str):
 
 
 def _aggregate_into(
-    first, second, load: store.BoardsLoad, as_of, shards: list[int], live: Layout, target: Layout, tree: Tree
+    connections, load: store.BoardsLoad, as_of, shards: list[int], live: Layout, target: Layout, tree: Tree
 ) -> int:
     """Write with `load` the boards of the categories of the active layout's `shards` as of `as_of`:
     each window's sales and engagement in the snapshot, less what is pending, counted with `tree`,
-    placed by the `target` layout. The categories' aggregate streams on the `first` connection, those
-    of `all` and of engagement on the `second`. Returns how many sales were aggregated."""
+    placed by the `target` layout. The aggregates stream on the two `connections` side by side,
+    each taking the next one left. Returns how many sales were aggregated."""
     windows = list(rankings_settings.windows.values())
     sums, params = _window_sums(windows, as_of)
-    params.update(tree.sql_params())
+    params.update(tree.sql_params(), parts=PARTS)
+    by_category = (_AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES).format(sums=sums)
+    owed = _pending_sales(connections[0], sums, params, live)
+    engagement_owed = engagement_pending(connections[1], windows, as_of, live)
     with ThreadPoolExecutor(max_workers=2) as writer, ThreadPoolExecutor(max_workers=1) as side:
-        board_stream = functools.partial(
+        into = functools.partial(
             BoardStream, load, writer, windows=windows, wanted=set(shards), live=live, target=target
         )
-        owed = _pending_sales(first, sums, params, live)
-        sales = functools.partial(board_stream, metrics=("units", "revenue"), owed=owed)
-        engagement_owed = engagement_pending(second, windows, as_of, live)
-        engaged = board_stream(metrics=("views", "wishes"), owed=engagement_owed)
-        by_category = _AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES
+        sales = functools.partial(into, metrics=("units", "revenue"), owed=owed)
+        engaged = into(metrics=("views", "wishes"), owed=engagement_owed)
+        aggregates = [
+            _Aggregate(sales(), by_category, {**params, "part": 0}),
+            _Aggregate(sales(), _AGGREGATE_ALL.format(sums=sums), params, counts=True),
+            *(_Aggregate(sales(), by_category, {**params, "part": part}) for part in range(1, PARTS)),
+            _Aggregate(engaged, *engagement_query(windows, as_of, tree)),
+        ]
+        left = list(aggregates)
+        other = side.submit(_aggregates_run, left, connections[1])
+        _aggregates_run(left, connections[0])
+        other.result()  # re-raises, here, what failed in the other thread
+        for aggregate in aggregates:
+            aggregate.into.written()
+    return sum(aggregate.sales for aggregate in aggregates)
 
-        def all_and_engagement() -> int:
-            counted = _Counted(stream(second, _AGGREGATE_ALL.format(sums=sums), params))
-            sales().take(counted)
-            engaged.take(stream(second, *engagement_query(windows, as_of, tree)))
-            return counted.total
 
-        counting = side.submit(all_and_engagement)
-        sales().take(stream(first, by_category.format(sums=sums), params))
-        return counting.result()  # re-raises, here, what failed in the other thread
+@dataclass
+class _Aggregate:
+    """One GROUP BY of a rebuild and the boards its rows go to; with `counts`, its first column
+    counts the sales of the row, and `sales` adds them up."""
 
+    into: BoardStream
+    query: str
+    params: dict
+    counts: bool = False
+    sales: int = 0
 
-class _Counted:
-    """The rows of the aggregate of `all`, without their first column, the count of sales, summed in total."""
+    def run(self, connection) -> None:
+        rows = stream(connection, self.query, self.params)
+        self.into.take(self._counted(rows) if self.counts else rows)
 
-    def __init__(self, rows):
-        self.rows = rows
-        self.total = 0
-
-    def __iter__(self):
-        for count, *row in self.rows:
-            self.total += count
+    def _counted(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        for sales, *row in rows:
+            self.sales += sales
             yield row
+
+
+def _aggregates_run(left: list[_Aggregate], connection) -> None:
+    """Run on `connection` the aggregates `left`, each taken from the front (threads share the list:
+    list.pop is atomic), until none is left."""
+    while True:
+        try:
+            aggregate = left.pop(0)
+        except IndexError:
+            return
+        aggregate.run(connection)
 
 
 # A sale's revenue, a return's negative, summed as a double: a sum of bigints would be a numeric,

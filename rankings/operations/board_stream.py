@@ -72,7 +72,7 @@ class BoardStream:
 
     def take(self, rows: Iterable[tuple]) -> None:
         """Put every row (category, product id, sums in the order of `names`) on its boards, writing
-        them to Redis every WRITE_ROWS rows and once more at the end."""
+        them to Redis every WRITE_ROWS rows and once more at the end (see written)."""
         owed = self.owed
         for n, (category, product_id, *values) in enumerate(rows, 1):
             unclaimed = owed.get((category, product_id))
@@ -87,7 +87,6 @@ class BoardStream:
             if n % WRITE_ROWS == 0:
                 self._write()
         self._write()
-        self._written()
 
     def _write(self) -> None:
         """Hand the boards' members so far to the writer (once it wrote the previous batch); start anew."""
@@ -98,10 +97,11 @@ class BoardStream:
                 if members:
                     pieces.append((shard, window, metric, board, members, scores))
         self._routes, self._boards = {}, {}
-        self._written()
+        self.written()
         self._writing = self.writer.submit(self.load.write, pieces)
 
-    def _written(self) -> None:
+    def written(self) -> None:
+        """Wait until the writer wrote what it was given; raise what it could not write."""
         if self._writing is not None:
             self._writing.result()  # re-raises, here, what failed in the writer
             self._writing = None
