@@ -208,7 +208,9 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
 
 
 def _temporary_keys(redis_client) -> list[bytes]:
-    return list(redis_client.scan_iter(f"{rankings_settings.KEY_PREFIX}:*:rebuild:*", count=1000))
+    # One SCAN step of many keys: a Redis shared with other runs holds hundreds of thousands, and the
+    # keys looked for live a second.
+    return list(redis_client.scan_iter(f"{rankings_settings.KEY_PREFIX}:*:rebuild:*", count=100_000))
 
 
 def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, redis_client):

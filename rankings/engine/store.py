@@ -72,9 +72,9 @@ ACTIVE_VERSION_TTL = 1.0  # seconds
 # Members written per ZADD when a board is rebuilt: large enough to keep round
 # trips few, small enough not to block Redis for long.
 REBUILD_CHUNK = 5000
-# Keys a SCAN step of version_delete visits: a rebuild deletes first whatever Redis holds of its
-# version, and on a Redis with millions of keys, few round trips matter more than short steps.
-DELETE_SCAN_COUNT = 10_000
+# Keys a SCAN step visits when a rebuild looks for its version's keys (to delete them, or a shard's
+# stale boards): on a Redis with millions of keys, few round trips matter more than short steps.
+REBUILD_SCAN_COUNT = 10_000
 # Ranks kept in a board's blob: the first page of every list and the product
 # page badges of the best sellers come from one GET, the read that is asked most.
 BLOB_SIZE = 100
@@ -802,7 +802,7 @@ def shard_replace(
 @_translated
 def shard_board_keys(version: int, shard: int) -> list[str]:
     pattern = f"{shard_tag(version, shard)}:b:*"
-    keys = [k.decode() for k in patient().scan_iter(match=pattern, count=1000)]
+    keys = [k.decode() for k in patient().scan_iter(match=pattern, count=REBUILD_SCAN_COUNT)]
     return [k for k in keys if TEMP_MARK not in k]
 
 
@@ -825,7 +825,7 @@ def version_delete(version: int) -> int:
     r = patient()
     deleted = 0
     batch = []
-    for key in r.scan_iter(match=f"{prefix()}:v{version}:*", count=DELETE_SCAN_COUNT):
+    for key in r.scan_iter(match=f"{prefix()}:v{version}:*", count=REBUILD_SCAN_COUNT):
         batch.append(key)
         if len(batch) >= 1000:
             deleted += r.unlink(*batch)
