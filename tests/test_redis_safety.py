@@ -232,7 +232,9 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
     # then they are gone once their time is up
     time.sleep(1.5)
     assert _temporary_keys(redis_client) == []
-    # and a rebuild that completes leaves boards without any TTL
+    # and a rebuild that completes (in time: its temporary keys live a minute, so that its look for
+    # stale boards on a Redis shared with other runs cannot outlast them) leaves boards without any TTL
+    settings.RANKINGS = {**settings.RANKINGS, "REBUILD_TEMP_KEY_SECONDS": 60}
     monkeypatch.setattr(store, "shard_board_keys", real)
     store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
     board = store.board_key(1, shard, "7d", "units", "toys")
