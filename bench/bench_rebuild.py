@@ -1,23 +1,32 @@
 """Rebuilding every board from raw sales into a new version (rankings_rebuild), from 200,000 to 10,000,000 sales.
 
+BENCH_REBUILD_SIZES (say "200000,1000000") runs some sizes only. Each figure
+is set against a floor measured on the same data in the same run: one plain
+scan of the raw sales by PostgreSQL (SELECT sum(qty)), which any rebuild must
+at least make.
+
 The sales have the demo's shape (40% in the hot category, skewed products,
-20% in two categories, 14 days) but are written straight into the raw-sales
-table with one INSERT … SELECT: pushing ten million events through the API
-first would measure ingestion, not the rebuild. The shards are then marked as
+20% in two categories, never the same one twice, as ingest makes sure, 14
+days) but are written straight into the raw-sales table with one INSERT …
+SELECT: pushing ten million events through the API first would measure
+ingestion, not the rebuild. The shards are then marked as
 having aggregated them, so the rebuild replays every one.
 """
 
 import datetime as dt
+import os
 import time
 
 from bench import harness
 
-SIZES = (200_000, 1_000_000, 2_000_000, 10_000_000)
+SIZES = tuple(
+    int(size) for size in os.environ.get("BENCH_REBUILD_SIZES", "200000,1000000,2000000,10000000").split(",")
+)
 
 _GENERATE = """
 INSERT INTO rankings_sale (event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at,
                            received_at, digest)
-SELECT 'gen-' || g, t, 'p' || p, cats, q, q * (199 + p %% 9800), NULL, t, now(), ''
+SELECT 'gen-' || g, t, 'p' || p, ARRAY(SELECT DISTINCT unnest(cats)), q, q * (199 + p %% 9800), NULL, t, now(), ''
 FROM (
     SELECT g,
            now() - random() * interval '14 days' AS t,
@@ -56,6 +65,20 @@ def _generate(total: int) -> None:
     ShardState.objects.bulk_create([ShardState(shard=s, seq=0, as_of=now) for s in range(shard_count())])
 
 
+def _floor(runs: int) -> float:
+    """Seconds PostgreSQL takes to scan the raw sales once (median of `runs`)."""
+    from django.db import connection
+
+    seconds = []
+    with connection.cursor() as cursor:
+        for _ in range(runs):
+            started = time.perf_counter()
+            cursor.execute("SELECT sum(qty) FROM rankings_sale")
+            cursor.fetchone()
+            seconds.append(time.perf_counter() - started)
+    return harness.median(seconds)
+
+
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from rankings.engine import store
     from rankings.operations.backfill import version_build
@@ -64,6 +87,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     for total in SIZES:
         print(f"rebuild: {total:,} raw sales…", flush=True)
         _generate(total)
+        floor = _floor(runs)
         seconds = []
         for _ in range(runs):
             started = time.perf_counter()
@@ -73,10 +97,10 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
         s = harness.median(seconds)
         table.add(
             f"rebuild every board from {total:,} raw sales",
-            f"{s:.1f} s = {total / s:,.0f} sales/s",
-            "in-memory reference: 263,000 sales/s",
-            f"{total / s / 263_000:.1f}x",
-            "goal ≥ 1,000,000 sales/s; 10M in ≤ 15 s",
+            f"{s:.2f} s = {total / s:,.0f} sales/s",
+            f"floor, one scan of the raw sales: {floor:.3f} s",
+            f"{s / floor:.1f}x",
+            "goal ≥ 1,000,000 sales/s; 200k in ≤ 0.5 s",
         )
     return table
 

@@ -212,7 +212,9 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
 
 
 def _temporary_keys(redis_client) -> list[bytes]:
-    return list(redis_client.scan_iter(f"{rankings_settings.KEY_PREFIX}:*:rebuild:*", count=1000))
+    # One SCAN step of many keys: a Redis shared with other runs holds hundreds of thousands, and the
+    # keys looked for live a second.
+    return list(redis_client.scan_iter(f"{rankings_settings.KEY_PREFIX}:*:rebuild:*", count=100_000))
 
 
 def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, redis_client):
@@ -234,7 +236,10 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
     # then they are gone once their time is up
     time.sleep(1.5)
     assert _temporary_keys(redis_client) == []
-    # and a rebuild that completes leaves boards (larger than a blob's ranks) and blobs without any TTL
+    # and a rebuild that completes (in time: its temporary keys live a minute, so that its look for
+    # stale boards on a Redis shared with other runs cannot outlast them) leaves boards (larger than a
+    # blob's ranks) and blobs without any TTL
+    settings.RANKINGS = {**settings.RANKINGS, "REBUILD_TEMP_KEY_SECONDS": 60}
     monkeypatch.setattr(store, "shard_board_keys", real)
     members = range(store.BLOB_SIZE + 1)
     boards = {board: {f"p{i}": 5 + i for i in members} for board in boards}

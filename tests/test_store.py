@@ -60,6 +60,7 @@ CALLS = {
     "shard_replace": lambda: store.shard_replace(
         version=1, shard=0, seq=1, as_of=1.0, gen="g", boards={("7d", "units", "toys"): {"p1": 1}}
     ),
+    "boards_swap": lambda: store.boards_swap(store.BoardsLoad(1), shard=0, seq=1, as_of=1.0, gen="g"),
     "shard_board_keys": lambda: store.shard_board_keys(1, 0),
     "board_read_all": lambda: store.board_read_all(KEY),
     "shard_state": lambda: store.shard_state(1, 0),

@@ -729,7 +729,64 @@ def shard_touch(*, version: int, shard: int, seq: int, as_of: float, gen: str) -
     return bool(_script(_TOUCH)(keys=[state_key(version, shard)], args=args, client=patient()))
 
 
+class BoardsLoad:
+    """A version's rebuilt boards, written into temporary keys as they come (write, from any
+    thread), then put in place a shard at a time (boards_swap). A board's products may come in
+    several pieces; each is written once. `fresh`: the version holds no board but what this load
+    writes (its build deleted whatever Redis held of it first), so a swap need not look for others."""
+
+    def __init__(self, version: int, *, fresh: bool = False):
+        self.version = version
+        self.fresh = fresh
+        self.token = uuid.uuid4().hex[:8]
+        # shard -> the boards written to it: (window, metric, category)
+        self.boards: dict[int, set[tuple[str, str, str]]] = {}
+        self._lock = threading.Lock()
+
+    def temporary_key(self, shard: int, window: str, metric: str, category: str) -> str:
+        return f"{board_key(self.version, shard, window, metric, category)}{TEMP_MARK}{self.token}"
+
+    @_translated
+    def write(self, pieces: Iterable[tuple[int, str, str, str, list[str], list[int]]]) -> None:
+        """Add each piece (shard, window, metric, category, product ids, their positive scores) to
+        its board's temporary key, all in one pipeline; a board's first piece gives the key a TTL."""
+        ttl = rankings_settings.REBUILD_TEMP_KEY_SECONDS
+        pipe = patient().pipeline(transaction=False)
+        for shard, window, metric, category, members, scores in pieces:
+            if not members:
+                continue
+            key = self.temporary_key(shard, window, metric, category)
+            args: list = [None] * (2 * len(members))
+            args[0::2] = [-score for score in scores]
+            args[1::2] = members
+            for start in range(0, len(args), 2 * REBUILD_CHUNK):
+                pipe.execute_command("ZADD", key, *args[start : start + 2 * REBUILD_CHUNK])
+            with self._lock:
+                first = (window, metric, category) not in self.boards.setdefault(shard, set())
+                self.boards[shard].add((window, metric, category))
+            if first:
+                pipe.expire(key, ttl)
+        pipe.execute()
+
+
 @_translated
+def boards_swap(load: BoardsLoad, *, shard: int, seq: int, as_of: float, gen: str) -> None:
+    """Replace every board of the shard with the boards `load` wrote to it, and its state with
+    (seq, as_of, gen), in one step (see _SWAP)."""
+    version = load.version
+    boards = load.boards.get(shard, set())
+    pairs = [
+        (load.temporary_key(shard, *board), board_key(version, shard, *board)) for board in sorted(boards)
+    ]
+    live_keys = {live for _, live in pairs}
+    stale = [] if load.fresh else [k for k in shard_board_keys(version, shard) if k not in live_keys]
+    stale += [k.replace(":b:", ":t:", 1) for k in stale]
+    blob_keys = [k for board in sorted(boards) for k in _board_keys(version, shard, *board)]
+    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys + stale
+    args = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, len(blob_keys) // 3]
+    _script(_SWAP)(keys=keys, args=args, client=patient())
+
+
 def shard_replace(
     *,
     version: int,
@@ -740,34 +797,14 @@ def shard_replace(
     boards: dict[tuple[str, str, str], dict[str, int]],
 ) -> None:
     """Replace every board of a shard with `boards` ((window, metric, category) -> scores)."""
-    r = patient()
-    token = uuid.uuid4().hex[:8]
-    ttl = rankings_settings.REBUILD_TEMP_KEY_SECONDS
-    pairs = []
-    pipe = r.pipeline(transaction=False)
+    load = BoardsLoad(version)
+    pieces = []
     for (window, metric, category), scores in boards.items():
-        positive = [(member, -score) for member, score in scores.items() if score > 0]
-        if not positive:
-            continue
-        live = board_key(version, shard, window, metric, category)
-        temp = f"{live}{TEMP_MARK}{token}"
-        for start in range(0, len(positive), REBUILD_CHUNK):
-            pipe.zadd(temp, dict(positive[start : start + REBUILD_CHUNK]))
-            if start == 0:
-                pipe.expire(temp, ttl)
-        pairs.append((temp, live))
-    pipe.execute()
-    live_keys = {live for _, live in pairs}
-    stale = [k for k in shard_board_keys(version, shard) if k not in live_keys]
-    stale += [k.replace(":b:", ":t:", 1) for k in stale]
-    blob_keys = [
-        k
-        for window, metric, category in boards
-        for k in _board_keys(version, shard, window, metric, category)
-    ]
-    keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys + stale
-    args = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, len(blob_keys) // 3]
-    _script(_SWAP)(keys=keys, args=args, client=r)
+        positive = {member: score for member, score in scores.items() if score > 0}
+        if positive:
+            pieces.append((shard, window, metric, category, list(positive), list(positive.values())))
+    load.write(pieces)
+    boards_swap(load, shard=shard, seq=seq, as_of=as_of, gen=gen)
 
 
 @_translated

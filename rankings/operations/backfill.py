@@ -3,10 +3,12 @@
 A rebuild never writes the active version. It takes one consistent snapshot
 (REPEATABLE READ, begun while every shard's tick lock is held, so the
 snapshot sits exactly between two batches of each shard), lets PostgreSQL
-aggregate the raw sales in one GROUP BY, writes the new version's boards,
-then catches up by replaying the batches the ticks committed since the
-snapshot. Those batches are the very changes the active version received, so
-the new version reaches the same sequence number with the same content.
+aggregate the raw sales (a GROUP BY of the categories and one of `all`, side by
+side on two connections), streams the sums into the new version's boards as they
+come (rankings.operations.board_stream), puts each shard's in place, then
+catches up by replaying the batches the ticks committed since the snapshot.
+Those batches are the very changes the active version received, so the new
+version reaches the same sequence number with the same content.
 
 A switch-over holds every shard's lock, brings the target version up to the
 last batch, and then changes the one key readers consult: a reader sees the
@@ -23,11 +25,12 @@ layout's batch numbers start, so that switching back works the same way.
 """
 
 import datetime as dt
+import functools
 import heapq
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +41,7 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
-from rankings.conf import METRICS, rankings_settings
+from rankings.conf import rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
 from rankings.engine.relayout import state_rekey
@@ -48,7 +51,8 @@ from rankings.engine.split import base_of
 from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
 from rankings.engine.windows import Window
 from rankings.models import Batch, RankingVersion, ShardState
-from rankings.operations.engagement_rebuild import engagement_totals
+from rankings.operations.board_stream import BoardStream, stream
+from rankings.operations.engagement_rebuild import engagement_pending, engagement_query
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +88,9 @@ def _nothing(progress: float, message: str) -> None:
 
 # Where each phase of a build starts on its progress bar (0…1): aggregating the
 # raw sales takes most of a rebuild's time, writing the boards most of the rest.
-PROGRESS_SNAPSHOT = 0.02  # taking the snapshot and aggregating it
-PROGRESS_WRITE = 0.6  # writing the boards, shard by shard …
-PROGRESS_WRITE_SPAN = 0.3  # … over this much of the bar
+PROGRESS_SNAPSHOT = 0.02  # taking the snapshot, aggregating it and writing the boards
+PROGRESS_WRITE = 0.85  # putting the boards in place, shard by shard …
+PROGRESS_WRITE_SPAN = 0.07  # … over this much of the bar
 PROGRESS_CATCH_UP = 0.92  # replaying the batches ticked since the snapshot
 PROGRESS_DONE = 1.0
 
@@ -97,8 +101,6 @@ class _Snapshot:
 
     # the new version's shard -> (its batch sequence number, the instant its boards are exact at)
     positions: dict[int, tuple[int, float]]
-    # the new version's shard -> board (window, metric, category) -> product id -> score
-    boards: dict[int, dict]
     sales: int
     # the batch log's era the positions follow (see RankingVersion.log_era)
     era: int
@@ -153,13 +155,18 @@ def version_build(
 
 
 def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
-    """Snapshot and aggregate the raw sales, write the boards, catch up; the version is then ready."""
-    report(PROGRESS_SNAPSHOT, "taking a snapshot of the raw sales")
-    snapshot = _snapshot_aggregate(layout, version_tree(number))
+    """Snapshot and aggregate the raw sales into the boards, put them in place, catch up; the version
+    is then ready."""
+    report(PROGRESS_SNAPSHOT, "taking a snapshot of the raw sales; aggregating them into boards")
+    # A new number, but Redis may hold a leftover of it (a database restored from a backup): cleared
+    # first, the boards written are then all the version has, and putting them in place needs no SCAN.
+    store.version_delete(number)
+    load = store.BoardsLoad(number, fresh=True)
+    snapshot = _snapshot_aggregate(layout, version_tree(number), load)
     RankingVersion.objects.filter(number=number).update(log_era=snapshot.era)
     report.sales = snapshot.sales
-    report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; writing boards")
-    _write_boards(number, layout, snapshot, report)
+    report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; putting the boards in place")
+    _swap_boards(number, layout, snapshot, load, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
         _catch_up_version(number)
@@ -169,22 +176,22 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     report(PROGRESS_DONE, "ready")
 
 
-def _write_boards(number: int, layout: Layout, snapshot: _Snapshot, report: _BuildProgress) -> None:
-    """Replace each shard's boards of the version with the snapshot's, one shard at a time."""
+def _swap_boards(
+    number: int, layout: Layout, snapshot: _Snapshot, load: store.BoardsLoad, report: _BuildProgress
+) -> None:
+    """Put each shard's boards written by `load` in place of the version's, one shard at a time."""
     gen = store.generation(number)
     store.shard_layout_set(number, layout.shards, layout.pinned)
     shards = layout.shards
     for shard in range(shards):
         seq, as_of = snapshot.positions[shard]
-        store.shard_replace(
-            version=number, shard=shard, seq=seq, as_of=as_of, gen=gen, boards=snapshot.boards.pop(shard, {})
-        )
+        store.boards_swap(load, shard=shard, seq=seq, as_of=as_of, gen=gen)
         if snapshot.sources is not None:
             store.shard_sources_set(
                 version=number, shard=shard, gen=gen, sources=snapshot.sources, replace=True
             )
-        written = PROGRESS_WRITE + PROGRESS_WRITE_SPAN * (shard + 1) / shards
-        report(written, f"wrote shard {shard + 1} of {shards}")
+        placed = PROGRESS_WRITE + PROGRESS_WRITE_SPAN * (shard + 1) / shards
+        report(placed, f"put shard {shard + 1} of {shards} in place")
 
 
 def _build_failed(number: int, error: BaseException) -> None:
@@ -197,34 +204,36 @@ def _build_failed(number: int, error: BaseException) -> None:
 
 # Every sale counts in its categories and in `all`: two plain GROUP BYs, with no
 # join to the catalogue or the work queue, run several times faster than one
-# over categories || 'all' that is joined to both; and on two connections that
-# share the snapshot, they run side by side.
-_AGGREGATE_CATEGORIES = """
-SELECT u.category, s.product_id, {sums}
+# over categories || 'all' that is joined to both. The categories' is split by
+# product into PARTS, each a GROUP BY of its own (a product's sums are all in
+# one part): the first part's boards are written to Redis while PostgreSQL adds
+# up the next, where one GROUP BY would send nothing until it was all done. The
+# parts and the aggregate of `all` (which also counts the sales) run on two
+# connections that share the snapshot.
+PARTS = 4
+_PART = "mod(hashtext(s.product_id) & 2147483647, %(parts)s) = %(part)s"
+_AGGREGATE_CATEGORIES = f"""
+SELECT u.category, s.product_id, {{sums}}
 FROM rankings_sale s CROSS JOIN LATERAL unnest(s.categories) AS u(category)
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
 GROUP BY 1, 2
 """
 # With a tree, each sale counts once in every category it names and every ancestor of them.
-_AGGREGATE_CATEGORIES_TREE = (
-    """
-SELECT u.category, s.product_id, {sums}
-FROM rankings_sale s CROSS JOIN LATERAL ("""
-    + EXPAND_SQL
-    + """) AS u(category)
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
+_AGGREGATE_CATEGORIES_TREE = f"""
+SELECT u.category, s.product_id, {{sums}}
+FROM rankings_sale s CROSS JOIN LATERAL ({EXPAND_SQL}) AS u(category)
+WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
 GROUP BY 1, 2
 """
-)
 _AGGREGATE_ALL = """
-SELECT %(all)s, s.product_id, {sums}
+SELECT count(*), %(all)s, s.product_id, {sums}
 FROM rankings_sale s
 WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
-GROUP BY 2
+GROUP BY 3
 """
 
 # Sales a shard has not claimed yet are in none of its boards: their part is
-# subtracted afterwards (the queue is short, so this is a small query).
+# subtracted as the aggregate streams by (the queue is short, so this is a small query).
 _PENDING = (
     """
 SELECT p.shard, u.category, s.product_id, {sums}
@@ -239,34 +248,28 @@ GROUP BY 1, 2, 3
 )
 
 
-def _snapshot_aggregate(target: Layout, tree: Tree) -> _Snapshot:
-    """Every board of the `target` layout, counted with `tree`, as of the snapshot, each as of its
-    shard's instant in the active layout, with the positions the new version's shards start from."""
+def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _Snapshot:
+    """Write with `load` every board of the `target` layout, counted with `tree`, as of the snapshot,
+    each as of its shard's instant in the active layout; the positions the new shards start from."""
+    sales = 0
     with _snapshot_begun() as (live, states, era):
-        with connection.cursor() as cursor:
-            # One big GROUP BY: let it hash in memory rather than sort on disk,
-            # and skip JIT compilation, which costs more than it saves here.
-            cursor.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
-            cursor.execute("SET LOCAL jit = off")
-        boards: dict[int, dict] = defaultdict(lambda: defaultdict(dict))
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_export_snapshot()")
             (snapshot,) = cursor.fetchone()
-            with _snapshot_connection(snapshot) as helper:
-                sales = helper.execute("SELECT count(*) FROM rankings_sale").fetchone()[0]
-                for as_of, shards in _shards_by_instant(states).items():
-                    _aggregate_into(cursor, helper, boards, as_of, shards, live, target, tree)
+        with _snapshot_connection(snapshot) as first, _snapshot_connection(snapshot) as second:
+            for as_of, shards in _shards_by_bounds(states).items():
+                sales = max(sales, _aggregate_into((first, second), load, as_of, shards, live, target, tree))
     live_positions = {}
     for shard in range(live.shards):
         seq, as_of = states.get(shard, (0, None))
         live_positions[shard] = (seq, as_of.timestamp() if as_of else 0.0)
     if target == live:
-        return _Snapshot(positions=live_positions, boards=boards, sales=sales, era=era, sources=None)
+        return _Snapshot(positions=live_positions, sales=sales, era=era, sources=None)
     # Laid out otherwise: each shard counts its own batches from 0 and remembers each live shard's.
     latest = max((as_of for _, as_of in live_positions.values()), default=0.0)
     positions = {shard: (0, latest) for shard in range(target.shards)}
     sources = {shard: seq for shard, (seq, _) in live_positions.items()}
-    return _Snapshot(positions=positions, boards=boards, sales=sales, era=era, sources=sources)
+    return _Snapshot(positions=positions, sales=sales, era=era, sources=sources)
 
 
 @contextmanager
@@ -289,13 +292,16 @@ def _snapshot_begun():
         yield live, states, era
 
 
-def _shards_by_instant(states: dict[int, tuple[int, dt.datetime | None]]) -> dict[dt.datetime, list[int]]:
-    """The shards that have ticked, grouped by the instant their boards are exact at (one aggregate each)."""
-    by_instant: dict[dt.datetime, list[int]] = defaultdict(list)
-    for shard, (_, as_of) in states.items():
+def _shards_by_bounds(states: dict[int, tuple[int, dt.datetime | None]]) -> dict[dt.datetime, list[int]]:
+    """The shards that have ticked, grouped by the bounds of their windows at the instant their boards
+    are exact at (one aggregate each; shards a bucket apart share it), each group under one instant."""
+    windows = list(rankings_settings.windows.values())
+    by_bounds: dict[tuple, tuple[dt.datetime, list[int]]] = {}
+    for shard, (_, as_of) in sorted(states.items()):
         if as_of is not None:
-            by_instant[as_of].append(shard)
-    return by_instant
+            bounds = tuple(w.bounds(int(as_of.timestamp())) for w in windows)
+            by_bounds.setdefault(bounds, (as_of, []))[1].append(shard)
+    return dict(by_bounds.values())
 
 
 @contextmanager
@@ -314,24 +320,77 @@ def _snapshot_connection(snapshot: str):
 
 
 def _aggregate_into(
-    cursor,
-    helper,
-    boards: dict[int, dict],
-    as_of: dt.datetime,
-    shards: list[int],
-    live: Layout,
-    target: Layout,
-    tree: Tree,
-) -> None:
-    """Fill in `boards` of the categories of the active layout's `shards` as of `as_of`: each window's
-    sales in the snapshot, less those pending, counted with `tree`; placed by the `target` layout."""
+    connections, load: store.BoardsLoad, as_of, shards: list[int], live: Layout, target: Layout, tree: Tree
+) -> int:
+    """Write with `load` the boards of the categories of the active layout's `shards` as of `as_of`:
+    each window's sales and engagement in the snapshot, less what is pending, counted with `tree`,
+    placed by the `target` layout. The aggregates stream on the two `connections` side by side,
+    each taking the next one left. Returns how many sales were aggregated."""
     windows = list(rankings_settings.windows.values())
     sums, params = _window_sums(windows, as_of)
-    params.update(tree.sql_params())
-    totals = _sale_totals(cursor, helper, sums, params, tree)
-    _subtract_pending(cursor, totals, sums, params, live)
-    engaged = engagement_totals(cursor, windows, as_of, live, tree)
-    _fill_boards(boards, _with_engagement(totals, engaged, len(windows)), windows, set(shards), live, target)
+    params.update(tree.sql_params(), parts=PARTS)
+    by_category = (_AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES).format(sums=sums)
+    owed = _pending_sales(connections[0], sums, params, live)
+    engagement_owed = engagement_pending(connections[1], windows, as_of, live)
+    with ThreadPoolExecutor(max_workers=2) as writer, ThreadPoolExecutor(max_workers=1) as side:
+        into = functools.partial(
+            BoardStream, load, writer, windows=windows, wanted=set(shards), live=live, target=target
+        )
+        sales = functools.partial(into, metrics=("units", "revenue"), owed=owed)
+        engaged = into(metrics=("views", "wishes"), owed=engagement_owed)
+        aggregates = [
+            _Aggregate(sales(), by_category, {**params, "part": 0}),
+            _Aggregate(sales(), _AGGREGATE_ALL.format(sums=sums), params, counts=True),
+            *(_Aggregate(sales(), by_category, {**params, "part": part}) for part in range(1, PARTS)),
+            _Aggregate(engaged, *engagement_query(windows, as_of, tree)),
+        ]
+        left = list(aggregates)
+        other = side.submit(_aggregates_run, left, connections[1])
+        _aggregates_run(left, connections[0])
+        other.result()  # re-raises, here, what failed in the other thread
+        for aggregate in aggregates:
+            aggregate.into.written()
+    return sum(aggregate.sales for aggregate in aggregates)
+
+
+@dataclass
+class _Aggregate:
+    """One GROUP BY of a rebuild and the boards its rows go to; with `counts`, its first column
+    counts the sales of the row, and `sales` adds them up."""
+
+    into: BoardStream
+    query: str
+    params: dict
+    counts: bool = False
+    sales: int = 0
+
+    def run(self, connection) -> None:
+        rows = stream(connection, self.query, self.params)
+        self.into.take(self._counted(rows) if self.counts else rows)
+
+    def _counted(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+        for sales, *row in rows:
+            self.sales += sales
+            yield row
+
+
+def _aggregates_run(left: list[_Aggregate], connection) -> None:
+    """Run on `connection` the aggregates `left`, each taken from the front (threads share the list:
+    list.pop is atomic), until none is left."""
+    while True:
+        try:
+            aggregate = left.pop(0)
+        except IndexError:
+            return
+        aggregate.run(connection)
+
+
+# A sale's revenue, a return's negative, summed as a double: a sum of bigints would be a numeric,
+# several times slower to add up and to pass between parallel workers. Exact all the same: every
+# partial sum is of one product's sales and refunds, and ingest keeps a product's lifetime sales
+# within 2^53 - 1 (rankings.ingest.sales.MAX_PRODUCT_TOTAL) and a refund within its sale, so
+# every partial sum is an integer a double holds exactly.
+_REVENUE = "(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::float8"
 
 
 def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
@@ -348,92 +407,21 @@ def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
         stops.append(params[f"t{i}"])
         inside = f"s.counted_at >= %(f{i})s AND s.counted_at < %(t{i})s"
         sums.append(f"coalesce(sum(s.qty) FILTER (WHERE {inside}), 0)")
-        sums.append(
-            "coalesce(sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)"
-            f" FILTER (WHERE {inside}), 0)::bigint"
-        )
+        sums.append(f"coalesce(sum({_REVENUE}) FILTER (WHERE {inside}), 0)::bigint")
     params.update(oldest=min(starts), stop=max(stops))
     return ", ".join(sums), params
 
 
-def _sale_totals(cursor, helper, sums: str, params: dict, tree: Tree) -> dict[tuple[str, str], list[int]]:
-    """(category, product id) -> its window sums: the categories' GROUP BY on `cursor`, while the
-    board of every sale's runs on `helper`, a second connection on the same snapshot."""
-    totals: dict[tuple[str, str], list[int]] = {}
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        board_of_all = pool.submit(
-            lambda: helper.execute(_AGGREGATE_ALL.format(sums=sums), params).fetchall()
-        )
-        by_category = _AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES
-        cursor.execute(by_category.format(sums=sums), params)
-        while rows := cursor.fetchmany(20_000):
-            for category, product_id, *values in rows:
-                totals[(category, product_id)] = values
-        every_sale = board_of_all.result()  # re-raises, here, what failed in the other thread
-    for category, product_id, *values in every_sale:
-        totals[(category, product_id)] = values
-    return totals
-
-
-def _with_engagement(sales: dict, engaged: dict, windows: int) -> dict[tuple[str, str], list[int]]:
-    """Each (category, product id)'s sums of every window in METRICS order: the sales' two, then the
-    engagement's two (rankings.operations.engagement_rebuild), a window after another."""
-    combined = {}
-    for key in sales.keys() | engaged.keys():
-        s, e = sales.get(key), engaged.get(key)
-        values = []
-        for i in range(windows):
-            values += s[2 * i : 2 * i + 2] if s is not None else [0, 0]
-            values += e[2 * i : 2 * i + 2] if e is not None else [0, 0]
-        combined[key] = values
-    return combined
-
-
-def _subtract_pending(cursor, totals: dict, sums: str, params: dict, live: Layout) -> None:
-    """Take out of `totals` the sales a shard has not claimed yet: none of its boards holds them."""
-    cursor.execute(_PENDING.format(sums=sums), params)
-    for shard, category, product_id, *values in cursor.fetchall():
-        counted = totals.get((category, product_id))
-        if counted is not None and live.shard_of(live.board_of(category, product_id)) == shard:
-            totals[(category, product_id)] = [a - b for a, b in zip(counted, values, strict=True)]
-
-
-def _fill_boards(
-    boards: dict[int, dict],
-    totals: dict,
-    windows: list[Window],
-    wanted: set[int],
-    live: Layout,
-    target: Layout,
-) -> None:
-    """Put each positive total on its board (in its `target` shard), for the categories of the active
-    layout's `wanted` shards only."""
-    names = [(w.name, metric) for w in windows for metric in METRICS]
-    # category -> its boards, in the order of `names`; a category of a shard not wanted has none
-    boards_of: dict[str, list[dict]] = {}
-    # A category split in either layout: its sales are placed product by product (split.py).
-    split = live.split.keys() | target.split.keys()
-    for category in dict.fromkeys(category for category, _ in totals):
-        if category not in split and live.shard_of(category) in wanted:
-            shard = target.shard_of(category)
-            boards_of[category] = [boards[shard][(window, metric, category)] for window, metric in names]
-    for (category, product_id), values in totals.items():
-        if category in split:
-            if live.shard_of(live.board_of(category, product_id)) not in wanted:
-                continue
-            board = target.board_of(category, product_id)
-            shard_boards = boards[target.shard_of(board)]
-            category_boards = [shard_boards[(window, metric, board)] for window, metric in names]
-        else:
-            category_boards = boards_of.get(category)
-        if category_boards is None:
-            continue
-        for board, value in zip(category_boards, values, strict=True):
-            if value > 0:
-                board[product_id] = value
-    for shard_boards in boards.values():  # boards of categories without a positive score stay out
-        for key in [key for key, scores in shard_boards.items() if not scores]:
-            del shard_boards[key]
+def _pending_sales(connection, sums: str, params: dict, live: Layout) -> dict[tuple[str, str], list[int]]:
+    """(category, product id) -> the window sums of its sales that the shard of its board has not
+    claimed yet: none of its boards holds them."""
+    owed = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_PENDING.format(sums=sums), params)
+        for shard, category, product_id, *values in cursor.fetchall():
+            if live.shard_of(live.board_of(category, product_id)) == shard:
+                owed[(category, product_id)] = values
+    return owed
 
 
 def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:

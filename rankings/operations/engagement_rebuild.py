@@ -1,8 +1,9 @@
 """A rebuild's part of the engagement boards: views and wishes of every window, from raw events.
 
-Read in the rebuild's snapshot (rankings.operations.backfill), like the sales:
-the raw events the retention keeps hold every window, and the events a shard
-has not claimed yet are taken out, as no board of it holds them.
+Read in the rebuild's snapshot (rankings.operations.backfill) and streamed into
+the boards like the sales (rankings.operations.board_stream): the raw events the
+retention keeps hold every window, and the events a shard has not claimed yet
+are taken out, as no board of it holds them.
 """
 
 import datetime as dt
@@ -50,22 +51,24 @@ def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, str,
     return ", ".join(sums), ", ".join(queued), params
 
 
-def engagement_totals(
-    cursor, windows: list[Window], as_of: dt.datetime, live: Layout, tree: Tree = EMPTY
+def engagement_query(windows: list[Window], as_of: dt.datetime, tree: Tree = EMPTY) -> tuple[str, dict]:
+    """The aggregate of every (category, product id)'s views and wishes of each window in turn as of
+    `as_of`, counted with `tree`, and its parameters."""
+    sums, _, params = _window_counts(windows, as_of)
+    return _TOTALS.format(sums=sums), {**params, **tree.sql_params()}
+
+
+def engagement_pending(
+    connection, windows: list[Window], as_of: dt.datetime, live: Layout
 ) -> dict[tuple[str, str], list[int]]:
-    """(category, product id) -> [views, wishes] of each window in turn, as the boards of the active
-    layout's shards hold them at `as_of`: counted, less what their shard has not claimed."""
-    sums, queued, params = _window_counts(windows, as_of)
-    totals: dict[tuple[str, str], list[int]] = {}
-    cursor.execute(_TOTALS.format(sums=sums), {**params, **tree.sql_params()})
-    while rows := cursor.fetchmany(20_000):
-        for category, product_id, *values in rows:
-            totals[(category, product_id)] = values
-    cursor.execute(_PENDING.format(sums=queued), params)
-    for shard, board, product_id, *values in cursor.fetchall():
-        # A queue row names a split category's part; the totals are by category.
-        key = (base_of(board), product_id)
-        counted = totals.get(key)
-        if counted is not None and live.shard_of(board) == shard:
-            totals[key] = [a - b for a, b in zip(counted, values, strict=True)]
-    return totals
+    """(category, product id) -> the views and wishes of each window that the shard of its board (of
+    the active `live` layout) has not claimed yet: none of its boards holds them."""
+    _, queued, params = _window_counts(windows, as_of)
+    owed = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_PENDING.format(sums=queued), params)
+        for shard, board, product_id, *values in cursor.fetchall():
+            # A queue row names a split category's part; the aggregate is by category.
+            if live.shard_of(board) == shard:
+                owed[(base_of(board), product_id)] = values
+    return owed
