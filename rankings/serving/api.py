@@ -238,6 +238,7 @@ _READ_CACHE_CONTROL = f"max-age={READ_MAX_AGE}, public"
 # --- replies: one serializer per reply, for the schema and the response alike ---------------
 
 
+@functools.lru_cache(maxsize=1024)  # the same few instants, between two ticks, for every read
 def iso_text(value: dt.datetime | None) -> str | None:
     """An instant as the API writes it: ISO 8601 in UTC with a Z, to the second."""
     return value.isoformat().replace("+00:00", "Z") if value else None

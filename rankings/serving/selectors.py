@@ -46,7 +46,7 @@ PRODUCT_CACHE_SIZE = 50_000  # products
 # whole, in one query, and its names and prices are remembered as each product's would have been:
 # for PRODUCT_CACHE_SECONDS. A product created since is looked up alone; a larger catalogue is
 # asked again, to see whether it fits, a copy's lifetime later.
-CATALOGUE_COPY_AFTER = 256  # product lookups that missed memory
+CATALOGUE_COPY_AFTER = 64  # product lookups that missed memory: about what one copy of 20,000 costs
 
 # A reader process answers a repeated query from memory for this long: fresh
 # enough next to a 2-second tick, and it absorbs bursts on hot boards.
@@ -64,8 +64,9 @@ BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time,
 BOARD_COPIES = 8  # boards copied at once, per process
 
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
-_fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
-_last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
+# Each question's last answer, with when it was made (time.monotonic()): fresh for FRESH_SECONDS,
+# and the last known one after that.
+_answers: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 _products: TTLCache = TTLCache(maxsize=PRODUCT_CACHE_SIZE, ttl=PRODUCT_CACHE_SECONDS)
@@ -218,8 +219,7 @@ def answers_forget() -> None:
     global _catalogue_copy, _catalogue_misses
     with _cache_lock:
         _catalogue_copy, _catalogue_misses = _NO_COPY, 0
-        _fresh.clear()
-        _last_known.clear()
+        _answers.clear()
         _product_categories.clear()
         _products.clear()
         _board_copies.clear()
@@ -238,8 +238,7 @@ def caches_clear() -> None:
 
 def _served(key: tuple, compute, *, boards: bool = True):
     """Answer from memory when fresh; else from Redis; when Redis fails, the last known answer, flagged stale."""
-    with _cache_lock:
-        hit = _fresh.get(key)
+    hit = _fresh(key)
     if hit is not None:
         return hit
     try:
@@ -252,14 +251,22 @@ def _served(key: tuple, compute, *, boards: bool = True):
             raise store.Unreachable("the board's shard has no state in Redis")
     except store.StoreError as error:
         with _cache_lock:
-            known = _last_known.get(key)
+            known = _answers.get(key)
         if known is None:
             raise Unavailable("rankings are unavailable right now; try again shortly") from error
-        return dataclasses.replace(known, stale=True)
+        return dataclasses.replace(known[1], stale=True)
     with _cache_lock:
-        _fresh[key] = value
-        _last_known[key] = value
+        _answers[key] = (time.monotonic(), value)
     return value
+
+
+def _fresh(key: tuple):
+    """The answer to the question made less than FRESH_SECONDS ago; None when there is none."""
+    with _cache_lock:
+        known = _answers.get(key)
+    if known is not None and time.monotonic() - known[0] < FRESH_SECONDS:
+        return known[1]
+    return None
 
 
 def _reading(selector):
@@ -568,6 +575,7 @@ def _placed(category: str) -> tuple[int, int]:
     return version, _shard(category, version)
 
 
+@functools.lru_cache(maxsize=1024)  # the same few instants, between two ticks, for every read
 def instant(as_of: float | None) -> dt.datetime | None:
     """A board's as_of (epoch seconds) as a UTC datetime, to the second; None when unknown."""
     if not as_of:
@@ -717,8 +725,7 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
     for category in limits:
         category_name(category)
     keys = {category: _top_key(category, window, metric, limit, 0) for category, limit in limits.items()}
-    with _cache_lock:
-        wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
+    wanted = [category for category, key in keys.items() if _fresh(key) is None]
     heads = _heads_read(wanted, limits=limits, window=window, metric=metric)
     names = _names({pid for found in (heads or {}).values() if found for pid, _, _ in found.rows})
     ranks_then_prefetch(
