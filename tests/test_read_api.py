@@ -142,6 +142,35 @@ def test_a_product_without_sales_on_a_board_is_unranked_not_an_error(api, shop):
     assert body["rank"] is None and body["percentile"] is None and body["units"] == 0
 
 
+def test_unranked_products_read_many_times_cost_one_copy_of_the_catalogue(api, shop, monkeypatch):
+    """A reader of many unranked products: after CATALOGUE_COPY_AFTER lookups the catalogue is
+    read whole, once, and answers the rest; a product created after the copy is still found."""
+    monkeypatch.setattr(selectors, "CATALOGUE_COPY_AFTER", 2)
+    api.get("/v1/categories/gifts/top")  # the category names read
+    selectors.answers_forget()
+    with CaptureQueriesContext(connection) as queries:
+        replies = [api.get(f"/v1/products/p{i}/rank?category=gifts") for i in (1, 2, 3, 1, 2, 3, 404)]
+    assert [(r.status_code, r.json().get("rank")) for r in replies] == [(200, None)] * 6 + [(404, None)]
+    # p1 alone, then the copy (at p2), which knew p3; an id no product has is asked for alone (it
+    # may be a product created since the copy)
+    assert len(queries) == 3, [q["sql"] for q in queries]
+
+    Product.objects.create(product_id="p5", name="Drum", price_cents=100)
+    assert api.get("/v1/products/p5/rank?category=gifts").status_code == 200
+
+
+def test_a_catalogue_larger_than_the_product_memory_is_looked_up_product_by_product(api, shop, monkeypatch):
+    monkeypatch.setattr(selectors, "CATALOGUE_COPY_AFTER", 1)
+    monkeypatch.setattr(selectors, "PRODUCT_CACHE_SIZE", 3)  # the shop has 4 products
+    api.get("/v1/categories/gifts/top")  # the category names read
+    selectors.answers_forget()
+    with CaptureQueriesContext(connection) as queries:
+        replies = [api.get(f"/v1/products/p{i}/rank?category=gifts") for i in (1, 2, 3, 404)]
+    assert [r.status_code for r in replies] == [200, 200, 200, 404]
+    # the copy was tried once (at p1) and found too large; each product was then read alone
+    assert len(queries) == 5, [q["sql"] for q in queries]
+
+
 def test_ranks_in_each_of_the_products_categories(api, shop):
     body = api.get("/v1/products/p0/ranks?window=30d").json()
 

@@ -43,6 +43,13 @@ CATEGORY_CACHE_SIZE = 50_000  # categories
 # within a minute; bounded, so that memory does not grow with the catalogue.
 PRODUCT_CACHE_SECONDS = 60.0  # seconds
 PRODUCT_CACHE_SIZE = 50_000  # products
+# A reader of random products among many misses that memory on nearly every read, and one query
+# per read costs PostgreSQL and the reader more than the read itself. So once this many lookups
+# have missed it since the last copy, a catalogue of at most PRODUCT_CACHE_SIZE products is read
+# whole, in one query, and its names and prices are remembered as each product's would have been:
+# for PRODUCT_CACHE_SECONDS. A product created since is looked up alone; a larger catalogue is
+# asked again, to see whether it fits, a copy's lifetime later.
+CATALOGUE_COPY_AFTER = 64  # product lookups that missed memory: about what one copy of 20,000 costs
 
 # A reader process answers a repeated query from memory for this long: fresh
 # enough next to a 2-second tick, and it absorbs bursts on hot boards.
@@ -61,8 +68,9 @@ BOARD_COPIES = 8  # boards copied at once, per process
 
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _UNREAD = object()  # a slug this process has not looked up (or not lately)
-_fresh: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
-_last_known: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
+# Each question's last answer, with when it was made (time.monotonic()): fresh for FRESH_SECONDS,
+# and the last known one after that.
+_answers: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
 _products: TTLCache = TTLCache(maxsize=PRODUCT_CACHE_SIZE, ttl=PRODUCT_CACHE_SECONDS)
@@ -212,9 +220,10 @@ class UnitsPerPeriod:
 
 def answers_forget() -> None:
     """Forget every remembered answer (fresh and last known) and product name."""
+    global _catalogue_copy, _catalogue_misses
     with _cache_lock:
-        _fresh.clear()
-        _last_known.clear()
+        _catalogue_copy, _catalogue_misses = _NO_COPY, 0
+        _answers.clear()
         _product_categories.clear()
         _products.clear()
         _board_copies.clear()
@@ -233,8 +242,7 @@ def caches_clear() -> None:
 
 def _served(key: tuple, compute, *, boards: bool = True):
     """Answer from memory when fresh; else from Redis; when Redis fails, the last known answer, flagged stale."""
-    with _cache_lock:
-        hit = _fresh.get(key)
+    hit = _fresh(key)
     if hit is not None:
         return hit
     try:
@@ -247,14 +255,22 @@ def _served(key: tuple, compute, *, boards: bool = True):
             raise store.Unreachable("the board's shard has no state in Redis")
     except store.StoreError as error:
         with _cache_lock:
-            known = _last_known.get(key)
+            known = _answers.get(key)
         if known is None:
             raise Unavailable("rankings are unavailable right now; try again shortly") from error
-        return dataclasses.replace(known, stale=True)
+        return dataclasses.replace(known[1], stale=True)
     with _cache_lock:
-        _fresh[key] = value
-        _last_known[key] = value
+        _answers[key] = (time.monotonic(), value)
     return value
+
+
+def _fresh(key: tuple):
+    """The answer to the question made less than FRESH_SECONDS ago; None when there is none."""
+    with _cache_lock:
+        known = _answers.get(key)
+    if known is not None and time.monotonic() - known[0] < FRESH_SECONDS:
+        return known[1]
+    return None
 
 
 def _reading(selector):
@@ -444,6 +460,17 @@ def categories_forget() -> None:
 # --- products -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _CatalogueCopy:
+    read: float  # time.monotonic() just before the read
+    rows: dict[str, tuple[str, int]]  # product id -> (name, price in cents); empty when too large
+
+
+_NO_COPY = _CatalogueCopy(read=float("-inf"), rows={})
+_catalogue_copy = _NO_COPY
+_catalogue_misses = 0  # lookups that missed memory since the last copy
+
+
 # The one catalogue query of a rank read: written out, because building it through the ORM costs
 # five times the query itself (0.5 ms against 0.1 ms) and a random product misses every cache.
 _PRODUCT_ROW = f"SELECT name, price_cents FROM {Product._meta.db_table} WHERE product_id = %s"
@@ -455,17 +482,53 @@ def _product_row(product_id: str) -> tuple[str, int] | None:
         return cursor.fetchone()
 
 
+# Every product, when there are at most `limit` - 1 of them (see CATALOGUE_COPY_AFTER).
+_CATALOGUE = f"SELECT product_id, name, price_cents FROM {Product._meta.db_table} LIMIT %s"
+
+
+def _catalogue_read(product_id: str) -> tuple[str, int] | None:
+    """The product's row from PostgreSQL: alone, or in a copy of the whole catalogue when
+    CATALOGUE_COPY_AFTER lookups have missed memory since the last copy (at most one a
+    PRODUCT_CACHE_SECONDS); None when no product has the id."""
+    global _catalogue_copy, _catalogue_misses
+    now = time.monotonic()
+    with _cache_lock:
+        _catalogue_misses += 1
+        due = (
+            _catalogue_misses >= CATALOGUE_COPY_AFTER and now - _catalogue_copy.read >= PRODUCT_CACHE_SECONDS
+        )
+        if due:
+            _catalogue_misses = 0
+    if not due:
+        return _product_row(product_id)
+    with connection.cursor() as cursor:
+        cursor.execute(_CATALOGUE, [PRODUCT_CACHE_SIZE + 1])
+        rows = {pid: (name, price) for pid, name, price in cursor.fetchall()}
+    copy = _CatalogueCopy(read=now, rows=rows if len(rows) <= PRODUCT_CACHE_SIZE else {})
+    with _cache_lock:
+        _catalogue_copy = copy
+    return copy.rows.get(product_id) if copy.rows else _product_row(product_id)
+
+
+def _product_known(product_id: str) -> tuple[str, int] | None:
+    """(name, price in cents) as remembered: looked up alone or in the catalogue's copy."""
+    with _cache_lock:
+        known = _products.get(product_id)
+        if known is None and time.monotonic() - _catalogue_copy.read < PRODUCT_CACHE_SECONDS:
+            known = _catalogue_copy.rows.get(product_id)
+    return known
+
+
 def _product(product_id: str) -> tuple[str, int] | None:
     """The catalogue's (name, price in cents); None when PostgreSQL does not answer (the boards may
     still know the product); NotFound for an id no product has."""
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
-    with _cache_lock:
-        known = _products.get(product_id)
+    known = _product_known(product_id)
     if known is not None:
         return known
     try:
-        found = _product_row(product_id)
+        found = _catalogue_read(product_id)
     except DatabaseError:
         _catalogue_unreachable()
         return None
@@ -479,11 +542,10 @@ def _product(product_id: str) -> tuple[str, int] | None:
 def _names(product_ids) -> dict[str, str]:
     """Names of the products the catalogue knows: remembered ones from memory, the rest in one query."""
     names: dict[str, str] = {}
-    with _cache_lock:
-        for product_id in product_ids:
-            known = _products.get(product_id)
-            if known is not None:
-                names[product_id] = known[0]
+    for product_id in product_ids:
+        known = _product_known(product_id)
+        if known is not None:
+            names[product_id] = known[0]
     missing = [product_id for product_id in product_ids if product_id not in names]
     if not missing:
         return names
@@ -554,7 +616,11 @@ def _layout(version: int) -> Layout:
         if layout is None:
             raise store.Unreachable(f"the shard layout of version {version} is unknown")
     shards, pinned = layout
-    return Layout(shards, tuple(pinned))
+    return _layout_of(shards, tuple(pinned))
+
+
+# A version's layout never changes: each is made once (with what it derives, such as its split).
+_layout_of = functools.lru_cache(maxsize=store.REMEMBERED_PREFIXES)(Layout)
 
 
 def _placed(category: str) -> tuple[int, int]:
@@ -563,6 +629,7 @@ def _placed(category: str) -> tuple[int, int]:
     return version, _shard(category, version)
 
 
+@functools.lru_cache(maxsize=1024)  # the same few instants, between two ticks, for every read
 def instant(as_of: float | None) -> dt.datetime | None:
     """A board's as_of (epoch seconds) as a UTC datetime, to the second; None when unknown."""
     if not as_of:
@@ -714,8 +781,7 @@ def boards_top_many(*, limits: dict[str, int], window: str, metric: str) -> dict
         if category not in known:
             raise NotFound(f"unknown category '{category}'")
     keys = {category: _top_key(category, window, metric, limit, 0) for category, limit in limits.items()}
-    with _cache_lock:
-        wanted = [category for category, key in keys.items() if _fresh.get(key) is None]
+    wanted = [category for category, key in keys.items() if _fresh(key) is None]
     heads = _heads_read(wanted, limits=limits, window=window, metric=metric)
     names = _names({pid for found in (heads or {}).values() if found for pid, _, _ in found.rows})
     ranks_then_prefetch(
