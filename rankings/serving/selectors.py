@@ -220,9 +220,9 @@ class UnitsPerPeriod:
 
 def answers_forget() -> None:
     """Forget every remembered answer (fresh and last known) and product name."""
-    global _catalogue_copy, _catalogue_misses
+    global _catalogue_copied, _catalogue_misses
     with _cache_lock:
-        _catalogue_copy, _catalogue_misses = _NO_COPY, 0
+        _catalogue_copied, _catalogue_misses = float("-inf"), 0
         _answers.clear()
         _product_categories.clear()
         _products.clear()
@@ -460,14 +460,7 @@ def categories_forget() -> None:
 # --- products -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _CatalogueCopy:
-    read: float  # time.monotonic() just before the read
-    rows: dict[str, tuple[str, int]]  # product id -> (name, price in cents); empty when too large
-
-
-_NO_COPY = _CatalogueCopy(read=float("-inf"), rows={})
-_catalogue_copy = _NO_COPY
+_catalogue_copied = float("-inf")  # time.monotonic() of the last copy of the whole catalogue
 _catalogue_misses = 0  # lookups that missed memory since the last copy
 
 
@@ -487,36 +480,27 @@ _CATALOGUE = f"SELECT product_id, name, price_cents FROM {Product._meta.db_table
 
 
 def _catalogue_read(product_id: str) -> tuple[str, int] | None:
-    """The product's row from PostgreSQL: alone, or in a copy of the whole catalogue when
-    CATALOGUE_COPY_AFTER lookups have missed memory since the last copy (at most one a
-    PRODUCT_CACHE_SECONDS); None when no product has the id."""
-    global _catalogue_copy, _catalogue_misses
+    """The product's row from PostgreSQL: alone, or with the whole catalogue, copied into the
+    products' memory, when CATALOGUE_COPY_AFTER lookups have missed it since the last copy (at
+    most one a PRODUCT_CACHE_SECONDS, and only of a catalogue that memory holds whole); None when
+    no product has the id."""
+    global _catalogue_copied, _catalogue_misses
     now = time.monotonic()
     with _cache_lock:
         _catalogue_misses += 1
-        due = (
-            _catalogue_misses >= CATALOGUE_COPY_AFTER and now - _catalogue_copy.read >= PRODUCT_CACHE_SECONDS
-        )
+        due = _catalogue_misses >= CATALOGUE_COPY_AFTER and now - _catalogue_copied >= PRODUCT_CACHE_SECONDS
         if due:
-            _catalogue_misses = 0
+            _catalogue_copied, _catalogue_misses = now, 0
     if not due:
         return _product_row(product_id)
     with connection.cursor() as cursor:
         cursor.execute(_CATALOGUE, [PRODUCT_CACHE_SIZE + 1])
         rows = {pid: (name, price) for pid, name, price in cursor.fetchall()}
-    copy = _CatalogueCopy(read=now, rows=rows if len(rows) <= PRODUCT_CACHE_SIZE else {})
+    if len(rows) > PRODUCT_CACHE_SIZE:
+        return _product_row(product_id)
     with _cache_lock:
-        _catalogue_copy = copy
-    return copy.rows.get(product_id) if copy.rows else _product_row(product_id)
-
-
-def _product_known(product_id: str) -> tuple[str, int] | None:
-    """(name, price in cents) as remembered: looked up alone or in the catalogue's copy."""
-    with _cache_lock:
-        known = _products.get(product_id)
-        if known is None and time.monotonic() - _catalogue_copy.read < PRODUCT_CACHE_SECONDS:
-            known = _catalogue_copy.rows.get(product_id)
-    return known
+        _products.update(rows)
+    return rows.get(product_id)
 
 
 def _product(product_id: str) -> tuple[str, int] | None:
@@ -524,7 +508,8 @@ def _product(product_id: str) -> tuple[str, int] | None:
     still know the product); NotFound for an id no product has."""
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
-    known = _product_known(product_id)
+    with _cache_lock:
+        known = _products.get(product_id)
     if known is not None:
         return known
     try:
@@ -542,10 +527,11 @@ def _product(product_id: str) -> tuple[str, int] | None:
 def _names(product_ids) -> dict[str, str]:
     """Names of the products the catalogue knows: remembered ones from memory, the rest in one query."""
     names: dict[str, str] = {}
-    for product_id in product_ids:
-        known = _product_known(product_id)
-        if known is not None:
-            names[product_id] = known[0]
+    with _cache_lock:
+        for product_id in product_ids:
+            known = _products.get(product_id)
+            if known is not None:
+                names[product_id] = known[0]
     missing = [product_id for product_id in product_ids if product_id not in names]
     if not missing:
         return names
@@ -742,27 +728,18 @@ def _top_key(category: str, window: str, metric: str, limit: int, offset: int) -
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
     version = store.active_version()
     layout = _layout(version)
+    ranks = {
+        "window": window,
+        "metric": metric,
+        "category": category,
+        "start": offset,
+        "stop": offset + limit - 1,
+    }
     if category in layout.split:
-        found = merge.board_slice(
-            version=version,
-            layout=layout,
-            window=window,
-            metric=metric,
-            category=category,
-            start=offset,
-            stop=offset + limit - 1,
-        )
+        found = merge.board_slice(version=version, layout=layout, **ranks)
         return _board(category, window, metric, offset, found)
     shard = layout.shard_of(category)
-    found = store.board_slice(
-        version=version,
-        shard=shard,
-        window=window,
-        metric=metric,
-        category=category,
-        start=offset,
-        stop=offset + limit - 1,
-    )
+    found = store.board_slice(version=version, shard=shard, **ranks)
     (sales,) = _sales_beside(version, window, metric, [(shard, category, [pid for pid, _, _ in found.rows])])
     return _board(category, window, metric, offset, found, sales=sales)
 
