@@ -473,3 +473,30 @@ def test_random_tree_edits_going_live_match_the_batch_recompute(part):
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+
+
+@pytest.mark.parametrize("kind", ["sale", "view"])
+@pytest.mark.django_db(transaction=True)
+def test_a_switch_does_not_put_in_an_hour_s_snapshot_an_event_after_it(kind):
+    """An event a moment ahead of the clock, queued on no shard of c5 (c2 is under c1, c5's shard is
+    neither c2's, c1's nor `all`'s), counts in c5 once c1 moves under c5 and the move goes live. It
+    is still waiting in the other shards' queues: c5's shard claims it in its turn, so the first
+    tick, on the hour, leaves it out of that hour's snapshot of c5 as of every other board."""
+    history = TreeEditHistory()
+    layout = active_layout()[1]
+    assert layout.shard_of("c5") not in {layout.shard_of(slug) for slug in (ALL, "c1", "c2")}
+    history.parents = {slug: None for slug in CATEGORIES} | {"c2": "c1"}
+    for slug in CATEGORIES:
+        Category.objects.create(slug=slug, name=slug)
+    Category.objects.filter(slug="c2").update(parent=Category.objects.get(slug="c1"))
+    backfill.version_build(activate=True)
+    assert history.shop.now.timestamp() % HOUR == 0
+    ahead = dt.timedelta(seconds=-141)
+    if kind == "sale":
+        history.shop.send(history.shop.sale("p2", categories=["c2"], ago=ahead))
+    else:
+        history.shop.engage(history.shop.engagement("p2", kind=kind, categories=["c2"], ago=ahead))
+    Category.objects.filter(slug="c1").update(parent=Category.objects.get(slug="c5"))
+    history.parents["c1"] = "c5"
+    history.rebuild_and_switch()
+    history.tick(batch_size=1, product="p2", category="c5")

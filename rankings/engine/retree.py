@@ -16,6 +16,12 @@ that every ingest shares (so no sale is queued under the tree being left):
   category's shard (they are not in that shard's boards yet);
 - each pending row of a shard holding affected categories names, of those,
   the ones the sale counts in under the new tree, and the others as before;
+- a sale still waiting in another shard's queue that the old tree queued on
+  none of this shard's boards (it is in none of its buckets) is queued on this
+  shard too, for the affected categories it counts in under the new tree: it
+  enters their boards as every sale does, by a tick's claim, so an hour's
+  snapshot that tick takes first holds it only if it counts by then
+  (rankings.engine.snapshots), as had the new tree been in force when it came;
 - the caller then rewrites, from the buckets, every board of each shard that
   holds an affected category (aggregate.shard_rebuild), for the version it
   switches to.
@@ -86,6 +92,36 @@ _PENDING_ENGAGEMENT_OF_SHARDS = """
 SELECT shard, entry, categories, named FROM rankings_pendingengagement WHERE shard = ANY(%s)
 """
 
+# The events waiting in any shard's queue that count in an affected category (those naming one of
+# `covering`): product, categories named, the shards they wait in, then the columns of a queue row
+# of theirs that _WAITING_ADD takes after the shard and the categories.
+_WAITING = """
+SELECT s.product_id, s.categories, array_agg(p.shard), p.sale_id, p.counted_at
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+WHERE s.categories && %s::varchar[]
+GROUP BY p.sale_id, p.counted_at, s.product_id, s.categories
+"""
+_WAITING_ADD = """
+INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
+SELECT v.shard, v.sale_id, v.counted_at, string_to_array(v.categories, ',')
+FROM unnest(%s::smallint[], %s::text[], %s::bigint[], %s::timestamptz[]) AS v(shard, categories, sale_id, counted_at)
+"""
+# A group's rows on its shards share the entry, product, second, categories named and counts.
+_WAITING_ENGAGEMENT = """
+SELECT product_id, named, array_agg(shard), entry, product_id, array_to_string(named, ','), ts, views, wishes,
+       min(queued_at)
+FROM rankings_pendingengagement
+WHERE named && %s::varchar[]
+GROUP BY entry, product_id, named, ts, views, wishes
+"""
+_WAITING_ENGAGEMENT_ADD = """
+INSERT INTO rankings_pendingengagement (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
+SELECT v.shard, v.entry, v.product_id, v.ts, string_to_array(v.categories, ','), string_to_array(v.named, ','),
+       v.views, v.wishes, v.queued_at
+FROM unnest(%s::smallint[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::integer[],
+            %s::integer[], %s::timestamptz[]) AS v(shard, categories, entry, product_id, named, ts, views, wishes, queued_at)
+"""
+
 _PENDING_OF_SHARDS = """
 SELECT p.shard, p.sale_id, p.categories, s.categories
 FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
@@ -111,10 +147,10 @@ _PENDING_SET, _PENDING_DROP = _queue_rewrites("rankings_pendingsale", "sale_id")
 _PENDING_ENGAGEMENT_SET, _PENDING_ENGAGEMENT_DROP = _queue_rewrites("rankings_pendingengagement", "entry")
 
 
-def tree_recount(*, layout: Layout, tree: Tree, affected: set[str]) -> set[int]:
-    """Count the `affected` categories' buckets and queue entries again under `tree`; inside the
-    caller's transaction, with every shard's lock held. Returns the shards whose boards the caller
-    must rewrite from the buckets."""
+def tree_recount(*, layout: Layout, old: Tree, tree: Tree, affected: set[str]) -> set[int]:
+    """Count the `affected` categories' buckets and queue entries again under `tree` (the active
+    version's being `old`); inside the caller's transaction, with every shard's lock held. Returns
+    the shards whose boards the caller must rewrite from the buckets."""
     if not affected:
         return set()
     slugs = sorted(affected)
@@ -132,6 +168,8 @@ def tree_recount(*, layout: Layout, tree: Tree, affected: set[str]) -> set[int]:
         # The queues first: a bucket's views and wishes are the raw events less the re-counted queue.
         _pending_recount(cursor, tree, shard_of)
         _pending_recount(cursor, tree, shard_of, engagement=True)
+        _pending_add(cursor, layout, (old, tree), shard_of)
+        _pending_add(cursor, layout, (old, tree), shard_of, engagement=True)
         _buckets_recount(cursor, tree, slugs, shard_of, min(instants, default=None))
     return set(shard_of.values())
 
@@ -148,10 +186,7 @@ def _buckets_recount(
     params = {
         "affected": slugs,
         "shards": [shard_of[slug] for slug in slugs],
-        # A sale counts in an affected category only if it names it or one of its descendants.
-        "covering": sorted(
-            slug for slug in {*tree.parents, *slugs} if not set(tree.expand([slug])).isdisjoint(slugs)
-        ),
+        "covering": _covering(tree, slugs),
         "oldest": max(min(cutoffs), 0),
         "sizes": sizes,
         "cutoffs": cutoffs,
@@ -161,12 +196,24 @@ def _buckets_recount(
     cursor.execute(_RECOUNT_ENGAGEMENT_BUCKETS, params)
 
 
-def _pending_recount(cursor, tree: Tree, shard_of: dict[str, int], *, engagement: bool = False) -> None:
-    """Each pending row (of sales, or of engagement) of a shard with affected categories: those its
-    events count in under `tree`."""
+def _covering(tree: Tree, slugs: list[str]) -> list[str]:
+    """The categories whose events count in one of `slugs` under `tree`: a sale counts in an
+    affected category only if it names it or one of its descendants."""
+    return sorted(slug for slug in {*tree.parents, *slugs} if not set(tree.expand([slug])).isdisjoint(slugs))
+
+
+def _affected_in(shard_of: dict[str, int]) -> dict[int, set[str]]:
+    """shard -> the affected categories it holds."""
     affected_in: dict[int, set[str]] = {}
     for slug, shard in shard_of.items():
         affected_in.setdefault(shard, set()).add(slug)
+    return affected_in
+
+
+def _pending_recount(cursor, tree: Tree, shard_of: dict[str, int], *, engagement: bool = False) -> None:
+    """Each pending row (of sales, or of engagement) of a shard with affected categories: those its
+    events count in under `tree`."""
+    affected_in = _affected_in(shard_of)
     read, update, drop = (
         (_PENDING_ENGAGEMENT_OF_SHARDS, _PENDING_ENGAGEMENT_SET, _PENDING_ENGAGEMENT_DROP)
         if engagement
@@ -186,3 +233,28 @@ def _pending_recount(cursor, tree: Tree, shard_of: dict[str, int], *, engagement
         cursor.execute(update, [list(column) for column in zip(*changed, strict=True)])
     if emptied:
         cursor.execute(drop, [list(column) for column in zip(*emptied, strict=True)])
+
+
+def _pending_add(
+    cursor, layout: Layout, trees: tuple[Tree, Tree], shard_of: dict[str, int], *, engagement: bool = False
+) -> None:
+    """Queue on each shard with affected categories, for those it counts in under the new tree of
+    `trees` (old, new), every sale (or group of engagement events) that waits in other shards'
+    queues and that the old tree queued on none of this shard's boards: it is in none of its
+    buckets, and counted into them at once it would be in the snapshot of an hour before it counts."""
+    old, tree = trees
+    affected_in = _affected_in(shard_of)
+    read, add = (_WAITING_ENGAGEMENT, _WAITING_ENGAGEMENT_ADD) if engagement else (_WAITING, _WAITING_ADD)
+    cursor.execute(read, [_covering(tree, sorted(shard_of))])
+    added = []
+    for product_id, named, waiting_in, *row in cursor.fetchall():
+        queued_on = layout.queued(old.expand(named), product_id)
+        counted = tree.expand(named)
+        for shard, here in affected_in.items():
+            if shard in waiting_in or shard in queued_on:
+                continue  # its row here is re-counted above, or the shard has claimed it
+            categories = [slug for slug in counted if slug in here]
+            if categories:
+                added.append((shard, ",".join(categories), *row))
+    if added:
+        cursor.execute(add, [list(column) for column in zip(*added, strict=True)])

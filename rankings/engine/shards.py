@@ -80,6 +80,16 @@ class Layout:
         parts = self.split.get(slug)
         return (slug,) if parts is None else part_names(slug, parts)
 
+    def queued(self, counted: Iterable[str], product_id: str) -> dict[int, list[str]]:
+        """Each shard an event of `product_id` counting in `counted` (its categories and their
+        ancestors) is queued on, with the boards it counts in there: `all`'s first, then the
+        categories' (of a split category, the part that holds the product)."""
+        boards: dict[int, list[str]] = {}
+        for slug in (ALL, *counted):
+            board = self.board_of(slug, product_id)
+            boards.setdefault(self.shard_of(board), []).append(board)
+        return boards
+
     def shards_of(self, slug: str) -> list[int]:
         """The shards of `slug`'s boards (its parts' for a split category)."""
         return [self.shard_of(board) for board in self.boards_of(slug)]

@@ -19,7 +19,6 @@ import datetime as dt
 import json
 import random
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.db import OperationalError, connection, transaction
@@ -29,7 +28,7 @@ from rest_framework.exceptions import ValidationError
 from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import locks
-from rankings.engine.shards import ALL, Layout, layout_checked
+from rankings.engine.shards import Layout, layout_checked
 from rankings.engine.tree import Tree, version_tree
 from rankings.ingest.events import EventIdField, EventValidator, duration_text
 from rankings.models import IngestLog
@@ -163,10 +162,7 @@ def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree, prod
     """'shard:slug,slug;shard:slug': each shard an event is queued for, with the boards it counts in
     there (its categories and their ancestors in the active version's tree, each once; of a split
     category, the part that holds the product)."""
-    boards: dict[int, list[str]] = defaultdict(list)
-    for slug in (ALL, *tree.expand(categories)):
-        board = layout.board_of(slug, product_id)
-        boards[layout.shard_of(board)].append(board)
+    boards = layout.queued(tree.expand(categories), product_id)
     return ";".join(f"{shard}:{','.join(slugs)}" for shard, slugs in sorted(boards.items()))
 
 

@@ -557,19 +557,19 @@ def version_switch(*, number: int) -> RankingVersion:
             )
         previous, live = active_layout()
         layout = version_layout(number)
-        tree = version_tree(number)
+        old, tree = version_tree(previous), version_tree(number)
         # The categories that count other sales under the target's tree than under the active one's.
-        affected = tree_affected(version_tree(previous), tree)
+        affected = tree_affected(old, tree)
         with locks.all_shards_lock(max(live.shards, layout.shards)):
             if layout == live:
                 _catch_up_version(number)
                 with transaction.atomic():
-                    _retree(number, layout, tree, affected)
+                    _retree(number, layout, (old, tree), affected)
                     # A tree change, like a re-layout, starts a new era: the batches logged from now
                     # on count the affected categories otherwise than those before.
                     epoch = _activate(number, relayout=bool(affected))
             else:
-                epoch = _switch_relayout(number, previous, layout, tree, affected)
+                epoch = _switch_relayout(number, previous, layout, (old, tree), affected)
             # Only once committed: a pointer naming a switch that rolled back could not be undone.
             # Still under every shard's lock; should this fail, the next tick sets it. The layout goes
             # with the pointer, in one transaction: a reader that finds one finds the other.
@@ -581,7 +581,7 @@ def version_switch(*, number: int) -> RankingVersion:
     return target
 
 
-def _retree(number: int, layout: Layout, tree: Tree, affected: set[str]) -> None:
+def _retree(number: int, layout: Layout, trees: tuple[Tree, Tree], affected: set[str]) -> None:
     """In the switch's transaction: count the affected categories again under the target's tree
     (buckets and queue, rankings.engine.retree) and rewrite the target's shards that hold them from
     the buckets. The batches the target caught up with counted those categories with the other
@@ -589,7 +589,8 @@ def _retree(number: int, layout: Layout, tree: Tree, affected: set[str]) -> None
     if not affected:
         return
     gen = _version_gen(number)
-    for shard in sorted(tree_recount(layout=layout, tree=tree, affected=affected)):
+    old, tree = trees
+    for shard in sorted(tree_recount(layout=layout, old=old, tree=tree, affected=affected)):
         ShardState.objects.get_or_create(shard=shard)  # a shard that never ticked: empty boards
         shard_rebuild(shard=shard, version=number, gen=gen)
 
@@ -609,7 +610,9 @@ def _activate(number: int, *, relayout: bool) -> int:
     return epoch
 
 
-def _switch_relayout(number: int, previous: int, layout: Layout, tree: Tree, affected: set[str]) -> int:
+def _switch_relayout(
+    number: int, previous: int, layout: Layout, trees: tuple[Tree, Tree], affected: set[str]
+) -> int:
     """Switch to a version laid out otherwise; the caller holds every shard's lock of both layouts.
 
     Every shard is settled at one instant (its recorded batches applied, its queue claimed), so that
@@ -646,7 +649,7 @@ def _switch_relayout(number: int, previous: int, layout: Layout, tree: Tree, aff
     try:
         with transaction.atomic():
             state_rekey(layout=layout, previous=live, positions=positions, as_of=as_of)
-            _retree(number, layout, tree, affected)
+            _retree(number, layout, trees, affected)
             return _activate(number, relayout=True)
     except OperationalError as error:  # the layout lock was not granted in time
         raise VersionError(
