@@ -4,7 +4,7 @@ For each shard, under that shard's advisory lock, a tick repeats until the
 shard's queue is empty:
 
 1. In one PostgreSQL transaction: claim up to BATCH_SIZE pending sales
-   (DELETE … FOR UPDATE SKIP LOCKED: no cursor, nothing skipped or repeated),
+   (DELETE … RETURNING of the rows it sees: no cursor, nothing skipped or repeated),
    compute the net change of every board as the clock moves from the shard's
    last instant to `now` — the claimed sales inside each window, plus the
    buckets that entered it, minus the buckets that left it, all read before
@@ -31,6 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
@@ -354,11 +355,15 @@ def _apply_step(
         report.rebuilt_shards += 1
 
 
+# A change's window, category, metric and product: its board's changes side by side.
+_BOARD_ORDER = itemgetter(0, 2, 1, 3)
+
+
 def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
     """The changes cut into steps of at most MAX_BATCH_CHANGES, a board's changes kept together
     where they fit (fewer blobs rewritten); always at least one step, possibly empty."""
     limit = rankings_settings.MAX_BATCH_CHANGES
-    ordered = sorted(changes, key=lambda c: (c.window, c.category, c.metric, c.product_id))
+    ordered = sorted(changes, key=_BOARD_ORDER)
     return [ordered[i : i + limit] for i in range(0, len(ordered), limit)] or [[]]
 
 
@@ -381,7 +386,7 @@ def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
         seq=batch.seq,
         as_of=_epoch(batch.as_of),
         gen=gen,
-        changes=[store.Change(*row) for row in batch.changes],
+        changes=batch.changes,
     )
 
 
@@ -396,14 +401,20 @@ CREATE TEMPORARY TABLE tick_facts (
 
 # The queue row names the boards of this shard the sale counts in: the
 # catalogue is not consulted, so a category deleted meanwhile loses nothing.
+# The claim takes the shard's first `limit` rows visible to its statement, by sale id, and no
+# row it cannot see: a sale committed meanwhile, whatever its id, waits for the next claim.
+# Deleting by that bound reads each row once and locks none beforehand; no other transaction
+# claims from the shard meanwhile (the claimer holds its state's row lock).
 _CLAIM = """
 WITH claimed AS (
     DELETE FROM rankings_pendingsale p
-    WHERE p.shard = %(shard)s AND p.sale_id IN (
+    WHERE p.shard = %(shard)s
+      AND (%(until)s::timestamptz IS NULL OR p.counted_at <= %(until)s::timestamptz)
+      AND p.sale_id <= coalesce((
         SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
           AND (%(until)s::timestamptz IS NULL OR counted_at <= %(until)s::timestamptz)
-        ORDER BY sale_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-    )
+        ORDER BY sale_id OFFSET %(limit)s - 1 LIMIT 1
+      ), 9223372036854775807)
     RETURNING p.sale_id, p.counted_at, p.categories
 ), facts AS (
     SELECT u.category, s.product_id, floor(extract(epoch FROM s.counted_at))::bigint AS t,
@@ -424,11 +435,13 @@ SELECT count(*) FROM claimed
 _CLAIM_ENGAGEMENT = """
 WITH claimed AS (
     DELETE FROM rankings_pendingengagement p
-    WHERE p.shard = %(shard)s AND p.entry IN (
+    WHERE p.shard = %(shard)s
+      AND (%(until)s::timestamptz IS NULL OR p.ts <= %(until)s::timestamptz)
+      AND p.entry <= coalesce((
         SELECT entry FROM rankings_pendingengagement WHERE shard = %(shard)s
           AND (%(until)s::timestamptz IS NULL OR ts <= %(until)s::timestamptz)
-        ORDER BY entry LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-    )
+        ORDER BY entry OFFSET %(limit)s - 1 LIMIT 1
+      ), 9223372036854775807)
     RETURNING p.product_id, p.ts, p.categories, p.views, p.wishes
 ), counted AS (
     INSERT INTO tick_facts (category, product_id, t, qty, cents, views, wishes)
@@ -529,7 +542,8 @@ def _changes(
     }
     with connection.cursor() as cursor:
         cursor.execute(_NET, params)
-        changes = [store.Change(*row) for row in cursor.fetchall()]
+        # Rows of the Change fields' order, left as tuples (a backlog's change has 100,000s).
+        changes = cursor.fetchall()
         too_old = 0
         if shard in layout.shards_of(ALL):
             cursor.execute(
