@@ -85,8 +85,8 @@ class SaleId(models.Model):
 class PendingSale(models.Model):
     """A sale not yet folded into one shard's buckets: the work queue of the tick.
 
-    Claimed with DELETE … FOR UPDATE SKIP LOCKED rather than a max-id cursor,
-    because sequence values commit out of order and a cursor would skip rows.
+    Claimed with DELETE … RETURNING of the rows a statement sees rather than a max-id
+    cursor, because sequence values commit out of order and a cursor would skip rows.
     """
 
     pk = models.CompositePrimaryKey("shard", "sale")

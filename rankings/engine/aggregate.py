@@ -3,8 +3,8 @@
 For each shard, under that shard's advisory lock, a tick repeats until the
 shard's queue is empty:
 
-1. In one PostgreSQL transaction: claim up to BATCH_SIZE pending sales
-   (DELETE … FOR UPDATE SKIP LOCKED: no cursor, nothing skipped or repeated),
+1. In one PostgreSQL transaction: claim about BATCH_SIZE pending sales
+   (DELETE … RETURNING of the rows it sees: no cursor, nothing skipped or repeated),
    compute the net change of every board as the clock moves from the shard's
    last instant to `now` — the claimed sales inside each window, plus the
    buckets that entered it, minus the buckets that left it, all read before
@@ -355,11 +355,11 @@ def _apply_step(
 
 
 def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
-    """The changes cut into steps of at most MAX_BATCH_CHANGES, a board's changes kept together
-    where they fit (fewer blobs rewritten); always at least one step, possibly empty."""
+    """The changes, in board order (as _changes gives them), cut into steps of at most
+    MAX_BATCH_CHANGES: a board's changes are kept together where they fit (fewer blobs
+    rewritten); always at least one step, possibly empty."""
     limit = rankings_settings.MAX_BATCH_CHANGES
-    ordered = sorted(changes, key=lambda c: (c.window, c.category, c.metric, c.product_id))
-    return [ordered[i : i + limit] for i in range(0, len(ordered), limit)] or [[]]
+    return [changes[i : i + limit] for i in range(0, len(changes), limit)] or [[]]
 
 
 def _apply(*, batch: Batch, version: int, gen: str, report: TickReport) -> None:
@@ -381,7 +381,7 @@ def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
         seq=batch.seq,
         as_of=_epoch(batch.as_of),
         gen=gen,
-        changes=[store.Change(*row) for row in batch.changes],
+        changes=batch.changes,
     )
 
 
@@ -394,16 +394,28 @@ CREATE TEMPORARY TABLE tick_facts (
 ) ON COMMIT DROP
 """
 
+# The claim's last sale id: the `limit`-th of the shard's queue rows (those counted by `until`,
+# if given), or its last one when fewer wait; NULL when none does.
+_CLAIM_LAST = """
+SELECT max(sale_id) FROM (
+    SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
+      AND (%(until)s::timestamptz IS NULL OR counted_at <= %(until)s::timestamptz)
+    ORDER BY sale_id LIMIT %(limit)s
+) AS first
+"""
+
 # The queue row names the boards of this shard the sale counts in: the
 # catalogue is not consulted, so a category deleted meanwhile loses nothing.
+# The claim deletes the rows up to the last sale id that it sees, reading each row once and
+# locking none beforehand; no other transaction claims from the shard meanwhile (the claimer
+# holds its state's row lock). A sale committed since, with a lower id, is claimed with them;
+# one it does not see waits for the next claim. The last id is a value, not a subquery, so that
+# PostgreSQL knows how many sales it joins: a few are looked up, many are hashed.
 _CLAIM = """
 WITH claimed AS (
     DELETE FROM rankings_pendingsale p
-    WHERE p.shard = %(shard)s AND p.sale_id IN (
-        SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
-          AND (%(until)s::timestamptz IS NULL OR counted_at <= %(until)s::timestamptz)
-        ORDER BY sale_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-    )
+    WHERE p.shard = %(shard)s AND p.sale_id <= %(last)s
+      AND (%(until)s::timestamptz IS NULL OR p.counted_at <= %(until)s::timestamptz)
     RETURNING p.sale_id, p.counted_at, p.categories
 ), facts AS (
     SELECT u.category, s.product_id, floor(extract(epoch FROM s.counted_at))::bigint AS t,
@@ -421,14 +433,18 @@ SELECT count(*) FROM claimed
 
 # Engagement events: a queue row is a group of them (one product, second and list of boards) and
 # carries everything, so no raw event is read; groups of one product and second are summed again.
+# Rows are claimed as sales are, up to the `limit`-th entry, here found within the statement
+# (nothing is joined, so nothing depends on knowing how many).
 _CLAIM_ENGAGEMENT = """
 WITH claimed AS (
     DELETE FROM rankings_pendingengagement p
-    WHERE p.shard = %(shard)s AND p.entry IN (
+    WHERE p.shard = %(shard)s
+      AND (%(until)s::timestamptz IS NULL OR p.ts <= %(until)s::timestamptz)
+      AND p.entry <= coalesce((
         SELECT entry FROM rankings_pendingengagement WHERE shard = %(shard)s
           AND (%(until)s::timestamptz IS NULL OR ts <= %(until)s::timestamptz)
-        ORDER BY entry LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-    )
+        ORDER BY entry OFFSET %(limit)s - 1 LIMIT 1
+      ), 9223372036854775807)
     RETURNING p.product_id, p.ts, p.categories, p.views, p.wishes
 ), counted AS (
     INSERT INTO tick_facts (category, product_id, t, qty, cents, views, wishes)
@@ -442,13 +458,18 @@ SELECT count(*), coalesce(sum(views + wishes), 0) FROM claimed
 
 
 def _claim(*, shard: int, limit: int, until: dt.datetime | None = None) -> int:
-    """Move up to `limit` of the shard's pending sales (those counted at or before `until`, if
-    given) into tick_facts; return how many."""
+    """Move the shard's first `limit` pending sales (those counted at or before `until`, if
+    given), and any committed since with a lower id, into tick_facts; return how many."""
     with connection.cursor() as cursor:
         # A large claim sorts, hashes and groups its sales in memory rather than in temporary files.
         cursor.execute("SELECT set_config('work_mem', %s, true)", [TICK_WORK_MEM])
         cursor.execute(_FACTS_TABLE)
-        cursor.execute(_CLAIM, {"shard": shard, "limit": limit, "until": until})
+        params = {"shard": shard, "limit": limit, "until": until}
+        cursor.execute(_CLAIM_LAST, params)
+        (last,) = cursor.fetchone()
+        if last is None:
+            return 0
+        cursor.execute(_CLAIM, {**params, "last": last})
         (claimed,) = cursor.fetchone()
     return claimed
 
@@ -475,8 +496,8 @@ GROUP BY category, product_id
 
 # Every board's net change in one statement, as the clock moves: per window (one row of `w`), the
 # buckets that left it subtracted, those that entered it added, and the claimed facts inside it
-# as of the new instant; one row per board member whose score moves, per metric that moves.
-# An empty range (first > last) stands for no bucket.
+# as of the new instant; one row per board member whose score moves, per metric that moves,
+# a board's rows side by side. An empty range (first > last) stands for no bucket.
 _NET = """
 WITH w (name, size, first, stop, left_from, left_to, entered_from, entered_to) AS (
     SELECT * FROM unnest(%(names)s::text[], %(sizes)s::integer[], %(firsts)s::bigint[], %(stops)s::bigint[],
@@ -502,6 +523,7 @@ WITH w (name, size, first, stop, left_from, left_to, entered_from, entered_to) A
 SELECT net.name, m.metric, net.category, net.product_id, m.delta
 FROM net CROSS JOIN LATERAL (VALUES %(metric_values)s) AS m(metric, delta)
 WHERE m.delta <> 0
+ORDER BY net.name, net.category, m.metric, net.product_id
 """.replace("%(metric_values)s", ", ".join(f"('{m}', {m})" for m in METRICS))
 
 _NO_RANGE = (1, 0)
@@ -510,7 +532,8 @@ _NO_RANGE = (1, 0)
 def _changes(
     *, shard: int, layout: Layout, old_now: dt.datetime | None, new_now: dt.datetime
 ) -> tuple[list[store.Change], int]:
-    """The net change of every board of the shard; read before the claimed sales are folded."""
+    """The net change of every board of the shard, in board order; read before the claimed sales
+    are folded."""
     new_t = int(_epoch(new_now))
     old_t = int(_epoch(old_now)) if old_now is not None else None
     windows = list(rankings_settings.windows.values())
@@ -529,7 +552,8 @@ def _changes(
     }
     with connection.cursor() as cursor:
         cursor.execute(_NET, params)
-        changes = [store.Change(*row) for row in cursor.fetchall()]
+        # Rows of the Change fields' order, left as tuples (a backlog's change has 100,000s).
+        changes = cursor.fetchall()
         too_old = 0
         if shard in layout.shards_of(ALL):
             cursor.execute(

@@ -683,16 +683,18 @@ def _changes_args(version: int, shard: int, changes: Iterable[Change]) -> tuple[
     keys = [state_key(version, shard)]
     index: dict[tuple, int] = {}
     argv: list = []
-    for c in changes:
-        pair = metric_pair(c.metric)
-        if (c.window, c.category, pair) not in index:
+    # Changes are read by position: a batch read back from PostgreSQL holds plain lists.
+    for window, metric, category, product_id, delta in changes:
+        pair = metric_pair(metric)
+        board = (window, category, pair)
+        first = index.get(board)
+        if first is None:
             # Both metrics' blobs of a pair show both scores: a change to one rewrites both. A batch
             # of views alone rewrites no sales board's blob, and the other way round.
-            index[(c.window, c.category, pair)] = len(keys) + 1
-            for metric in pair:
-                keys.extend(_board_keys(version, shard, c.window, metric, c.category))
-        offset = 0 if c.metric == pair[0] else 3
-        argv.extend((index[(c.window, c.category, pair)] + offset, c.product_id, -c.delta))
+            first = index[board] = len(keys) + 1
+            for each in pair:
+                keys.extend(_board_keys(version, shard, window, each, category))
+        argv.extend((first if metric == pair[0] else first + 3, product_id, -delta))
     return keys, argv
 
 
