@@ -39,7 +39,7 @@ def _take_hour(at: int) -> tuple[float, int, int]:
     layout = active_layout()[1]
     started = time.perf_counter()
     for shard in range(layout.shards):
-        snapshots.take(shard=shard, layout=layout, at=at)
+        snapshots.take(shard=shard, layout=layout, hours=[at])
     elapsed = time.perf_counter() - started
     boards, size = _snapshot_bytes(snapshots.instant(at))
     return elapsed, boards, size

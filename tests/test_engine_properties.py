@@ -22,7 +22,7 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Min
 from django.test import override_settings
 from hypothesis import HealthCheck
@@ -73,15 +73,35 @@ clock_steps = st.one_of(
 )
 
 
+# Referencing tables before the tables they reference.
+_HISTORY_TABLES = [
+    "rankings_pendingsale",
+    "rankings_saleid",
+    "rankings_sale",
+    "rankings_bucket",
+    "rankings_shardstate",
+    "rankings_batch",
+    "rankings_pendingengagement",
+    "rankings_engagementid",
+    "rankings_engagement",
+    "rankings_ticklog",
+    "rankings_ingestlog",
+    "rankings_rankingversion",
+    "rankings_snapshot",
+    "rankings_snapshotmark",
+    "rankings_producttotal",
+    "catalogue_product_categories",
+    "catalogue_product",
+    "catalogue_category",
+]
+
+
 def _reset():
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
-            " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
-            " rankings_ticklog, rankings_ingestlog, rankings_rankingversion, rankings_snapshot, rankings_snapshotmark,"
-            " rankings_producttotal, catalogue_product_categories, catalogue_product,"
-            " catalogue_category RESTART IDENTITY CASCADE"
-        )
+    """Empties the tables of a history: deleting a few hundred rows costs far less than truncating
+    (a new file for each table and partition)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table in _HISTORY_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
     r = store.patient()
     keys = list(r.scan_iter(f"{settings.RANKINGS['KEY_PREFIX']}:*"))
     if keys:

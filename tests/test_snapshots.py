@@ -92,7 +92,8 @@ def test_snapshots_older_than_32_days_are_pruned():
 
 
 # A tick in a child process that dies (os._exit) when it is about to take, or has just taken, the
-# snapshots of its `n`th hour; the steps before it are committed.
+# snapshots of its `n`th group of hours (here each hour is a group of its own: every hour has sales
+# to step to first); the steps before it are committed.
 _CRASHING_TICK = """
 import os, datetime as dt, django
 django.setup()
@@ -106,7 +107,7 @@ def take_then_die(**kwargs):
     if point == "before-snapshot" and len(taken) == n - 1:
         os._exit(9)
     result = real_take(**kwargs)
-    taken.append(kwargs["at"])
+    taken.append(kwargs["hours"])
     if point == "after-snapshot" and len(taken) == n:
         os._exit(9)
     return result

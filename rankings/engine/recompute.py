@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from django.db import connection
 
-from rankings.conf import rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
 
@@ -115,28 +115,36 @@ def _engagement_recount(cursor, params: dict, board_here) -> dict[tuple[str, str
 
 # The snapshots' reference: for each hour H, the sales in the window as of H that the engine had
 # counted by H (those of ticks before the one that crossed H, and the others counted at or before H),
-# each once in every ancestor of its categories under the tree.
+# each once in every ancestor of its categories under the tree. Each sale of the hours' span is
+# expanded to its categories once, then counted in every hour whose window holds it.
 _SNAPSHOT_RECOMPUTE = f"""
-SELECT h.at, c.category, s.product_id, sum(s.qty),
-       sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END), 0, 0
-FROM rankings_sale s
-CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
-JOIN unnest(%(hours)s::bigint[]) AS h(at)
+WITH sold AS MATERIALIZED (
+    SELECT s.id, s.counted_at, s.product_id, s.qty,
+           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END AS cents, c.category
+    FROM rankings_sale s
+    CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
+    WHERE s.counted_at >= to_timestamp(%(first)s - %(span)s) AND s.counted_at < to_timestamp(%(last)s + %(size)s)
+)
+SELECT h.at, s.category, s.product_id, sum(s.qty)::bigint, sum(s.cents)::bigint
+FROM sold s JOIN unnest(%(hours)s::bigint[]) AS h(at)
   ON s.counted_at >= to_timestamp(h.at - %(span)s) AND s.counted_at < to_timestamp(h.at + %(size)s)
 WHERE s.id <= %(earlier)s OR s.counted_at <= to_timestamp(h.at)
-GROUP BY h.at, c.category, s.product_id
+GROUP BY h.at, s.category, s.product_id
 """
 
 # The same for views and wishes; an event counts from its whole second, as the tick counts it.
 _SNAPSHOT_RECOMPUTE_ENGAGEMENT = f"""
-SELECT h.at, c.category, s.product_id, 0, 0,
-       count(*) FILTER (WHERE s.kind = 'view'), count(*) FILTER (WHERE s.kind = 'wish')
-FROM rankings_engagement s
-CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
-JOIN unnest(%(hours)s::bigint[]) AS h(at)
+WITH engaged AS MATERIALIZED (
+    SELECT s.id, s.ts, s.kind, s.product_id, c.category
+    FROM rankings_engagement s
+    CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
+    WHERE s.ts >= to_timestamp(%(first)s - %(span)s) AND s.ts < to_timestamp(%(last)s + %(size)s)
+)
+SELECT h.at, s.category, s.product_id, count(*) FILTER (WHERE s.kind = 'view'), count(*) FILTER (WHERE s.kind = 'wish')
+FROM engaged s JOIN unnest(%(hours)s::bigint[]) AS h(at)
   ON s.ts >= to_timestamp(h.at - %(span)s) AND s.ts < to_timestamp(h.at + %(size)s)
 WHERE s.id <= %(earlier_engagement)s OR floor(extract(epoch FROM s.ts)) <= h.at
-GROUP BY h.at, c.category, s.product_id
+GROUP BY h.at, s.category, s.product_id
 """
 
 
@@ -163,21 +171,26 @@ def snapshots_recompute(
             params = {
                 "all": ALL,
                 "hours": hours,
+                "first": min(hours),
+                "last": max(hours),
                 "span": (w.buckets - 1) * w.bucket_seconds,
                 "size": w.bucket_seconds,
                 "earlier": earlier_sale_id,
                 "earlier_engagement": earlier_engagement_id,
                 **tree.sql_params(),
             }
-            for query in (_SNAPSHOT_RECOMPUTE, _SNAPSHOT_RECOMPUTE_ENGAGEMENT):
+            for query, metrics in (
+                (_SNAPSHOT_RECOMPUTE, SALES_METRICS),
+                (_SNAPSHOT_RECOMPUTE_ENGAGEMENT, ENGAGEMENT_METRICS),
+            ):
                 cursor.execute(query, params)
                 for at, slug, product_id, *scores in cursor.fetchall():
                     # A split category's snapshots are its parts' (`layout`'s).
                     category = layout.board_of(slug, product_id) if layout is not None else slug
-                    for metric, score in zip(("units", "revenue", "views", "wishes"), scores, strict=True):
+                    for metric, score in zip(metrics, scores, strict=True):
                         if score > 0:
                             snapshots[(at, name, metric, category)].append(
-                                (-int(score), product_id.encode(), product_id)
+                                (-score, product_id.encode(), product_id)
                             )
     depth = rankings_settings.SNAPSHOT_DEPTH
     return {key: [row[2] for row in sorted(rows)[:depth]] for key, rows in snapshots.items()}

@@ -12,17 +12,17 @@ on the board at H), exactly as it would not have been on a board read at H.
 The snapshot is computed from the shard's buckets with the tick's own bucket sums
 (aggregate._BUCKET_SUMS, one column per metric of METRICS, so a metric added there is
 snapshotted too), not read from Redis: when nothing of the hour is pending, the shard's
-buckets already hold exactly the board as of H, and the tick need not step at all. Hours with
-nothing pending therefore cost one query per window, which keeps a tick that crosses days of
-boundaries (a catch-up) cheap.
+buckets already hold exactly the board as of H, and the tick need not step at all. Consecutive
+hours with nothing pending between them are taken together, up to HOURS_PER_TAKE at a time: one
+statement per window ranks and writes them all in PostgreSQL, which keeps a tick that crosses
+days of boundaries (a catch-up) cheap.
 
-A mark per shard and hour, written in the snapshot's transaction, says the hour is done; a tick
+A mark per shard and hour, written in the snapshots' transaction, says the hour is done; a tick
 resumes after its shard's last mark, so a tick killed between two boundaries leaves the next one
 to take the rest, and an hour is never recorded twice from two different states. Hours more than
 SNAPSHOT_KEEP_SECONDS behind the tick's instant are not taken (they would be pruned at once).
 """
 
-import bisect
 import datetime as dt
 import math
 
@@ -34,6 +34,8 @@ from rankings.engine.shards import Layout
 from rankings.models import Snapshot, SnapshotMark
 
 HOUR = 3600  # seconds: snapshots are taken at every UTC hour boundary
+# Hours taken in one transaction at most: a catch-up killed midway loses no more than these.
+HOURS_PER_TAKE = 24
 
 
 def snapshot_windows() -> list[str]:
@@ -63,18 +65,25 @@ def boundaries(*, shard: int, as_of: dt.datetime | None, now: dt.datetime) -> li
 def take_crossed(*, shard: int, layout: Layout, as_of: dt.datetime | None, now: dt.datetime, step) -> None:
     """Snapshot every hour a tick of `shard` from `as_of` to `now` crosses. Before an hour with
     sales pending that count by then, `step(at)` brings the shard to it with those sales (and no
-    other); an hour with none is taken from the buckets as they stand."""
+    other); the hours before it are taken first, from the buckets as they stand."""
     hours = boundaries(shard=shard, as_of=as_of, now=now)
     if not hours:
         return
     pending = _pending_first(shard)
-    starts = _bucket_starts(shard, hours[0], hours[-1])
+    run: list[int] = []  # hours the buckets as they stand answer
     for at in hours:
         if pending is not None and pending <= at:
+            _take_run(shard=shard, layout=layout, hours=run)
+            run = []
             step(instant(at))
             pending = _pending_first(shard)
-            starts = _bucket_starts(shard, at, hours[-1])
-        take(shard=shard, layout=layout, at=at, starts=starts)
+        run.append(at)
+    _take_run(shard=shard, layout=layout, hours=run)
+
+
+def _take_run(*, shard: int, layout: Layout, hours: list[int]) -> None:
+    for i in range(0, len(hours), HOURS_PER_TAKE):
+        take(shard=shard, layout=layout, hours=hours[i : i + HOURS_PER_TAKE])
 
 
 def _pending_first(shard: int) -> float | None:
@@ -90,38 +99,32 @@ def _pending_first(shard: int) -> float | None:
     return first.timestamp() if first is not None else None
 
 
-def _bucket_starts(shard: int, first_hour: int, last_hour: int) -> list[int]:
-    """The starts of the shard's buckets of the snapshot windows that the hours first…last read,
-    ascending: an hour whose windows hold none is recorded without a query."""
-    sizes, span = set(), 0
-    for name in snapshot_windows():
-        window = rankings_settings.windows[name]
-        sizes.add(window.bucket_seconds)
-        span = max(span, (window.buckets - 1) * window.bucket_seconds)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT start FROM rankings_bucket WHERE shard = %s AND size = ANY(%s)"
-            " AND start BETWEEN %s AND %s ORDER BY start",
-            [shard, sorted(sizes), first_hour - span, last_hour],
-        )
-        return [start for (start,) in cursor.fetchall()]
-
-
-# Each board's first ranks, ranked in PostgreSQL: a shard of a thousand categories sends a row per
-# board rather than one per (board, product). Ranking order: score descending, then the product id
-# in byte order (COLLATE "C"), as on the boards.
-_TOP = """
-WITH sums (category, product_id, {aliases}) AS ({sums}),
+# Each board's first ranks as of each hour, ranked and written by PostgreSQL: a shard of a thousand
+# categories sends no row at all. The sums are the tick's (_BUCKET_SUMS), each hour's over the
+# buckets of its own window. Ranking order: score descending, then the product id in byte order
+# (COLLATE "C"), as on the boards. A board recorded again (a reshard's new shard retaking the
+# switch's hour) is replaced.
+_TAKE = """
+WITH hours (at, first, last) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[])),
+sums (at, category, product_id, {aliases}) AS (
+    SELECT hours.at, q.* FROM hours CROSS JOIN LATERAL ({sums}) AS q
+),
 scored AS (
-    SELECT category, product_id, unnest(%s::text[]) AS metric, unnest(ARRAY[{columns}]) AS score FROM sums
+    SELECT at, category, product_id, unnest(%s::text[]) AS metric, unnest(ARRAY[{aliases}]) AS score
+    FROM sums
 ),
 ranked AS (
-    SELECT metric, category, product_id,
-           row_number() OVER (PARTITION BY metric, category ORDER BY score DESC, product_id COLLATE "C") AS n
+    SELECT at, metric, category, product_id,
+           row_number() OVER (PARTITION BY at, metric, category ORDER BY score DESC, product_id COLLATE "C") AS n
     FROM scored WHERE score > 0
 )
-SELECT metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s GROUP BY metric, category
+INSERT INTO {table} (at, "window", metric, category, products)
+SELECT to_timestamp(at), %s, metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s
+GROUP BY at, metric, category
+ON CONFLICT (category, "window", metric, at) DO UPDATE SET products = excluded.products
 """
+# The tick's sums read one range of bucket starts; here each hour's (of the `hours` above).
+_ONE_RANGE = "start BETWEEN %s AND %s"
 
 _summed: dict[str, tuple[str, ...]] = {}
 
@@ -136,44 +139,31 @@ def _summed_metrics(cursor, sums: str) -> tuple[str, ...]:
     return _summed[sums]
 
 
-def take(*, shard: int, layout: Layout, at: int, starts: list[int] | None = None) -> int:
-    """Record the snapshots of every board of the shard as of hour `at` from its buckets and mark
-    the hour, in one transaction; returns how many boards were recorded. `starts`, when given, are
-    the starts of the shard's buckets around the hour (_bucket_starts): a window holding none of
-    them is empty. A board recorded again (a reshard's new shard retaking the switch's hour) is
-    replaced."""
+def take(*, shard: int, layout: Layout, hours: list[int]) -> int:
+    """Record the snapshots of every board of the shard as of each hour of `hours` from its buckets
+    and mark the hours, in one transaction; returns how many boards were recorded."""
     from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
 
-    depth = rankings_settings.SNAPSHOT_DEPTH
-    when = instant(at)
-    rows = []
-    with connection.cursor() as cursor:
+    recorded = 0
+    with transaction.atomic(), connection.cursor() as cursor:
         metrics = _summed_metrics(cursor, _BUCKET_SUMS)
-        top = _TOP.format(
-            sums=_BUCKET_SUMS,
+        statement = _TAKE.format(
+            sums=_BUCKET_SUMS.replace(_ONE_RANGE, "start BETWEEN hours.first AND hours.last"),
             aliases=", ".join(f"m{k}" for k in range(len(metrics))),
-            columns=", ".join(f"m{k}" for k in range(len(metrics))),
+            table=Snapshot._meta.db_table,
         )
         for name in snapshot_windows():
             window = rankings_settings.windows[name]
-            first, last = window.bounds(at)
-            if starts is not None and bisect.bisect_left(starts, first) == bisect.bisect_right(starts, last):
-                continue
-            cursor.execute(top, [shard, window.bucket_seconds, first, last, list(metrics), depth])
-            rows.extend(
-                Snapshot(at=when, window=name, metric=metric, category=category, products=products)
-                for metric, category, products in cursor.fetchall()
-            )
-    with transaction.atomic():
-        if rows:
-            Snapshot.objects.bulk_create(
-                rows,
-                update_conflicts=True,
-                unique_fields=["category", "window", "metric", "at"],
-                update_fields=["products"],
-            )
-        SnapshotMark.objects.bulk_create([SnapshotMark(shard=shard, at=when)], ignore_conflicts=True)
-    return len(rows)
+            bounds = [window.bounds(at) for at in hours]
+            firsts, lasts = [first for first, _ in bounds], [last for _, last in bounds]
+            shard_size = [shard, window.bucket_seconds]
+            depth = rankings_settings.SNAPSHOT_DEPTH
+            cursor.execute(statement, [hours, firsts, lasts, *shard_size, list(metrics), name, depth])
+            recorded += cursor.rowcount
+        SnapshotMark.objects.bulk_create(
+            [SnapshotMark(shard=shard, at=instant(at)) for at in hours], ignore_conflicts=True
+        )
+    return recorded
 
 
 def snapshots_forget_after(instant_: dt.datetime) -> None:
