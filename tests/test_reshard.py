@@ -17,7 +17,8 @@ from rankings.engine import locks, store
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, Layout, ShardCountMismatch, active_layout
 from rankings.ingest import sales
-from rankings.models import Batch, PendingSale, RankingVersion, Sale, ShardState
+from rankings.ingest.engagement import EngagementIngest
+from rankings.models import Batch, PendingEngagement, PendingSale, RankingVersion, Sale, ShardState
 from rankings.operations import backfill
 from rankings.serving import selectors
 
@@ -208,20 +209,18 @@ class PausedIngest:
     """An ingest in a thread of its own, paused after it read the layout and staged its sales,
     holding the layout lock shared, until `resume`."""
 
-    def __init__(self, monkeypatch, shop: Shop, tag: str):
-        real_stage, self.layout_read, self._go = sales.SaleIngest.stage, threading.Event(), threading.Event()
+    def __init__(self, monkeypatch, shop: Shop, events: list[dict], stager=sales.SaleIngest):
+        real_stage, self.layout_read, self._go = stager.stage, threading.Event(), threading.Event()
 
         def stage_then_wait(ingest, cursor, rows, *queued_under):
             real_stage(ingest, cursor, rows, *queued_under)
             self.layout_read.set()
             assert self._go.wait(DEADLINE)
 
-        monkeypatch.setattr(sales.SaleIngest, "stage", stage_then_wait)
-        events = [
-            shop.sale(f"p{i}", categories=_categories(i), qty=1, event_id=f"{tag}-{i}") for i in range(12)
-        ]
+        monkeypatch.setattr(stager, "stage", stage_then_wait)
+        send = shop.send if stager is sales.SaleIngest else shop.engage
         self.errors: list[BaseException] = []
-        self._thread = threading.Thread(target=_run, args=(lambda: shop.send(*events), self.errors))
+        self._thread = threading.Thread(target=_run, args=(lambda: send(*events), self.errors))
         self._thread.start()
         _wait(self.layout_read.is_set, "the ingest to read the layout")
 
@@ -229,6 +228,10 @@ class PausedIngest:
         self._go.set()
         self._thread.join()
         assert not self.errors, self.errors
+
+
+def _sales(shop: Shop, tag: str) -> list[dict]:
+    return [shop.sale(f"p{i}", categories=_categories(i), qty=1, event_id=f"{tag}-{i}") for i in range(12)]
 
 
 def _run(work, errors: list) -> None:
@@ -248,7 +251,7 @@ def test_a_sale_queued_under_the_old_layout_while_the_switch_runs_is_re_keyed(mo
     _history(shop, 40)
     shop.tick()
     version = backfill.version_build(layout=Layout(16))
-    ingest = PausedIngest(monkeypatch, shop, "late")
+    ingest = PausedIngest(monkeypatch, shop, _sales(shop, "late"))
     # when the switch runs meanwhile
     errors: list[BaseException] = []
     switch = threading.Thread(
@@ -280,7 +283,7 @@ def test_a_switch_that_cannot_get_the_layout_in_time_changes_nothing(monkeypatch
     monkeypatch.setattr(
         locks, "layout_change_lock", functools.partial(locks.layout_change_lock, timeout="200ms")
     )
-    ingest = PausedIngest(monkeypatch, shop, "held")
+    ingest = PausedIngest(monkeypatch, shop, _sales(shop, "held"))
     # when it is switched to, then it is refused, and the 4-shard layout stays whole
     with pytest.raises(
         backfill.VersionError, match="ingest held the shard layout too long; nothing switched"
@@ -558,3 +561,33 @@ def test_the_admins_rebuild_form_says_why_it_refuses_a_layout(admin_client):
         "Nothing was rebuilt: no category &#x27;nope&#x27; in the catalogue to pin" in reply.content.decode()
     )
     assert RankingVersion.objects.count() == 1
+
+
+def test_views_waiting_when_the_layout_changes_are_re_keyed_with_what_they_named(monkeypatch):
+    """Views an ingest queued under the old layout while the switch ran are re-keyed whole, the
+    categories they named included, and count once on the new layout's boards."""
+    # given a 16-shard version ready, and an ingest of views paused after it read the 4-shard layout
+    shop = Shop()
+    _history(shop, 20)
+    shop.tick()
+    version = backfill.version_build(layout=Layout(16))
+    views = [shop.engagement(f"p{i % 5}", categories=_categories(i)) for i in range(7)]
+    ingest = PausedIngest(monkeypatch, shop, views, stager=EngagementIngest)
+    # when the switch runs meanwhile, waiting for the ingest (the premise)
+    errors: list[BaseException] = []
+    switch = threading.Thread(
+        target=_run, args=(lambda: backfill.version_switch(number=version.number), errors)
+    )
+    switch.start()
+    _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
+    ingest.resume()
+    switch.join()
+    assert not errors, errors
+    # then the views wait on the new layout's shards, naming what they named, and count once
+    assert active_layout() == (version.number, Layout(16))
+    named = {tuple(row) for row in PendingEngagement.objects.values_list("named", flat=True)}
+    assert named == {tuple(event["categories"]) for event in views}
+    shop.advance(seconds=30)
+    shop.tick()
+    assert not PendingEngagement.objects.exists()
+    Shop().assert_exact()

@@ -60,14 +60,14 @@ _PENDING_ENGAGEMENT_CATEGORIES = "SELECT DISTINCT unnest(categories) FROM rankin
 _REKEY_PENDING_ENGAGEMENT = """
 DROP TABLE IF EXISTS pg_temp.pending_engagement_rekeyed;
 CREATE TEMPORARY TABLE pending_engagement_rekeyed ON COMMIT DROP AS
-SELECT m.shard, p.entry, p.product_id, p.ts, p.views, p.wishes, p.queued_at,
+SELECT m.shard, p.entry, p.product_id, p.ts, p.named, p.views, p.wishes, p.queued_at,
        array_agg(DISTINCT u.category ORDER BY u.category) AS categories
 FROM rankings_pendingengagement p CROSS JOIN LATERAL unnest(p.categories) AS u(category)
 JOIN layout_map m ON m.category = u.category
-GROUP BY m.shard, p.entry, p.product_id, p.ts, p.views, p.wishes, p.queued_at;
+GROUP BY m.shard, p.entry, p.product_id, p.ts, p.named, p.views, p.wishes, p.queued_at;
 DELETE FROM rankings_pendingengagement;
-INSERT INTO rankings_pendingengagement (shard, entry, product_id, ts, categories, views, wishes, queued_at)
-SELECT shard, entry, product_id, ts, categories, views, wishes, queued_at FROM pending_engagement_rekeyed
+INSERT INTO rankings_pendingengagement (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
+SELECT shard, entry, product_id, ts, categories, named, views, wishes, queued_at FROM pending_engagement_rekeyed
 """
 
 
