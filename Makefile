@@ -9,7 +9,7 @@ DEV := $(VENV)/.installed-dev
 # on real processes (on 2 cores: 3 workers 5 min 15 s, 2 workers 5 min 53 s).
 JOBS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
 
-.PHONY: run test bench install install-dev db lint format clean browser
+.PHONY: run test soak bench install install-dev db lint format clean browser
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -55,6 +55,12 @@ test: install-dev browser
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 	PROPERTY_HISTORIES=40 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster $(CLUSTER_TESTS)
+
+# Ten times make test's random histories (600, and 100 on a Redis Cluster): worth a run before a
+# release or after a change to the engine; about ten times the property tests' share of make test.
+soak: install-dev
+	PROPERTY_HISTORIES=600 $(PY) -m pytest -q -n $(JOBS) --dist worksteal tests/test_engine_properties.py
+	PROPERTY_HISTORIES=100 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster tests/test_engine_properties.py
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
 browser:

@@ -48,6 +48,28 @@ def django_db_setup(django_db_setup, django_db_blocker):
         connection.close()  # the next connection is the database's own setting's
 
 
+@pytest.fixture
+def partitions_dropped(transactional_db):
+    """The partitions of raw sales (months) and engagement events (days) the test made are dropped
+    after it, before the database is emptied for the next test: a history that spans months of
+    clock leaves hundreds, and emptying them all again after every later test of the worker costs
+    seconds each time."""
+    from django.db import connection
+
+    from rankings.ingest import partitions
+
+    def names() -> set[str]:
+        return set(partitions.sale_partitions()) | {name for name, _ in partitions.engagement_partitions()}
+
+    before = names()
+    yield
+    made = sorted(names() - before)
+    if made:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE " + ", ".join(connection.ops.quote_name(name) for name in made))
+    partitions.partitions_forget()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster_session(request, tmp_path_factory):
     """With --redis-cluster: the boards of this session, and of every process it starts, on a Redis
