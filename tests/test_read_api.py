@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
 from rankings.serving import selectors
+from rankings.serving.api import BoardReadApi, ReadApi
 
 from .rankings_helpers import Shop
 
@@ -326,3 +327,30 @@ def test_a_parameter_given_without_a_value_is_a_400(api, path):
     response = api.get(path)
     assert response.status_code == 400
     assert "may not be empty" in response.json()["error"]
+
+
+# What a reply says besides its body: an anonymous GET of a board read is answered without DRF's
+# request (BoardReadApi.dispatch), and must say all that DRF's dispatch would have said.
+_HEADERS = ("Content-Type", "Cache-Control", "Allow", "Vary", "ETag", "Warning", "Retry-After")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/products/p0/rank?category=toys",
+        "/v1/categories/toys/top?limit=2",
+        "/v1/products/nobody/rank?category=toys",  # 404
+        "/v1/categories/toys/top?limit=0",  # 400
+        "/v1/categories/nowhere/thresholds",  # 404
+    ],
+)
+def test_an_anonymous_read_answers_as_drf_would(api, shop, monkeypatch, path):
+    fast = api.get(path)
+    selectors.answers_forget()
+    monkeypatch.setattr(BoardReadApi, "dispatch", ReadApi.dispatch)
+    through_drf = api.get(path)
+
+    assert fast.status_code == through_drf.status_code
+    assert fast.content == through_drf.content
+    assert {h: fast.get(h) for h in _HEADERS} == {h: through_drf.get(h) for h in _HEADERS}
+    assert fast["Allow"] == "GET, HEAD, OPTIONS"

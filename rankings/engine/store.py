@@ -40,6 +40,7 @@ import functools
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -183,8 +184,7 @@ def reset_clients() -> None:
     _clients.clear()
     _scripts.clear()
     with _cache_lock:
-        _active_cache.clear()
-        _active_last.clear()
+        _active_read.clear()
         _eviction_cache.clear()
         _policy_hidden.clear()
         _layouts.clear()
@@ -354,39 +354,44 @@ def blob_key(version: int, shard: int, window: str, metric: str, category: str) 
 
 # --- versions -------------------------------------------------------------------
 
-# The active version as read from Redis: trusted for ACTIVE_VERSION_TTL, and the
-# last one seen is served while Redis is unreachable.
-_active_cache: TTLCache = TTLCache(maxsize=REMEMBERED_PREFIXES, ttl=ACTIVE_VERSION_TTL)
-_active_last: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
+# prefix -> (the active version as last read from Redis, time.monotonic() of that read): trusted
+# for ACTIVE_VERSION_TTL, and served while Redis is unreachable. A plain dict, read without the
+# lock, because every read of a board asks it first; emptied should it ever hold
+# REMEMBERED_PREFIXES prefixes.
+_active_read: dict[str, tuple[int, float]] = {}
+
+
+def _remember(memory: dict, key, value) -> None:
+    """memory[key] = value, in a dict that a reader may read without the lock and that is emptied when full."""
+    with _cache_lock:
+        if len(memory) >= REMEMBERED_PREFIXES:
+            memory.clear()
+        memory[key] = value
 
 
 def _active_forget() -> None:
     with _cache_lock:
-        _active_cache.pop(prefix(), None)
-        _active_last.pop(prefix(), None)
+        _active_read.pop(prefix(), None)
 
 
 @_translated
 def active_version(*, fresh: bool = False) -> int:
     """The version that serves reads; when Redis is unreachable, the last one seen."""
     key = prefix()
-    with _cache_lock:
-        cached = None if fresh else _active_cache.get(key)
-        last = _active_last.get(key)
-    if cached is not None:
-        return cached
+    known = _active_read.get(key)
+    if known is not None and not fresh and time.monotonic() - known[1] < ACTIVE_VERSION_TTL:
+        return known[0]
     try:
         try:
             value = fast().hget(active_key(), "version")
         except redis.ResponseError:  # a pointer from before switches were numbered, until a tick
             value = fast().get(active_key())
     except _ERRORS as error:
-        if last is not None:
-            return last
+        if known is not None:
+            return known[0]
         raise Unreachable(str(error)) from error
     version = int(value) if value else 1
-    with _cache_lock:
-        _active_cache[key] = _active_last[key] = version
+    _remember(_active_read, key, (version, time.monotonic()))
     return version
 
 
@@ -444,8 +449,8 @@ def wake_release(group: int) -> None:
     fast().delete(wake_key(group))
 
 
-# A version's layout never changes, so a reader asks Redis once per version.
-_layouts: LRUCache = LRUCache(maxsize=REMEMBERED_PREFIXES)
+# A version's layout never changes, so a reader asks Redis once per version: (prefix, version) -> layout.
+_layouts: dict[tuple[str, int], tuple[int, tuple[str, ...]]] = {}
 
 
 @_translated
@@ -461,8 +466,7 @@ def shard_layout_set(
 def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
     """The version's (shard count, pinned categories) as recorded in Redis; None when Redis does not hold it."""
     key = (prefix(), version)
-    with _cache_lock:
-        known = _layouts.get(key)
+    known = _layouts.get(key)
     if known is not None:
         return known
     value = fast().get(shards_key(version))
@@ -470,8 +474,7 @@ def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
         return None
     count, *pinned = value.decode().split(",")
     layout = (int(count), tuple(pinned))
-    with _cache_lock:
-        _layouts[key] = layout
+    _remember(_layouts, key, layout)
     return layout
 
 

@@ -38,6 +38,7 @@ from rankings.ingest.sales import sales_ingest
 from rankings.operations.status import liveness_read, status_cached
 from rankings.serving import selectors
 from rankings.serving.thresholds import Thresholds, board_thresholds
+from rankings.serving.throttling import has_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -238,10 +239,10 @@ def _params(serializer_class, request) -> dict:
         cached = _valid_params.get(key)
     if cached is not None:
         return cached
-    serializer = serializer_class(data=request.query_params)
+    serializer = serializer_class(data=request.GET)
     # DRF takes `?limit=` for "left out" and would apply the default; a parameter given
     # with no value is a client's mistake, said as such.
-    empty = sorted(name for name in serializer.fields if request.query_params.get(name) == "")
+    empty = sorted(name for name in serializer.fields if request.GET.get(name) == "")
     if empty:
         raise exceptions.ValidationError({empty[0]: f"{empty[0]} may not be empty"})
     serializer.is_valid(raise_exception=True)
@@ -494,7 +495,10 @@ class ThresholdsReply(_BoardAnswer):
 # The JSON of the answers served last: a selector hands out the same answer
 # object for as long as it stays fresh, so each is encoded once, not once per
 # request. Keyed by identity, and holding the answer, so that an id is never reused meanwhile.
-_encoded: LRUCache = LRUCache(maxsize=1_000)
+# A plain dict, emptied when it holds ENCODED_KEPT: a reader of random products makes a new
+# answer on nearly every read, and an LRU's bookkeeping would cost more than encoding it.
+ENCODED_KEPT = 1_000  # answers
+_encoded: dict[int, tuple[object, bytes]] = {}
 _encoded_lock = threading.Lock()
 # A reply's wire form holds only strings, numbers, booleans and None: msgspec writes the same
 # compact UTF-8 JSON as DRF's renderer, several times faster.
@@ -502,12 +506,13 @@ _json_encode = msgspec.json.Encoder().encode
 
 
 def _encode(reply_class: type[_Reply], answer) -> bytes:
-    with _encoded_lock:
-        known = _encoded.get(id(answer))
+    known = _encoded.get(id(answer))
     if known is not None and known[0] is answer:
         return known[1]
     body = _json_encode(reply_class.wire(answer))
     with _encoded_lock:
+        if len(_encoded) >= ENCODED_KEPT:
+            _encoded.clear()
         _encoded[id(answer)] = (answer, body)
     return body
 
@@ -559,6 +564,39 @@ class ReadApi(APIView):
         if "_default_headers" not in view.__dict__:
             view._default_headers = super().default_response_headers
         return dict(view._default_headers)
+
+
+class BoardReadApi(ReadApi):
+    """A public read answered by a selector (_selected): its get reads only the URL and the query
+    string, and anyone may ask it (AllowAny).
+
+    An anonymous GET (neither token nor session) has nobody to authenticate and nothing to
+    negotiate: it is throttled and answered from Django's own request, without the DRF request
+    that costs a fifth of a read. Only an error builds that request, to be written as DRF writes
+    any; every other request goes through DRF's dispatch.
+    """
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.method != "GET" or has_credentials(request):
+            return super().dispatch(request, *args, **kwargs)
+        self.args, self.kwargs, self.request = args, kwargs, request
+        self.headers = self.default_response_headers
+        try:
+            self.check_throttles(request)
+            response = self.get(request, *args, **kwargs)
+        except Exception as exc:
+            request = self._drf_request(request, *args, **kwargs)
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(request, response, *args, **kwargs)
+        return self.response
+
+    def _drf_request(self, request, *args, **kwargs):
+        """The request as DRF's dispatch would have made it (negotiated, versioned): what an error is written from."""
+        self.request = drf = self.initialize_request(request, *args, **kwargs)
+        self.format_kwarg = self.get_format_suffix(**kwargs)
+        drf.accepted_renderer, drf.accepted_media_type = self.perform_content_negotiation(drf)
+        drf.version, drf.versioning_scheme = self.determine_version(drf, *args, **kwargs)
+        return drf
 
 
 class CategoryListParams(serializers.Serializer):
@@ -631,7 +669,7 @@ class TopParams(_board_params()):
         return attrs
 
 
-class BoardTopApi(ReadApi):
+class BoardTopApi(BoardReadApi):
     """The best sellers of a category: ranks offset+1 … offset+limit."""
 
     @extend_schema(
@@ -647,7 +685,7 @@ class RankParams(_board_params(category=serializers.SlugField(max_length=50))):
     pass
 
 
-class ProductRankApi(ReadApi):
+class ProductRankApi(BoardReadApi):
     """A product's rank on one board; rank is null when it has no sales there."""
 
     @extend_schema(
@@ -665,7 +703,7 @@ class RanksParams(_board_params()):
     pass
 
 
-class ProductRanksApi(ReadApi):
+class ProductRanksApi(BoardReadApi):
     """A product's rank in each of its categories."""
 
     @extend_schema(
@@ -683,7 +721,7 @@ class NeighborParams(_board_params(category=serializers.SlugField(max_length=50)
     n = serializers.IntegerField(min_value=1, max_value=50, default=5)
 
 
-class ProductNeighborsApi(ReadApi):
+class ProductNeighborsApi(BoardReadApi):
     """The n products ranked just above and just below a product (and the product itself)."""
 
     @extend_schema(
@@ -700,7 +738,7 @@ class ProductNeighborsApi(ReadApi):
         )
 
 
-class ThresholdsApi(ReadApi):
+class ThresholdsApi(BoardReadApi):
     """What it takes to climb a board: the scores at ranks 1, 10, 100, 1,000 and 10,000, and a histogram."""
 
     @extend_schema(

@@ -7,9 +7,9 @@ from rankings.conf import METRICS, rankings_settings
 from rankings.serving import moves
 from rankings.serving.api import (
     _READ_ERRORS,
+    BoardReadApi,
     BoardTopReply,
     RankedItemReply,
-    ReadApi,
     TopParams,
     _answer_wire,
     _BoardAnswer,
@@ -74,7 +74,7 @@ class BoardMoversReply(_BoardAnswer):
         ref_name = "BoardMovers"
 
 
-class BoardMoversApi(ReadApi):
+class BoardMoversApi(BoardReadApi):
     """Movers and shakers: the products ranked now within the first SNAPSHOT_DEPTH ranks that were
     unranked 24 hours before (first) or ranked lower (by gain, largest first)."""
 
@@ -115,7 +115,7 @@ class BoardNewReply(BoardTopReply):
         ref_name = "BoardNew"
 
 
-class BoardNewApi(ReadApi):
+class BoardNewApi(BoardReadApi):
     """Hot new releases: the board restricted to the products released at most RANKINGS_NEW_DAYS
     days before its asOf, ranked 1…n among themselves."""
 
@@ -161,7 +161,7 @@ class ProductHistoryReply(_Reply):
         ref_name = "ProductHistory"
 
 
-class ProductHistoryApi(ReadApi):
+class ProductHistoryApi(BoardReadApi):
     """A product's rank in a board's hourly snapshots of the last `days` days, oldest first; rank is
     null where it was not in the snapshot's first SNAPSHOT_DEPTH ranks."""
 

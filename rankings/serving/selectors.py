@@ -820,24 +820,7 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     version = store.active_version()
     layout = _layout(version)
     if category in layout.split:
-        # Random products of a small split board: from copies of its parts, as for a whole board.
-        parts = [
-            (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)
-        ]
-        copies = [_board_copy(part) for part in parts]
-        if all(copy is not None for copy in copies):
-            found = merge.member_rank_copied(
-                layout=layout, category=category, product_id=product_id, copies=copies
-            )
-        else:
-            found = merge.member_rank(
-                version=version,
-                layout=layout,
-                window=window,
-                metric=metric,
-                category=category,
-                product_id=product_id,
-            )
+        found = _split_member_rank(version, layout, window, metric, category, product_id)
     else:
         found = _member_rank((version, layout.shard_of(category), window, metric, category), product_id)
     if found.rank is None:
@@ -845,9 +828,12 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         # product": a ranked one has sales, and a product with sales cannot be deleted.
         _product(product_id)
     rank = found.rank + 1 if found.rank is not None else None
-    board = layout.board_of(category, product_id)  # of a split category, the product's part
-    (sales,) = _sales_beside(version, window, metric, [(layout.shard_of(board), board, [product_id])])
-    units, revenue, *engagement = _figures(metric, found.score, found.other, sales.get(product_id))
+    sales = None
+    if metric in ENGAGEMENT_METRICS:  # its sales, read beside
+        board = layout.board_of(category, product_id)  # of a split category, the product's part
+        (beside,) = _sales_beside(version, window, metric, [(layout.shard_of(board), board, [product_id])])
+        sales = beside.get(product_id)
+    units, revenue, *engagement = _figures(metric, found.score, found.other, sales)
     return Rank(
         product_id,
         category,
@@ -861,6 +847,22 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
         _percentile(rank, found.total),
         False,
         *engagement,
+    )
+
+
+def _split_member_rank(
+    version: int, layout: Layout, window: str, metric: str, category: str, product_id: str
+) -> store.MemberRank:
+    """A product's rank on a split board: from copies of its parts when it has them (random products
+    of a small split board, as for a whole board), else merged from Redis."""
+    parts = [(version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)]
+    copies = [_board_copy(part) for part in parts]
+    if all(copy is not None for copy in copies):
+        return merge.member_rank_copied(
+            layout=layout, category=category, product_id=product_id, copies=copies
+        )
+    return merge.member_rank(
+        version=version, layout=layout, window=window, metric=metric, category=category, product_id=product_id
     )
 
 

@@ -15,7 +15,7 @@ class _OptionalRate:
         return self.THROTTLE_RATES.get(self.scope)
 
 
-def _credentials(request) -> bool:
+def has_credentials(request) -> bool:
     """Whether the request carries a token or a session: without either it is anonymous, and
     finding that out through authentication would cost more than the read itself."""
     return "HTTP_AUTHORIZATION" in request.META or settings.SESSION_COOKIE_NAME in request.COOKIES
@@ -33,7 +33,12 @@ class ScopedThrottle(_OptionalRate, ScopedRateThrottle):
         self.scope = getattr(view, self.scope_attr, None)
         if not self.scope:
             return True
-        if self.scope == "reads" and _credentials(request) and request.user and request.user.is_authenticated:
+        if (
+            self.scope == "reads"
+            and has_credentials(request)
+            and request.user
+            and request.user.is_authenticated
+        ):
             self.scope = "reads-authenticated"
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
