@@ -16,7 +16,7 @@ from rankings.models import RankingVersion
 from rankings.operations import backfill
 
 from .rankings_helpers import Shop
-from .test_reshard import PausedIngest, _layout_lock_waiters, _run, _wait
+from .test_reshard import PausedIngest, _layout_lock_waiters, _run, _sales, _wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -230,7 +230,7 @@ def test_a_tree_edit_during_ingestion_counts_only_once_switched_to_and_a_switch_
     # when a version is built with the new tree and switched to while an ingest queued under the old one
     version = backfill.version_build()
     assert active_tree().parents == {"strategy": "board-games", "board-games": "toys"}
-    ingest = PausedIngest(monkeypatch, shop, "late")  # sells p0…p11 once each
+    ingest = PausedIngest(monkeypatch, shop, _sales(shop, "late"))  # sells p0…p11 once each
     errors: list[BaseException] = []
     switch = threading.Thread(
         target=_run, args=(lambda: backfill.version_switch(number=version.number), errors)
