@@ -46,7 +46,7 @@ run: db
 # suite, the property and year-of-history tests) do not leave a worker idle.
 # Then a second, shorter run with the boards on a Redis Cluster of each worker's own (three
 # primaries, three replicas): the engine, crash, backfill and cluster tests and 40 random
-# histories (about 70 s on 2 cores). The failover test, which kills a cluster node, starts
+# histories (about 2 minutes on 2 cores). The failover test, which kills a cluster node, starts
 # a cluster of its own in the first run.
 CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
 	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py
