@@ -229,6 +229,19 @@ class PausedIngest:
         self._thread.join()
         assert not self.errors, self.errors
 
+    def switch_meanwhile(self, number: int) -> None:
+        """Switch to version `number` while the ingest is paused: the switch waits for the ingest's
+        layout lock, the old version still active (the premise); then the ingest commits first."""
+        before = RankingVersion.active_number()
+        errors: list[BaseException] = []
+        switch = threading.Thread(target=_run, args=(lambda: backfill.version_switch(number=number), errors))
+        switch.start()
+        _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
+        assert RankingVersion.active_number() == before
+        self.resume()
+        switch.join()
+        assert not errors, errors
+
 
 def _sales(shop: Shop, tag: str) -> list[dict]:
     return [shop.sale(f"p{i}", categories=_categories(i), qty=1, event_id=f"{tag}-{i}") for i in range(12)]
@@ -252,18 +265,8 @@ def test_a_sale_queued_under_the_old_layout_while_the_switch_runs_is_re_keyed(mo
     shop.tick()
     version = backfill.version_build(layout=Layout(16))
     ingest = PausedIngest(monkeypatch, shop, _sales(shop, "late"))
-    # when the switch runs meanwhile
-    errors: list[BaseException] = []
-    switch = threading.Thread(
-        target=_run, args=(lambda: backfill.version_switch(number=version.number), errors)
-    )
-    switch.start()
-    # then it waits for the ingest (the premise), which then commits under the old layout
-    _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
-    assert RankingVersion.active_number() == 1
-    ingest.resume()
-    switch.join()
-    assert not errors, errors
+    # when the switch runs meanwhile, it waits for the ingest, which then commits under the old layout
+    ingest.switch_meanwhile(version.number)
     # and the switch re-keyed its rows: every sale queued once per shard of the new layout, and exact
     assert active_layout() == (version.number, Layout(16))
     assert PendingSale.objects.filter(sale__event_id__startswith="late-").exists()
@@ -573,16 +576,8 @@ def test_views_waiting_when_the_layout_changes_are_re_keyed_with_what_they_named
     version = backfill.version_build(layout=Layout(16))
     views = [shop.engagement(f"p{i % 5}", categories=_categories(i)) for i in range(7)]
     ingest = PausedIngest(monkeypatch, shop, views, stager=EngagementIngest)
-    # when the switch runs meanwhile, waiting for the ingest (the premise)
-    errors: list[BaseException] = []
-    switch = threading.Thread(
-        target=_run, args=(lambda: backfill.version_switch(number=version.number), errors)
-    )
-    switch.start()
-    _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
-    ingest.resume()
-    switch.join()
-    assert not errors, errors
+    # when the switch runs meanwhile, waiting for the ingest
+    ingest.switch_meanwhile(version.number)
     # then the views wait on the new layout's shards, naming what they named, and count once
     assert active_layout() == (version.number, Layout(16))
     named = {tuple(row) for row in PendingEngagement.objects.values_list("named", flat=True)}

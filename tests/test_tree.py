@@ -2,8 +2,6 @@
 the active version; a tree edit goes live through a rebuild and switch, whole, and a switch back
 restores the old tree with its boards. Cycles and depths past six are refused everywhere."""
 
-import threading
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
@@ -16,7 +14,7 @@ from rankings.models import RankingVersion
 from rankings.operations import backfill
 
 from .rankings_helpers import Shop
-from .test_reshard import PausedIngest, _layout_lock_waiters, _run, _sales, _wait
+from .test_reshard import PausedIngest, _sales
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -231,15 +229,7 @@ def test_a_tree_edit_during_ingestion_counts_only_once_switched_to_and_a_switch_
     version = backfill.version_build()
     assert active_tree().parents == {"strategy": "board-games", "board-games": "toys"}
     ingest = PausedIngest(monkeypatch, shop, _sales(shop, "late"))  # sells p0…p11 once each
-    errors: list[BaseException] = []
-    switch = threading.Thread(
-        target=_run, args=(lambda: backfill.version_switch(number=version.number), errors)
-    )
-    switch.start()
-    _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
-    ingest.resume()
-    switch.join()
-    assert not errors, errors
+    ingest.switch_meanwhile(version.number)
     # then every board follows the new tree, exactly, the late sales included once ticked
     assert active_tree().parents == {"strategy": "board-games", "board-games": "garden"}
     shop.assert_exact()
