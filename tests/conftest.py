@@ -48,6 +48,26 @@ def django_db_setup(django_db_setup, django_db_blocker):
         connection.close()  # the next connection is the database's own setting's
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _emptied_by_delete():
+    """A test that commits is followed by emptying every table. Django truncates them, which makes
+    new files for each of the many tables, partitions and indexes (about half a second each time);
+    a test leaves a few rows, and deleting them takes milliseconds. Django's foreign keys are
+    checked at commit, when every table is empty, so the order of the deletes does not matter."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences:
+            return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)
+        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+
+    DatabaseOperations.sql_flush = sql_flush
+    yield
+    DatabaseOperations.sql_flush = truncate
+
+
 @pytest.fixture
 def partitions_dropped(transactional_db):
     """The partitions of raw sales (months) and engagement events (days) the test made are dropped

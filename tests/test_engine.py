@@ -3,6 +3,7 @@
 import datetime as dt
 
 import pytest
+from django.db import transaction
 
 from rankings.engine import aggregate
 from rankings.engine.shards import ALL, Layout, shard_of
@@ -188,6 +189,20 @@ def test_a_backlog_is_claimed_whole_up_to_the_batch_size(settings, monkeypatch):
         (48, 48),
         (48, 24),
     ]
+    shop.assert_exact()
+
+
+def test_ticks_inside_one_enclosing_transaction_count_each_sale_once():
+    """Two ticks in one outer transaction (nothing commits between them): the second claims only
+    its own sales, not the first's again."""
+    shop = Shop()
+    with transaction.atomic():
+        shop.send(shop.sale("p1", qty=2))
+        shop.tick()
+        shop.advance(minutes=1)
+        shop.send(shop.sale("p2", qty=1))
+        shop.tick()
+    assert shop.top() == [("p1", 2), ("p2", 1)]
     shop.assert_exact()
 
 

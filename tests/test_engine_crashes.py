@@ -44,7 +44,7 @@ def shard_then_die(**kwargs):
     if point == "between-shards" and shards_done:
         os._exit(9)
     real_shard(**kwargs)
-    shards_done.append(kwargs["shard"])
+    shards_done.append(kwargs["state"].shard)
 
 store.batch_apply = apply_then_die
 aggregate._tick_shard = shard_then_die

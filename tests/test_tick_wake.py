@@ -146,9 +146,9 @@ def test_a_sale_committed_while_its_shards_tick_runs_is_woken_after_it(wake, sen
         finally:
             connection.close()
 
-    def tick_shard_then_a_sale_commits(*, shard, **kwargs):
-        real_tick_shard(shard=shard, **kwargs)
-        if shard == every and "other" not in reports:
+    def tick_shard_then_a_sale_commits(*, state, **kwargs):
+        real_tick_shard(state=state, **kwargs)
+        if state.shard == every and "other" not in reports:
             shop.send(shop.sale("late", categories=["toys"]))  # autocommit: woken at once
             _, shards, woken = sent[-1]
             worker = threading.Thread(target=other_worker, args=(shards, woken), name="other")

@@ -147,7 +147,7 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
         store.active_ensure(version, epoch)
         store.shard_layout_set(version, layout.shards, layout.pinned)
         _tick_shard(
-            shard=shard, layout=layout, version=version, gen=store.generation(version), now=now, report=report
+            state=state, layout=layout, version=version, gen=store.generation(version), now=now, report=report
         )
     except _NOT_ISOLATED:
         raise
@@ -195,11 +195,11 @@ def _write_version() -> tuple[int, Layout]:
 
 
 def _tick_shard(
-    *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
+    *, state: ShardState, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
 ) -> None:
     """Bring one shard's boards to `now`, a batch of claimed sales at a time (see _tick_to)."""
-    state, _ = ShardState.objects.get_or_create(shard=shard)
-    _redis_recover(shard=shard, version=version, gen=gen, report=report)
+    shard = state.shard
+    _redis_recover(shard=shard, recorded=state.seq, version=version, gen=gen, report=report)
     # Each hour boundary crossed: first to the boundary with what counts by then, its snapshots, on.
     snapshots.take_crossed(
         shard=shard,
@@ -260,15 +260,14 @@ class _Step:
     batches: list[Batch]
 
 
-def _redis_recover(*, shard: int, version: int, gen: str, report: TickReport) -> None:
+def _redis_recover(*, shard: int, recorded: int, version: int, gen: str, report: TickReport) -> None:
     """Apply the batches recorded but not applied (a tick stopped between its commit and Redis), and
     rebuild the shard's boards should Redis have lost them: all (no state, or another generation),
-    or its last writes (a seq below PostgreSQL's, after a failover to a replica that had not
-    received them, or a restart from an older snapshot)."""
+    or its last writes (a seq below `recorded`, PostgreSQL's, after a failover to a replica that had
+    not received them, or a restart from an older snapshot). The caller holds the shard's lock."""
     for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):
         _apply(batch=batch, version=version, gen=gen, report=report)
     held = store.shard_state(version, shard)
-    recorded = ShardState.objects.values_list("seq", flat=True).get(shard=shard)
     if held.get("gen") == gen and int(held.get("seq") or 0) >= recorded:
         return
     if held.get("gen") == gen:
@@ -295,6 +294,8 @@ def _claim_and_record(
         engaged_rows, engaged = _claim_engagements(shard=shard, limit=limit, until=until)
         if claimed == 0 and engaged == 0 and state.as_of == now:
             return None
+        if claimed + engaged_rows >= FACTS_ANALYZED_FROM:
+            _facts_analyze()
         changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
         _fold(shard=shard, now=now)
         batches = (
@@ -385,14 +386,25 @@ def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
     )
 
 
-# Dropped first as well: inside an enclosing transaction (a savepoint) ON COMMIT has not fired yet.
-_FACTS_TABLE = """
-DROP TABLE IF EXISTS pg_temp.tick_facts;
-CREATE TEMPORARY TABLE tick_facts (
+# The claimed facts of one transaction, in a table each database session makes once and PostgreSQL
+# empties at every commit (making one per claim writes the system catalogue: milliseconds a tick).
+# Emptied first as well: inside an enclosing transaction (a savepoint) no commit has emptied it yet.
+# A large claim sorts, hashes and groups its sales in memory rather than in temporary files; the
+# notice that the table exists already is not worth a line in the server's log.
+_FACTS_TABLE = f"""
+SET LOCAL work_mem = '{TICK_WORK_MEM}';
+SET LOCAL client_min_messages = warning;
+CREATE TEMPORARY TABLE IF NOT EXISTS tick_facts (
     category varchar(50), product_id varchar(64), t bigint, qty bigint, cents bigint,
     views bigint DEFAULT 0, wishes bigint DEFAULT 0
-) ON COMMIT DROP
+) ON COMMIT DELETE ROWS;
+DELETE FROM tick_facts
 """
+
+# A claim of this many queue rows or more gives the planner statistics of its facts: without them
+# it guesses a large batch's size and groups badly. A small one is guessed well enough (PostgreSQL
+# takes a table never analysed as a few thousand rows) and is spared the ANALYZE.
+FACTS_ANALYZED_FROM = 1000
 
 # The claim's last sale id: the `limit`-th of the shard's queue rows (those counted by `until`,
 # if given), or its last one when fewer wait; NULL when none does.
@@ -461,8 +473,6 @@ def _claim(*, shard: int, limit: int, until: dt.datetime | None = None) -> int:
     """Move the shard's first `limit` pending sales (those counted at or before `until`, if
     given), and any committed since with a lower id, into tick_facts; return how many."""
     with connection.cursor() as cursor:
-        # A large claim sorts, hashes and groups its sales in memory rather than in temporary files.
-        cursor.execute("SELECT set_config('work_mem', %s, true)", [TICK_WORK_MEM])
         cursor.execute(_FACTS_TABLE)
         params = {"shard": shard, "limit": limit, "until": until}
         cursor.execute(_CLAIM_LAST, params)
@@ -481,9 +491,12 @@ def _claim_engagements(*, shard: int, limit: int, until: dt.datetime | None = No
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_ENGAGEMENT, {"shard": shard, "limit": limit, "until": until})
         rows, events = cursor.fetchone()
-        # Statistics for the planner: without them it guesses the batch's size and groups badly.
-        cursor.execute("ANALYZE tick_facts")
     return rows, int(events)
+
+
+def _facts_analyze() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tick_facts")
 
 
 _BUCKET_SUMS = """
@@ -656,8 +669,8 @@ def shards_settle(*, now: dt.datetime | None) -> None:
     gen = store.generation(version)
     report = TickReport(as_of=now or timezone.now())
     for shard in range(layout.shards):
-        ShardState.objects.get_or_create(shard=shard)
+        state, _ = ShardState.objects.get_or_create(shard=shard)
         if now is None:  # nothing has ticked yet: only batches to apply, if any
-            _redis_recover(shard=shard, version=version, gen=gen, report=report)
+            _redis_recover(shard=shard, recorded=state.seq, version=version, gen=gen, report=report)
         else:
-            _tick_shard(shard=shard, layout=layout, version=version, gen=gen, now=now, report=report)
+            _tick_shard(state=state, layout=layout, version=version, gen=gen, now=now, report=report)
