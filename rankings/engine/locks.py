@@ -50,9 +50,14 @@ def _lock_timeout(cursor, timeout: str) -> Iterator[None]:
 
 @contextmanager
 def _held(namespace: int, key: int, *, timeout: str) -> Iterator[None]:
-    """Wait (at most `timeout`) for the lock (namespace, key), hold it, release it."""
-    with connection.cursor() as cursor, _lock_timeout(cursor, timeout):
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [namespace, key])
+    """Wait (at most `timeout`) for the lock (namespace, key), hold it, release it. A free lock is
+    taken in one statement; only a wait sets the lock timeout for its duration."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [namespace, key])
+        (acquired,) = cursor.fetchone()
+        if not acquired:
+            with _lock_timeout(cursor, timeout):
+                cursor.execute("SELECT pg_advisory_lock(%s, %s)", [namespace, key])
     try:
         yield
     finally:

@@ -14,7 +14,7 @@ The snapshot is computed from the shard's buckets with the tick's own bucket sum
 snapshotted too), not read from Redis: when nothing of the hour is pending, the shard's
 buckets already hold exactly the board as of H, and the tick need not step at all. Consecutive
 hours with nothing pending between them are taken together, up to HOURS_PER_TAKE at a time: one
-statement per window ranks and writes them all in PostgreSQL, which keeps a tick that crosses
+statement ranks and writes them all, of every window, in PostgreSQL, which keeps a tick that crosses
 days of boundaries (a catch-up) cheap.
 
 A mark per shard and hour, written in the snapshots' transaction, says the hour is done; a tick
@@ -101,29 +101,32 @@ def _pending_first(shard: int) -> float | None:
 
 # Each board's first ranks as of each hour, ranked and written by PostgreSQL: a shard of a thousand
 # categories sends no row at all. The sums are the tick's (_BUCKET_SUMS), each hour's over the
-# buckets of its own window. Ranking order: score descending, then the product id in byte order
-# (COLLATE "C"), as on the boards. A board recorded again (a reshard's new shard retaking the
-# switch's hour) is replaced.
+# buckets of its own window: one row of `hours` per window and hour. Ranking order: score
+# descending, then the product id in byte order (COLLATE "C"), as on the boards. A board recorded
+# again (a reshard's new shard retaking the switch's hour) is replaced.
 _TAKE = """
-WITH hours (at, first, last) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[])),
-sums (at, category, product_id, {aliases}) AS (
-    SELECT hours.at, q.* FROM hours CROSS JOIN LATERAL ({sums}) AS q
+WITH hours (name, size, at, first, last) AS (
+    SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[], %s::bigint[])
+),
+sums (name, at, category, product_id, {aliases}) AS (
+    SELECT hours.name, hours.at, q.* FROM hours CROSS JOIN LATERAL ({sums}) AS q
 ),
 scored AS (
-    SELECT at, category, product_id, unnest(%s::text[]) AS metric, unnest(ARRAY[{aliases}]) AS score
+    SELECT name, at, category, product_id, unnest(%s::text[]) AS metric, unnest(ARRAY[{aliases}]) AS score
     FROM sums
 ),
 ranked AS (
-    SELECT at, metric, category, product_id,
-           row_number() OVER (PARTITION BY at, metric, category ORDER BY score DESC, product_id COLLATE "C") AS n
+    SELECT name, at, metric, category, product_id,
+           row_number() OVER (PARTITION BY name, at, metric, category ORDER BY score DESC, product_id COLLATE "C") AS n
     FROM scored WHERE score > 0
 )
 INSERT INTO {table} (at, "window", metric, category, products)
-SELECT to_timestamp(at), %s, metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s
-GROUP BY at, metric, category
+SELECT to_timestamp(at), name, metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s
+GROUP BY name, at, metric, category
 ON CONFLICT (category, "window", metric, at) DO UPDATE SET products = excluded.products
 """
-# The tick's sums read one range of bucket starts; here each hour's (of the `hours` above).
+# The tick's sums read one size and one range of bucket starts; here each row's of `hours` above.
+_ONE_SIZE = "size = %s"
 _ONE_RANGE = "start BETWEEN %s AND %s"
 
 _summed: dict[str, tuple[str, ...]] = {}
@@ -144,22 +147,31 @@ def take(*, shard: int, layout: Layout, hours: list[int]) -> int:
     and mark the hours, in one transaction; returns how many boards were recorded."""
     from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
 
-    recorded = 0
+    # One row of `hours` per window and hour.
+    rows = [(name, rankings_settings.windows[name], at) for name in snapshot_windows() for at in hours]
+    bounds = [window.bounds(at) for _, window, at in rows]
     with transaction.atomic(), connection.cursor() as cursor:
         metrics = _summed_metrics(cursor, _BUCKET_SUMS)
+        sums = _BUCKET_SUMS.replace(_ONE_SIZE, "size = hours.size")
         statement = _TAKE.format(
-            sums=_BUCKET_SUMS.replace(_ONE_RANGE, "start BETWEEN hours.first AND hours.last"),
+            sums=sums.replace(_ONE_RANGE, "start BETWEEN hours.first AND hours.last"),
             aliases=", ".join(f"m{k}" for k in range(len(metrics))),
             table=Snapshot._meta.db_table,
         )
-        for name in snapshot_windows():
-            window = rankings_settings.windows[name]
-            bounds = [window.bounds(at) for at in hours]
-            firsts, lasts = [first for first, _ in bounds], [last for _, last in bounds]
-            shard_size = [shard, window.bucket_seconds]
-            depth = rankings_settings.SNAPSHOT_DEPTH
-            cursor.execute(statement, [hours, firsts, lasts, *shard_size, list(metrics), name, depth])
-            recorded += cursor.rowcount
+        cursor.execute(
+            statement,
+            [
+                [name for name, _, _ in rows],
+                [window.bucket_seconds for _, window, _ in rows],
+                [at for _, _, at in rows],
+                [first for first, _ in bounds],
+                [last for _, last in bounds],
+                shard,
+                list(metrics),
+                rankings_settings.SNAPSHOT_DEPTH,
+            ],
+        )
+        recorded = cursor.rowcount
         SnapshotMark.objects.bulk_create(
             [SnapshotMark(shard=shard, at=instant(at)) for at in hours], ignore_conflicts=True
         )

@@ -1299,6 +1299,32 @@ def head_read(version: int, shard: int, window: str, metric: str, category: str)
 
 
 @_translated
+def boards_read_with_heads(
+    version: int, shard: int, boards: list[tuple[str, str, str]]
+) -> list[tuple[list[tuple[str, int]], dict | None]]:
+    """Each board (window, metric, category) of one shard as board_read_all and head_read give it:
+    (every member in ranking order with its score, its head). One round trip on one server; on a
+    Redis Cluster, whose pipelines refuse scripts, the boards in one and each head in one of its own."""
+    r = patient()
+    pipe = r.pipeline(transaction=False)
+    for board in boards:
+        pipe.zrange(board_key(version, shard, *board), 0, -1, withscores=True)
+    script, calls = _script(_HEAD), [list(_board_keys(version, shard, *board)) for board in boards]
+    if clustered():
+        members = pipe.execute() if boards else []
+        heads = [script(keys=keys, args=[BLOB_SIZE], client=r) for keys in calls]
+    else:
+        for keys in calls:
+            script(keys=keys, args=[BLOB_SIZE], client=pipe)
+        values = pipe.execute() if boards else []
+        members, heads = values[: len(boards)], values[len(boards) :]
+    return [
+        ([(member.decode(), int(-score)) for member, score in rows], json.loads(head) if head else None)
+        for rows, head in zip(members, heads, strict=True)
+    ]
+
+
+@_translated
 def boards_heads(
     version: int, shard: int, n: int
 ) -> dict[tuple[str, str, str], tuple[int, list[tuple[str, int]]]]:

@@ -134,9 +134,12 @@ def _verify_shard(report: VerifyReport, version: int, shard: int, layout: Layout
 
 def _blob_check(version, shard, board, want, expected) -> Difference | None:
     """The board's blob must hold its first ranks with both metrics' scores, and its size."""
+    return _blob_compare(shard, board, want, expected, store.head_read(version, shard, *board))
+
+
+def _blob_compare(shard, board, want, expected, blob: dict | None) -> Difference | None:
     window, metric, category = board
     other = dict(expected.get((window, other_metric(metric), category), []))
-    blob = store.head_read(version, shard, window, metric, category)
     head = want[: store.BLOB_SIZE]
     rows = [[product_id, score, other.get(product_id, 0)] for product_id, score in head]
     if (blob or {"total": 0, "rows": []}) == {"total": len(want), "rows": rows}:
@@ -145,13 +148,18 @@ def _blob_check(version, shard, board, want, expected) -> Difference | None:
     return Difference((window, f"{metric} (top-{store.BLOB_SIZE} blob)", category), shard, head, got)
 
 
-# Every metric's board of one category and window, from the buckets, as
-# the tick's rebuild computes it: cheap, because the buckets are few per product.
+# Every metric's board of one category in each window (a row of `w`), from the buckets, as the
+# tick's rebuild computes it: cheap, because the buckets are few per product.
 _CATEGORY_BUCKET_SUMS = """
-SELECT product_id, sum(units)::bigint, sum(revenue_cents)::bigint, sum(views)::bigint, sum(wishes)::bigint
-FROM rankings_bucket
-WHERE shard = %s AND size = %s AND category = %s AND start BETWEEN %s AND %s
-GROUP BY product_id
+SELECT w.name, q.*
+FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[]) AS w (name, size, first, last)
+CROSS JOIN LATERAL (
+    SELECT product_id, sum(units)::bigint, sum(revenue_cents)::bigint, sum(views)::bigint,
+           sum(wishes)::bigint
+    FROM rankings_bucket
+    WHERE shard = %s AND size = w.size AND category = %s AND start BETWEEN w.first AND w.last
+    GROUP BY product_id
+) AS q
 """
 
 
@@ -204,32 +212,54 @@ def verify_sampled(*, sample: int | None = None, categories: list[str] | None = 
 def _sample_check(report: SampleReport, version: int, shard: int, category: str) -> list[Difference]:
     """Every window's and metric's board of one category, and its blob, against the buckets."""
     as_of = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
+    expected = _category_boards(shard, category, as_of) if as_of is not None else {}
+    boards = [(w.name, metric, category) for w in rankings_settings.windows.values() for metric in METRICS]
     differences = []
-    for w in rankings_settings.windows.values():
-        expected: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-        if as_of is not None:
-            first, last = w.bounds(int(as_of.timestamp()))
-            with connection.cursor() as cursor:
-                cursor.execute(_CATEGORY_BUCKET_SUMS, [shard, w.bucket_seconds, category, first, last])
-                rows = cursor.fetchall()
-            for i, metric in enumerate(METRICS):
-                scores = [(product_id, int(values[i])) for product_id, *values in rows if values[i] > 0]
-                if scores:
-                    expected[(w.name, metric, category)] = sorted(
-                        scores, key=lambda row: (-row[1], row[0].encode())
-                    )
-        for metric in METRICS:
-            board = (w.name, metric, category)
-            want = expected.get(board, [])
-            got = store.board_read_all(store.board_key(version, shard, *board))
-            report.boards += 1
-            if want != got:
-                differences.append(Difference(board, shard, want, got))
-                continue
-            blob_difference = _blob_check(version, shard, board, want, expected)
-            if blob_difference:
-                differences.append(blob_difference)
+    for board, (got, blob) in zip(boards, store.boards_read_with_heads(version, shard, boards), strict=True):
+        want = expected.get(board, [])
+        report.boards += 1
+        if want != got:
+            differences.append(Difference(board, shard, want, got))
+            continue
+        blob_difference = _blob_compare(shard, board, want, expected, blob)
+        if blob_difference:
+            differences.append(blob_difference)
     return differences
+
+
+def _category_boards(
+    shard: int, category: str, as_of: dt.datetime
+) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
+    """Every window's and metric's board of one category as of `as_of`, from the buckets, in ranking
+    order ((window, metric, category) -> scores); a board with no positive score is absent."""
+    windows = list(rankings_settings.windows.values())
+    bounds = [w.bounds(int(as_of.timestamp())) for w in windows]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CATEGORY_BUCKET_SUMS,
+            [
+                [w.name for w in windows],
+                [w.bucket_seconds for w in windows],
+                [first for first, _ in bounds],
+                [last for _, last in bounds],
+                shard,
+                category,
+            ],
+        )
+        rows = cursor.fetchall()
+    expected: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
+    for w in windows:
+        for i, metric in enumerate(METRICS):
+            scores = [
+                (product_id, int(values[i]))
+                for name, product_id, *values in rows
+                if name == w.name and values[i] > 0
+            ]
+            if scores:
+                expected[(w.name, metric, category)] = sorted(
+                    scores, key=lambda row: (-row[1], row[0].encode())
+                )
+    return expected
 
 
 def redis_safety() -> dict:
