@@ -217,6 +217,7 @@ def _day_of_sales(day: int, at: dt.datetime) -> list[dict]:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("partitions_dropped")
 def test_a_year_of_history_grows_nothing_but_raw_sales(settings, redis_client):
     """Ticked through a year with a few sales a day and the beat's periodic tasks, every table but
     raw sales and every Redis keyspace holds as much after 12 months as after the second (once
