@@ -132,19 +132,34 @@ class BuiltOnce:
 
 
 @contextlib.contextmanager
+def _rolled_back(django_db_blocker) -> Iterator[None]:
+    """A transaction rolled back at the end. The database is unblocked only to open and end it: in
+    between, each test reaches it only if marked to, as ever."""
+    around = transaction.atomic()
+    with django_db_blocker.unblock():
+        around.__enter__()
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            around.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
 def built_once(build: Callable, django_db_blocker, redis_client) -> Iterator[BuiltOnce]:
     """`build()` run once for several tests that only read what it made: its rows in a transaction
     rolled back after the last of them, each test in a savepoint of it rolled back after the test
     (no test sees another's writes); its Redis keys put back by `restored()` before each test."""
     prefix = settings.RANKINGS["KEY_PREFIX"]
-    with django_db_blocker.unblock(), transaction.atomic():
-        result = build()
+    with _rolled_back(django_db_blocker):
+        with django_db_blocker.unblock():
+            result = build()
         keys = {
             key: (redis_client.dump(key), redis_client.pttl(key))
             for key in redis_client.scan_iter(f"{prefix}:*", count=1000)
         }
         yield BuiltOnce(result, keys, redis_client)
-        transaction.set_rollback(True)
 
 
 @pytest.fixture

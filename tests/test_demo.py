@@ -6,13 +6,12 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
 from django.db.models import Q
 
 from catalogue.models import Category, Product
 from rankings.models import Sale
 from rankings.operations.demo import DemoShape, demo_catalogue, demo_events, demo_seed
-from tests.conftest import utc
+from tests.conftest import built_once, utc
 
 pytestmark = pytest.mark.django_db
 
@@ -20,13 +19,15 @@ NOW = utc(2026, 10, 11, 10, 0)
 SMALL = DemoShape(sales=6000, days=14, categories=10, products=500)
 
 
+def _seed():
+    return demo_seed(shape=SMALL, seed=7, now=NOW)
+
+
 @pytest.fixture(scope="class")
-def seeded(django_db_setup, django_db_blocker):
-    """The demo seeded once, in a transaction rolled back after the last test of the class. Each test
-    runs in a savepoint of it, rolled back after the test: no test sees another's writes."""
-    with django_db_blocker.unblock(), transaction.atomic():
-        yield demo_seed(shape=SMALL, seed=7, now=NOW)
-        transaction.set_rollback(True)
+def seeded(django_db_setup, django_db_blocker, redis_client):
+    """The demo seeded once for the class, rolled back after its last test (see built_once)."""
+    with built_once(_seed, django_db_blocker, redis_client) as once:
+        yield once.result
 
 
 class TestTheSeededDemo:
