@@ -1,12 +1,16 @@
 """Fixtures shared by the suite: real PostgreSQL and Redis, a per-run key prefix."""
 
+import contextlib
 import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 import redis as redis_lib
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.db import transaction
 from redis.cluster import RedisCluster
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -129,6 +133,53 @@ def _clean_redis(redis_client):
     keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
     if keys:
         redis_client.delete(*keys)
+
+
+@dataclass
+class BuiltOnce:
+    """What a build returned, and the Redis keys it left, to put back before each test that reads it."""
+
+    result: object
+    keys: dict[bytes, tuple[bytes, int]]
+    redis_client: object
+
+    def restored(self):
+        """The build's Redis keys as it left them (every test's own are deleted after it); its rows
+        are there already, in the transaction around the tests."""
+        for key, (dumped, ttl_ms) in self.keys.items():
+            self.redis_client.restore(key, max(ttl_ms, 0), dumped, replace=True)
+        return self.result
+
+
+@contextlib.contextmanager
+def _rolled_back(django_db_blocker) -> Iterator[None]:
+    """A transaction rolled back at the end. The database is unblocked only to open and end it: in
+    between, each test reaches it only if marked to, as ever."""
+    around = transaction.atomic()
+    with django_db_blocker.unblock():
+        around.__enter__()
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            around.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def built_once(build: Callable, django_db_blocker, redis_client) -> Iterator[BuiltOnce]:
+    """`build()` run once for several tests that only read what it made: its rows in a transaction
+    rolled back after the last of them, each test in a savepoint of it rolled back after the test
+    (no test sees another's writes); its Redis keys put back by `restored()` before each test."""
+    prefix = settings.RANKINGS["KEY_PREFIX"]
+    with _rolled_back(django_db_blocker):
+        with django_db_blocker.unblock():
+            result = build()
+        keys = {
+            key: (redis_client.dump(key), redis_client.pttl(key))
+            for key in redis_client.scan_iter(f"{prefix}:*", count=1000)
+        }
+        yield BuiltOnce(result, keys, redis_client)
 
 
 @pytest.fixture

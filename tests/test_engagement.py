@@ -171,6 +171,7 @@ def test_an_event_older_than_the_retention_is_counted_too_old_and_not_stored():
     assert IngestLog.objects.get().too_old == 1
 
 
+@pytest.mark.usefixtures("partitions_dropped")
 def test_retention_drops_old_days_and_boards_stay_exact():
     """Moving the engine's clock past the retention drops whole days of raw events (and their ids);
     every board still equals the recompute, and a rebuild from what is left matches the live one."""

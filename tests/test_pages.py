@@ -13,6 +13,7 @@ from rankings.serving import selectors
 from rankings.serving.charts import bar_chart
 from rankings.serving.pages import age_text, daily_units
 
+from .conftest import built_once
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,8 +29,7 @@ def _catalogue(categories: dict[str, str], products: dict[str, tuple[str, int, l
         product.categories.set([made[s] for s in slugs])
 
 
-@pytest.fixture
-def shop():
+def _small_shop() -> Shop:
     """Toys: Yo-yo 7, Kite 5, Puzzle 5, Robot 1 units; Gifts: Kite alone; ticked just now."""
     _catalogue(
         {"toys": "Toys", "gifts": "Gifts"},
@@ -51,8 +51,7 @@ def shop():
     return shop
 
 
-@pytest.fixture
-def big_shop():
+def _big_shop() -> Shop:
     """120 toys; toy i sold i + 1 units in one sale, so the board is t119, t118, …, t0."""
     _catalogue(
         {"toys": "Toys"},
@@ -64,26 +63,28 @@ def big_shop():
     return shop
 
 
+@pytest.fixture
+def shop():
+    return _small_shop()
+
+
+@pytest.fixture(scope="class")
+def small_shop_once(django_db_setup, django_db_blocker, redis_client):
+    with built_once(_small_shop, django_db_blocker, redis_client) as once:
+        yield once
+
+
+@pytest.fixture(scope="class")
+def big_shop_once(django_db_setup, django_db_blocker, redis_client):
+    with built_once(_big_shop, django_db_blocker, redis_client) as once:
+        yield once
+
+
 def _rows(response) -> list[tuple[int, str]]:
     return [(row.item.rank, row.item.product_id) for row in response.context["items"]]
 
 
 # --- home ------------------------------------------------------------------------
-
-
-def test_home_shows_the_overall_top_ten_and_each_categorys_first_three(client, shop):
-    reply = client.get("/")
-
-    assert reply.status_code == 200
-    overall = reply.context["overall"]
-    assert [r.item.product_id for r in overall["items"]] == ["p1", "p0", "p2", "p3"]
-    categories = {c["slug"]: c for c in reply.context["categories"]}
-    assert [c["name"] for c in reply.context["categories"]] == ["Gifts", "Toys"]
-    assert [r.item.product_id for r in categories["toys"]["items"]] == ["p1", "p0", "p2"]
-    assert [r.item.product_id for r in categories["gifts"]["items"]] == ["p0"]
-    html = reply.content.decode()
-    assert '<a href="/c/toys/">Toys</a>' in html
-    assert '<a href="/p/p1/">Yo-yo</a>' in html
 
 
 def test_home_costs_two_queries_whatever_the_number_of_categories(client, django_assert_max_num_queries):
@@ -180,87 +181,11 @@ def test_home_shows_a_hundred_categories_a_page(client):
     assert 'rel="next"' in first.content.decode() and "Page 2 of 2" in second.content.decode()
 
 
-def test_boards_top_many_answers_like_board_top(shop):
-    many = selectors.boards_top_many(limits={"toys": 2, "gifts": 3}, window="7d", metric="revenue")
-    selectors.answers_forget()
-
-    for category, limit in (("toys", 2), ("gifts", 3)):
-        one = selectors.board_top(category=category, window="7d", metric="revenue", limit=limit, offset=0)
-        assert many[category] == one
-
-
-def test_boards_top_many_refuses_an_unknown_category(shop):
-    with pytest.raises(selectors.NotFound):
-        selectors.boards_top_many(limits={"nope": 3}, window="7d", metric="units")
-
-
-def test_pages_carry_cache_control_and_an_etag_and_answer_304(client, shop):
-    first = client.get("/c/toys/")
-
-    assert "max-age=2" in first["Cache-Control"]
-    again = client.get("/c/toys/", HTTP_IF_NONE_MATCH=first["ETag"])
-    assert again.status_code == 304
-
-
 # --- a category's best sellers ---------------------------------------------------------
 
 
-def test_category_lists_rank_name_units_and_revenue_in_rank_order(client, shop):
-    reply = client.get("/c/toys/")
-
-    assert reply.status_code == 200
-    assert [
-        (r.item.rank, r.item.name, r.item.units, str(r.item.revenue)) for r in reply.context["items"]
-    ] == [
-        (1, "Yo-yo", 7, "3.01"),
-        (2, "Kite", 5, "12.50"),
-        (3, "Puzzle", 5, "99.99"),
-        (4, "Robot", 1, "2.50"),
-    ]
-    html = reply.content.decode()
-    assert '<th scope="col" class="num">Revenue</th>' in html
-    assert '<a href="/p/p2/">Puzzle</a>' in html
-    assert "99.99" in html
-
-
-def test_window_and_metric_switch_by_plain_links_marking_the_current_one(client, shop):
-    reply = client.get("/c/toys/?window=30d&metric=revenue")
-
-    assert [(r.item.rank, r.item.product_id) for r in reply.context["items"]][:2] == [(1, "p2"), (2, "p0")]
-    html = reply.content.decode()
-    assert '<a href="/c/toys/?window=30d" aria-current="page">' not in html
-    assert '<a href="/c/toys/?window=30d&amp;metric=revenue" aria-current="page">30 days</a>' in html
-    assert '<a href="/c/toys/?metric=revenue">7 days</a>' in html
-    assert '<a href="/c/toys/?window=30d">Units sold</a>' in html
-    assert '<nav aria-label="Time window">' in html and '<nav aria-label="Rank by">' in html
-
-
-def test_pages_of_fifty_with_previous_and_next(client, big_shop):
-    first = client.get("/c/toys/")
-    second = client.get("/c/toys/?page=2")
-    third = client.get("/c/toys/?page=3")
-
-    assert _rows(first)[0] == (1, "t119") and _rows(first)[-1] == (50, "t70")
-    assert _rows(second)[0] == (51, "t69") and _rows(second)[-1] == (100, "t20")
-    assert _rows(third) == [(101 + i, f"t{19 - i}") for i in range(20)]
-    assert first.context["pages"]["previous"] is None
-    assert first.context["pages"]["next"] == "/c/toys/?page=2"
-    assert second.context["pages"]["previous"] == "/c/toys/"
-    assert second.context["pages"]["next"] == "/c/toys/?page=3"
-    assert third.context["pages"]["next"] is None
-    html = second.content.decode()
-    assert 'rel="next"' in html and 'rel="prev"' in html and "Page 2 of 3" in html
-
-
-def test_highlight_marks_the_row_of_the_product(client, big_shop):
-    reply = client.get("/c/toys/?page=2&highlight=t60")
-
-    html = reply.content.decode()
-    assert '<tr id="product-t60" class="highlight" aria-current="true">' in html
-    assert html.count('class="highlight"') == 1
-
-
 def test_the_page_says_how_long_ago_the_board_was_exact(client, shop):
+    """Its own shop, ticked just before the page is read."""
     reply = client.get("/c/toys/")
 
     assert reply.context["freshness"]["as_of"] == shop.now
@@ -280,166 +205,7 @@ def test_age_reads_in_seconds_minutes_hours_and_days():
     assert age_text(None, now) is None
 
 
-@pytest.mark.parametrize(
-    "query",
-    [
-        "window=2d",
-        "window=",
-        "metric=likes",
-        "page=0",
-        "page=-1",
-        "page=abc",
-        "page=1.5",
-        "page=%D9%A3",  # an Arabic-Indic digit: int() would take it, the page does not
-        "page=",
-    ],
-)
-def test_a_bad_window_metric_or_page_is_a_400_page(client, shop, query):
-    reply = client.get(f"/c/toys/?{query}")
-
-    assert reply.status_code == 400
-    assert "<h1>This page cannot show that</h1>" in reply.content.decode()
-
-
-@pytest.mark.parametrize(
-    "url", ["/c/nope/", "/c/toys/?page=2", "/c/toys/?page=99999999999999999999999", "/p/nope/", "/x/"]
-)
-def test_an_unknown_category_product_or_page_past_the_end_is_a_404_page(client, shop, url):
-    reply = client.get(url)
-
-    assert reply.status_code == 404
-    assert "<h1>Not found</h1>" in reply.content.decode()
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "/c/toys/?highlight=%3Cscript%3Ealert(1)%3C/script%3E",
-        "/c/toys/?page=1&page=2",
-        "/c/toys/?window=7d&window=x",
-        "/c/all/?metric=revenue&window=1h",
-        "/p/p0/?window=1h&metric=revenue",
-        "/p/a%00b/",
-        "/p/" + "x" * 300 + "/",
-        "/c/toys/?window=" + "x" * 5000,
-    ],
-)
-def test_odd_input_never_gives_a_server_error(client, shop, url):
-    reply = client.get(url)
-
-    assert reply.status_code in (200, 400, 404)
-    assert b"<script>alert" not in reply.content
-
-
-def test_an_empty_board_is_a_page_saying_so_not_an_error(client, shop):
-    reply = client.get("/c/gifts/?window=1h")  # the sales are in the current minute: gifts has Kite
-
-    assert reply.status_code == 200
-    empty = client.get("/c/toys/?window=1h&page=1")
-    assert empty.status_code == 200
-    Category.objects.create(slug="garden", name="Garden")
-    selectors.categories_forget()
-    garden = client.get("/c/garden/")
-    assert garden.status_code == 200
-    assert "No sales in this window." in garden.content.decode()
-
-
-def test_a_category_page_costs_at_most_three_queries(client, big_shop, django_assert_max_num_queries):
-    """Names of the category and of its products, the snapshot its rank arrows compare with, and
-    the tree that counts (once per version)."""
-    with django_assert_max_num_queries(4):
-        reply = client.get("/c/toys/?page=2&highlight=t60")
-    assert len(reply.context["items"]) == 50
-
-
 # --- a product ------------------------------------------------------------------------
-
-
-def test_product_shows_name_price_and_a_badge_per_category(client, shop):
-    reply = client.get("/p/p0/")
-
-    assert reply.status_code == 200
-    html = reply.content.decode()
-    assert "<h1>Kite</h1>" in html
-    assert "Price <strong>2.50</strong>" in html
-    badges = {b["category"]: b for b in reply.context["badges"]}
-    assert set(badges) == {"all", "toys", "gifts"}
-    assert (badges["toys"]["rank"], badges["gifts"]["rank"], badges["all"]["rank"]) == (2, 1, 2)
-    assert (
-        '<a class="badge" href="/c/toys/?page=1&amp;highlight=p0#product-p0"><strong>#2</strong> in Toys</a>'
-        in html
-    )
-    assert "<strong>#1</strong> in Gifts" in html
-
-
-def test_a_badge_links_to_the_page_holding_the_rank_with_the_row_highlighted(client, big_shop):
-    """t59 is #61 of 120 in toys: page 2 of the best sellers, its row marked."""
-    product = client.get("/p/t59/")
-    badge = next(b for b in product.context["badges"] if b["category"] == "toys")
-    assert badge["rank"] == 61
-    assert badge["url"] == "/c/toys/?page=2&highlight=t59#product-t59"
-
-    board = client.get(badge["url"].split("#")[0])
-    highlighted = [r for r in board.context["items"] if r.highlighted]
-    assert [(r.item.rank, r.item.product_id) for r in highlighted] == [(61, "t59")]
-
-
-def test_a_deep_rank_also_reads_as_a_share_of_the_board(client, big_shop):
-    """Rank 12 of 120 is "top 10%"; a top-ten rank needs no share; past half a share says nothing."""
-    deep = client.get("/p/t108/")  # rank 12
-    shallow = client.get("/p/t115/")  # rank 5
-    low = client.get("/p/t10/")  # rank 110
-
-    assert [b["top"] for b in deep.context["badges"]] == ["10%", "10%"]
-    assert "top 10% · of 120" in deep.content.decode()
-    assert [b["top"] for b in shallow.context["badges"]] == [None, None]
-    assert [b["top"] for b in low.context["badges"]] == [None, None]
-
-
-def test_a_badge_keeps_the_window_and_metric(client, shop):
-    reply = client.get("/p/p2/?window=30d&metric=revenue")
-
-    badge = next(b for b in reply.context["badges"] if b["category"] == "toys")
-    assert badge["rank"] == 1
-    assert badge["url"] == "/c/toys/?window=30d&metric=revenue&page=1&highlight=p2#product-p2"
-
-
-def test_product_shows_the_products_just_above_and_below(client, big_shop):
-    reply = client.get("/p/t59/")
-
-    nearby = reply.context["nearby"]
-    assert nearby["name"] == "Toys"
-    assert [(r.item.rank, r.item.product_id, r.highlighted) for r in nearby["items"]] == [
-        (59, "t61", False),
-        (60, "t60", False),
-        (61, "t59", True),
-        (62, "t58", False),
-        (63, "t57", False),
-    ]
-    html = reply.content.decode()
-    assert '<a href="/p/t60/">Toy number 60</a>' in html
-    assert 'aria-current="page"' in html
-
-
-def test_a_product_without_sales_in_the_window_is_unranked_not_an_error(client, shop):
-    Product.objects.create(product_id="p9", name="Dusty", price_cents=100).categories.set(
-        Category.objects.filter(slug="toys")
-    )
-
-    reply = client.get("/p/p9/")
-
-    assert reply.status_code == 200
-    assert reply.context["badges"] == [] and reply.context["nearby"] is None
-    assert "Not ranked anywhere in this window" in reply.content.decode()
-
-
-def test_a_product_in_no_category_has_a_page(client, shop):
-    Product.objects.create(product_id="loner", name="Loner", price_cents=100)
-
-    reply = client.get("/p/loner/")
-
-    assert reply.status_code == 200
-    assert "Loner" in reply.content.decode()
 
 
 def test_daily_units_add_up_the_hourly_buckets_of_each_utc_day():
@@ -561,3 +327,262 @@ def test_with_redis_stopped_and_nothing_known_pages_answer_503(client, own_redis
         assert reply.status_code == 503, url
         assert reply["Retry-After"] == "5"
         assert "Rankings are unavailable for a moment" in reply.content.decode()
+
+
+# --- pages of one shop, built once for the tests that read it ------------------------------
+
+
+@pytest.mark.django_db
+class TestPagesOfOneSmallShop:
+    """Pages read from the small shop, built once for the class: each test finds the database and
+    Redis as the build left them, whatever the previous test wrote."""
+
+    @pytest.fixture
+    def shop(self, small_shop_once):
+        return small_shop_once.restored()
+
+    def test_home_shows_the_overall_top_ten_and_each_categorys_first_three(self, client, shop):
+        reply = client.get("/")
+
+        assert reply.status_code == 200
+        overall = reply.context["overall"]
+        assert [r.item.product_id for r in overall["items"]] == ["p1", "p0", "p2", "p3"]
+        categories = {c["slug"]: c for c in reply.context["categories"]}
+        assert [c["name"] for c in reply.context["categories"]] == ["Gifts", "Toys"]
+        assert [r.item.product_id for r in categories["toys"]["items"]] == ["p1", "p0", "p2"]
+        assert [r.item.product_id for r in categories["gifts"]["items"]] == ["p0"]
+        html = reply.content.decode()
+        assert '<a href="/c/toys/">Toys</a>' in html
+        assert '<a href="/p/p1/">Yo-yo</a>' in html
+
+    def test_boards_top_many_answers_like_board_top(self, shop):
+        many = selectors.boards_top_many(limits={"toys": 2, "gifts": 3}, window="7d", metric="revenue")
+        selectors.answers_forget()
+
+        for category, limit in (("toys", 2), ("gifts", 3)):
+            one = selectors.board_top(category=category, window="7d", metric="revenue", limit=limit, offset=0)
+            assert many[category] == one
+
+    def test_boards_top_many_refuses_an_unknown_category(self, shop):
+        with pytest.raises(selectors.NotFound):
+            selectors.boards_top_many(limits={"nope": 3}, window="7d", metric="units")
+
+    def test_pages_carry_cache_control_and_an_etag_and_answer_304(self, client, shop):
+        first = client.get("/c/toys/")
+
+        assert "max-age=2" in first["Cache-Control"]
+        again = client.get("/c/toys/", HTTP_IF_NONE_MATCH=first["ETag"])
+        assert again.status_code == 304
+
+    def test_category_lists_rank_name_units_and_revenue_in_rank_order(self, client, shop):
+        reply = client.get("/c/toys/")
+
+        assert reply.status_code == 200
+        assert [
+            (r.item.rank, r.item.name, r.item.units, str(r.item.revenue)) for r in reply.context["items"]
+        ] == [
+            (1, "Yo-yo", 7, "3.01"),
+            (2, "Kite", 5, "12.50"),
+            (3, "Puzzle", 5, "99.99"),
+            (4, "Robot", 1, "2.50"),
+        ]
+        html = reply.content.decode()
+        assert '<th scope="col" class="num">Revenue</th>' in html
+        assert '<a href="/p/p2/">Puzzle</a>' in html
+        assert "99.99" in html
+
+    def test_window_and_metric_switch_by_plain_links_marking_the_current_one(self, client, shop):
+        reply = client.get("/c/toys/?window=30d&metric=revenue")
+
+        assert [(r.item.rank, r.item.product_id) for r in reply.context["items"]][:2] == [
+            (1, "p2"),
+            (2, "p0"),
+        ]
+        html = reply.content.decode()
+        assert '<a href="/c/toys/?window=30d" aria-current="page">' not in html
+        assert '<a href="/c/toys/?window=30d&amp;metric=revenue" aria-current="page">30 days</a>' in html
+        assert '<a href="/c/toys/?metric=revenue">7 days</a>' in html
+        assert '<a href="/c/toys/?window=30d">Units sold</a>' in html
+        assert '<nav aria-label="Time window">' in html and '<nav aria-label="Rank by">' in html
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "window=2d",
+            "window=",
+            "metric=likes",
+            "page=0",
+            "page=-1",
+            "page=abc",
+            "page=1.5",
+            "page=%D9%A3",  # an Arabic-Indic digit: int() would take it, the page does not
+            "page=",
+        ],
+    )
+    def test_a_bad_window_metric_or_page_is_a_400_page(self, client, shop, query):
+        reply = client.get(f"/c/toys/?{query}")
+
+        assert reply.status_code == 400
+        assert "<h1>This page cannot show that</h1>" in reply.content.decode()
+
+    @pytest.mark.parametrize(
+        "url", ["/c/nope/", "/c/toys/?page=2", "/c/toys/?page=99999999999999999999999", "/p/nope/", "/x/"]
+    )
+    def test_an_unknown_category_product_or_page_past_the_end_is_a_404_page(self, client, shop, url):
+        reply = client.get(url)
+
+        assert reply.status_code == 404
+        assert "<h1>Not found</h1>" in reply.content.decode()
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "/c/toys/?highlight=%3Cscript%3Ealert(1)%3C/script%3E",
+            "/c/toys/?page=1&page=2",
+            "/c/toys/?window=7d&window=x",
+            "/c/all/?metric=revenue&window=1h",
+            "/p/p0/?window=1h&metric=revenue",
+            "/p/a%00b/",
+            "/p/" + "x" * 300 + "/",
+            "/c/toys/?window=" + "x" * 5000,
+        ],
+    )
+    def test_odd_input_never_gives_a_server_error(self, client, shop, url):
+        reply = client.get(url)
+
+        assert reply.status_code in (200, 400, 404)
+        assert b"<script>alert" not in reply.content
+
+    def test_an_empty_board_is_a_page_saying_so_not_an_error(self, client, shop):
+        reply = client.get("/c/gifts/?window=1h")  # the sales are in the current minute: gifts has Kite
+
+        assert reply.status_code == 200
+        empty = client.get("/c/toys/?window=1h&page=1")
+        assert empty.status_code == 200
+        Category.objects.create(slug="garden", name="Garden")
+        selectors.categories_forget()
+        garden = client.get("/c/garden/")
+        assert garden.status_code == 200
+        assert "No sales in this window." in garden.content.decode()
+
+    def test_product_shows_name_price_and_a_badge_per_category(self, client, shop):
+        reply = client.get("/p/p0/")
+
+        assert reply.status_code == 200
+        html = reply.content.decode()
+        assert "<h1>Kite</h1>" in html
+        assert "Price <strong>2.50</strong>" in html
+        badges = {b["category"]: b for b in reply.context["badges"]}
+        assert set(badges) == {"all", "toys", "gifts"}
+        assert (badges["toys"]["rank"], badges["gifts"]["rank"], badges["all"]["rank"]) == (2, 1, 2)
+        assert (
+            '<a class="badge" href="/c/toys/?page=1&amp;highlight=p0#product-p0"><strong>#2</strong> in Toys</a>'
+            in html
+        )
+        assert "<strong>#1</strong> in Gifts" in html
+
+    def test_a_badge_keeps_the_window_and_metric(self, client, shop):
+        reply = client.get("/p/p2/?window=30d&metric=revenue")
+
+        badge = next(b for b in reply.context["badges"] if b["category"] == "toys")
+        assert badge["rank"] == 1
+        assert badge["url"] == "/c/toys/?window=30d&metric=revenue&page=1&highlight=p2#product-p2"
+
+    def test_a_product_without_sales_in_the_window_is_unranked_not_an_error(self, client, shop):
+        Product.objects.create(product_id="p9", name="Dusty", price_cents=100).categories.set(
+            Category.objects.filter(slug="toys")
+        )
+
+        reply = client.get("/p/p9/")
+
+        assert reply.status_code == 200
+        assert reply.context["badges"] == [] and reply.context["nearby"] is None
+        assert "Not ranked anywhere in this window" in reply.content.decode()
+
+    def test_a_product_in_no_category_has_a_page(self, client, shop):
+        Product.objects.create(product_id="loner", name="Loner", price_cents=100)
+
+        reply = client.get("/p/loner/")
+
+        assert reply.status_code == 200
+        assert "Loner" in reply.content.decode()
+
+
+@pytest.mark.django_db
+class TestPagesOfOneBigShop:
+    """Pages read from the big shop, built once for the class: each test finds the database and
+    Redis as the build left them."""
+
+    @pytest.fixture
+    def big_shop(self, big_shop_once):
+        return big_shop_once.restored()
+
+    def test_pages_of_fifty_with_previous_and_next(self, client, big_shop):
+        first = client.get("/c/toys/")
+        second = client.get("/c/toys/?page=2")
+        third = client.get("/c/toys/?page=3")
+
+        assert _rows(first)[0] == (1, "t119") and _rows(first)[-1] == (50, "t70")
+        assert _rows(second)[0] == (51, "t69") and _rows(second)[-1] == (100, "t20")
+        assert _rows(third) == [(101 + i, f"t{19 - i}") for i in range(20)]
+        assert first.context["pages"]["previous"] is None
+        assert first.context["pages"]["next"] == "/c/toys/?page=2"
+        assert second.context["pages"]["previous"] == "/c/toys/"
+        assert second.context["pages"]["next"] == "/c/toys/?page=3"
+        assert third.context["pages"]["next"] is None
+        html = second.content.decode()
+        assert 'rel="next"' in html and 'rel="prev"' in html and "Page 2 of 3" in html
+
+    def test_highlight_marks_the_row_of_the_product(self, client, big_shop):
+        reply = client.get("/c/toys/?page=2&highlight=t60")
+
+        html = reply.content.decode()
+        assert '<tr id="product-t60" class="highlight" aria-current="true">' in html
+        assert html.count('class="highlight"') == 1
+
+    def test_a_category_page_costs_at_most_three_queries(
+        self, client, big_shop, django_assert_max_num_queries
+    ):
+        """Names of the category and of its products, the snapshot its rank arrows compare with, and
+        the tree that counts (once per version)."""
+        with django_assert_max_num_queries(4):
+            reply = client.get("/c/toys/?page=2&highlight=t60")
+        assert len(reply.context["items"]) == 50
+
+    def test_a_badge_links_to_the_page_holding_the_rank_with_the_row_highlighted(self, client, big_shop):
+        """t59 is #61 of 120 in toys: page 2 of the best sellers, its row marked."""
+        product = client.get("/p/t59/")
+        badge = next(b for b in product.context["badges"] if b["category"] == "toys")
+        assert badge["rank"] == 61
+        assert badge["url"] == "/c/toys/?page=2&highlight=t59#product-t59"
+
+        board = client.get(badge["url"].split("#")[0])
+        highlighted = [r for r in board.context["items"] if r.highlighted]
+        assert [(r.item.rank, r.item.product_id) for r in highlighted] == [(61, "t59")]
+
+    def test_a_deep_rank_also_reads_as_a_share_of_the_board(self, client, big_shop):
+        """Rank 12 of 120 is "top 10%"; a top-ten rank needs no share; past half a share says nothing."""
+        deep = client.get("/p/t108/")  # rank 12
+        shallow = client.get("/p/t115/")  # rank 5
+        low = client.get("/p/t10/")  # rank 110
+
+        assert [b["top"] for b in deep.context["badges"]] == ["10%", "10%"]
+        assert "top 10% · of 120" in deep.content.decode()
+        assert [b["top"] for b in shallow.context["badges"]] == [None, None]
+        assert [b["top"] for b in low.context["badges"]] == [None, None]
+
+    def test_product_shows_the_products_just_above_and_below(self, client, big_shop):
+        reply = client.get("/p/t59/")
+
+        nearby = reply.context["nearby"]
+        assert nearby["name"] == "Toys"
+        assert [(r.item.rank, r.item.product_id, r.highlighted) for r in nearby["items"]] == [
+            (59, "t61", False),
+            (60, "t60", False),
+            (61, "t59", True),
+            (62, "t58", False),
+            (63, "t57", False),
+        ]
+        html = reply.content.decode()
+        assert '<a href="/p/t60/">Toy number 60</a>' in html
+        assert 'aria-current="page"' in html

@@ -14,6 +14,7 @@ from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import active_layout
 from rankings.serving import selectors, thresholds
 
+from .conftest import built_once
 from .rankings_helpers import Shop
 
 BOARD = {"version": 1, "shard": 0, "window": "7d", "metric": "units", "category": "toys"}
@@ -70,8 +71,7 @@ def test_thresholds_and_histogram_are_those_of_the_sorted_board(redis_client, bo
     ]
 
 
-@pytest.fixture
-def toys(db):
+def _toys() -> Shop:
     """A toys board of 30 products whose units tie in groups: p00…p29, p{i} sold 1 + i // 4 units."""
     toys = Category.objects.create(slug="toys", name="Toys")
     for i in range(30):
@@ -82,8 +82,13 @@ def toys(db):
     shop = Shop(now=dt.datetime.now(dt.UTC).replace(microsecond=0))
     shop.send(*(shop.sale(f"p{i:02d}", qty=1 + i // 4, amount=f"{1 + i}.00") for i in range(30)))
     shop.tick()
-    selectors.answers_forget()
     return shop
+
+
+@pytest.fixture(scope="class")
+def toys_once(django_db_setup, django_db_blocker, redis_client):
+    with built_once(_toys, django_db_blocker, redis_client) as once:
+        yield once
 
 
 def _recomputed(shop, metric="units") -> list[tuple[str, int]]:
@@ -94,24 +99,6 @@ def _recomputed(shop, metric="units") -> list[tuple[str, int]]:
     return boards[("7d", metric, "toys")]
 
 
-@pytest.mark.parametrize("metric", ["units", "revenue"])
-def test_thresholds_api_gives_the_scores_at_ranks_1_and_10_and_every_product_in_a_bucket(api, toys, metric):
-    board = _recomputed(toys, metric)
-
-    body = api.get(f"/v1/categories/toys/thresholds?metric={metric}").json()
-
-    def score(value):
-        return value if metric == "units" else f"{value / 100:.2f}"
-
-    assert body["total"] == len(board) == 30
-    assert body["thresholds"] == [{"rank": r, "score": score(board[r - 1][1])} for r in (1, 10)]
-    assert sum(b["count"] for b in body["buckets"]) == 30
-    for bucket in body["buckets"]:
-        low, high = (float(bucket["min"]), float(bucket["max"]))
-        inside = [s for _, s in board if low <= (s if metric == "units" else s / 100) <= high]
-        assert bucket["count"] == len(inside)
-
-
 def _climb_after(board: list[tuple[str, int]], product: str, more: int) -> int:
     """The product's rank were its score `more` higher: the plain sort of the changed board."""
     changed = dict(board)
@@ -119,28 +106,62 @@ def _climb_after(board: list[tuple[str, int]], product: str, more: int) -> int:
     return [m for m, _ in _ordered(changed)].index(product) + 1
 
 
-@pytest.mark.parametrize("product", ["p00", "p13", "p20", "p99"])
-def test_the_climb_to_the_next_threshold_is_the_least_that_passes_it(toys, product):
-    board = _recomputed(toys)
-    ranks = {m: i + 1 for i, (m, _) in enumerate(board)}
-    score = dict(board).get(product, 0)
+@pytest.mark.django_db
+class TestClimbsOnOneBoard:
+    """Thresholds and climbs of the toys board, built once for the class: each test finds the
+    database and Redis as the build left them."""
 
-    climb = thresholds.product_climb(
-        product_id=product, category="toys", window="7d", metric="units", rank=ranks.get(product), score=score
-    )
+    @pytest.fixture
+    def toys(self, toys_once):
+        shop = toys_once.restored()
+        selectors.answers_forget()
+        return shop
 
-    target = max(r for r in (1, 10) if ranks.get(product) is None or r < ranks[product])
-    # the least: one unit fewer does not reach the threshold rank; this many does, at the rank said
-    assert _climb_after(board, product, climb.more - 1) > target
-    assert climb.rank == _climb_after(board, product, climb.more) <= target
+    @pytest.mark.parametrize("metric", ["units", "revenue"])
+    def test_thresholds_api_gives_the_scores_at_ranks_1_and_10_and_every_product_in_a_bucket(
+        self, api, toys, metric
+    ):
+        board = _recomputed(toys, metric)
 
+        body = api.get(f"/v1/categories/toys/thresholds?metric={metric}").json()
 
-def test_the_product_page_says_how_many_more_units_reach_the_next_threshold(client, toys):
-    board = _recomputed(toys)
-    rank = [m for m, _ in board].index("p13") + 1
+        def score(value):
+            return value if metric == "units" else f"{value / 100:.2f}"
 
-    page = client.get("/p/p13/").content.decode()
+        assert body["total"] == len(board) == 30
+        assert body["thresholds"] == [{"rank": r, "score": score(board[r - 1][1])} for r in (1, 10)]
+        assert sum(b["count"] for b in body["buckets"]) == 30
+        for bucket in body["buckets"]:
+            low, high = (float(bucket["min"]), float(bucket["max"]))
+            inside = [s for _, s in board if low <= (s if metric == "units" else s / 100) <= high]
+            assert bucket["count"] == len(inside)
 
-    more, reached = re.search(r"(\d+) more units? this week would make it #(\d+) in Toys", page).groups()
-    assert _climb_after(board, "p13", int(more)) == int(reached) <= 10 < rank
-    assert _climb_after(board, "p13", int(more) - 1) > 10
+    @pytest.mark.parametrize("product", ["p00", "p13", "p20", "p99"])
+    def test_the_climb_to_the_next_threshold_is_the_least_that_passes_it(self, toys, product):
+        board = _recomputed(toys)
+        ranks = {m: i + 1 for i, (m, _) in enumerate(board)}
+        score = dict(board).get(product, 0)
+
+        climb = thresholds.product_climb(
+            product_id=product,
+            category="toys",
+            window="7d",
+            metric="units",
+            rank=ranks.get(product),
+            score=score,
+        )
+
+        target = max(r for r in (1, 10) if ranks.get(product) is None or r < ranks[product])
+        # the least: one unit fewer does not reach the threshold rank; this many does, at the rank said
+        assert _climb_after(board, product, climb.more - 1) > target
+        assert climb.rank == _climb_after(board, product, climb.more) <= target
+
+    def test_the_product_page_says_how_many_more_units_reach_the_next_threshold(self, client, toys):
+        board = _recomputed(toys)
+        rank = [m for m, _ in board].index("p13") + 1
+
+        page = client.get("/p/p13/").content.decode()
+
+        more, reached = re.search(r"(\d+) more units? this week would make it #(\d+) in Toys", page).groups()
+        assert _climb_after(board, "p13", int(more)) == int(reached) <= 10 < rank
+        assert _climb_after(board, "p13", int(more) - 1) > 10
