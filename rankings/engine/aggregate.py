@@ -39,9 +39,9 @@ from django.utils import timezone
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, snapshots, store
 from rankings.engine.prune import bucket_cutoff
-from rankings.engine.shards import ALL, Layout, layout_checked, shard_count_checked, version_layout
+from rankings.engine.shards import ALL, Layout, active_version, layout_checked, shard_count_checked
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
-from rankings.models import Batch, RankingVersion, ShardState, TickLog
+from rankings.models import Batch, ShardState, TickLog
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,7 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
     """Tick one shard (its lock held); an error fails this shard only, which then waits to retry."""
     # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
     # and a switch to fewer shards leaves none to tick past the new count.
-    version, epoch = RankingVersion.active()
-    layout = version_layout(version)
+    version, epoch, layout = active_version()
     if shard >= layout.shards:
         return
     state, _ = ShardState.objects.get_or_create(shard=shard)
@@ -189,9 +188,9 @@ def shards_failing() -> list[dict]:
 def _write_version() -> tuple[int, Layout]:
     """The version ticks write and its layout. PostgreSQL decides; Redis's pointer for readers
     follows it, unless it already names a later switch (then this caller is the stale one)."""
-    version, epoch = RankingVersion.active()
+    version, epoch, layout = active_version()
     store.active_ensure(version, epoch)
-    return version, version_layout(version)
+    return version, layout
 
 
 def _tick_shard(

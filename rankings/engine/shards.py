@@ -18,6 +18,7 @@ from functools import cached_property
 
 from django.core import checks
 from django.db import DatabaseError
+from django.db.models import Q
 from django.utils import timezone
 
 from catalogue.models import RESERVED_SLUG
@@ -116,18 +117,32 @@ def shard_of(slug: str, layout: Layout) -> int:
     return layout.shard_of(slug)
 
 
-def _active() -> tuple[int, Layout] | None:
-    """(number, layout) of the active version as recorded, or None before it is."""
+def _active() -> tuple[int, int, Layout] | None:
+    """(number, the switch that made it active, layout) of the active version as recorded, in one
+    read; None before it is recorded."""
     from rankings.models import RankingVersion
 
-    versions = RankingVersion.objects.values_list("number", "shards", "pinned")
-    # Until a rebuild is switched to, version 1 is active whatever its row says.
-    found = versions.filter(state=RankingVersion.State.ACTIVE).first() or versions.filter(number=1).first()
-    return (found[0], Layout(found[1], tuple(found[2]))) if found else None
+    active = RankingVersion.State.ACTIVE
+    rows = RankingVersion.objects.filter(Q(state=active) | Q(number=1)).values_list(
+        "number", "state", "switch_epoch", "shards", "pinned"
+    )
+    # Until a rebuild is switched to, version 1 is active whatever its row says (and no switch made it).
+    found = min(rows, key=lambda row: row[1] != active, default=None)
+    if found is None:
+        return None
+    number, state, epoch, shards, pinned = found
+    return number, epoch if state == active else 0, Layout(shards, tuple(pinned))
 
 
 def active_layout() -> tuple[int, Layout]:
     """(number, layout) of the active version; a fresh install records version 1 with the setting."""
+    number, _, layout = active_version()
+    return number, layout
+
+
+def active_version() -> tuple[int, int, Layout]:
+    """(number, the switch that made it active, layout) of the active version, in one read; a fresh
+    install records version 1 with the setting."""
     from rankings.models import RankingVersion
 
     found = _active()
@@ -144,7 +159,7 @@ def active_layout() -> tuple[int, Layout]:
             "activated_at": timezone.now(),
         },
     )
-    return version.number, Layout(version.shards, tuple(version.pinned))
+    return version.number, version.switch_epoch, Layout(version.shards, tuple(version.pinned))
 
 
 def shard_count() -> int:
@@ -269,7 +284,7 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
         ]
     try:
         found = _active()
-        message = found and _mismatch(*found, _first_count())
+        message = found and _mismatch(found[0], found[2], _first_count())
     except DatabaseError:
         return []
     found_messages: list[checks.CheckMessage] = []
@@ -281,12 +296,12 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
                 id="rankings.E001",
             )
         )
-    if found and split != found[1].split:
+    if found and split != found[2].split:
         # Not an error: the setting is what the next rebuild does, and may be set ahead of it.
         found_messages.append(
             checks.Warning(
                 f"RANKINGS_SPLIT says {split_describe(split) or 'no split'}, the active version {found[0]} "
-                f"splits {split_describe(found[1].split) or 'no board'}",
+                f"splits {split_describe(found[2].split) or 'no board'}",
                 hint="It takes effect through rankings_rebuild and a switch-over.",
                 id="rankings.W001",
             )
