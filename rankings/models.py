@@ -296,8 +296,22 @@ class RankingVersion(models.Model):
     @classmethod
     def active(cls) -> tuple[int, int]:
         """The active version and the switch that made it active; (1, 0) before any switch."""
-        row = cls.objects.filter(state=cls.State.ACTIVE).values_list("number", "switch_epoch").first()
-        return row or (1, 0)
+        row = cls.active_row()
+        return (row[0], row[1]) if row else (1, 0)
+
+    @classmethod
+    def active_row(cls) -> tuple[int, int, int, list[str]] | None:
+        """(number, the switch that made it active, shards, pinned) of the active version, in one
+        read: the row marked active, else version 1's (active until a rebuild is switched to, and
+        made so by no switch); None while neither is recorded."""
+        rows = cls.objects.filter(models.Q(state=cls.State.ACTIVE) | models.Q(number=1)).values_list(
+            "number", "state", "switch_epoch", "shards", "pinned"
+        )
+        found = min(rows, key=lambda row: row[1] != cls.State.ACTIVE, default=None)
+        if found is None:
+            return None
+        number, state, epoch, shards, pinned = found
+        return number, epoch if state == cls.State.ACTIVE else 0, shards, pinned
 
 
 class ProductTotal(models.Model):

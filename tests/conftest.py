@@ -182,6 +182,18 @@ def built_once(build: Callable, django_db_blocker, redis_client) -> Iterator[Bui
         yield BuiltOnce(result, keys, redis_client)
 
 
+def built_once_for_the_class(build: Callable):
+    """A class-scoped fixture of `built_once(build)`, named by the module attribute it is assigned
+    to; a class's tests call its `restored()` before each test."""
+
+    @pytest.fixture(scope="class")
+    def once(django_db_setup, django_db_blocker, redis_client):
+        with built_once(build, django_db_blocker, redis_client) as built:
+            yield built
+
+    return once
+
+
 @pytest.fixture
 def api():
     return APIClient()

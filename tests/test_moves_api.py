@@ -7,7 +7,7 @@ import pytest
 from catalogue.models import Category, Product
 from rankings.serving import selectors
 
-from .conftest import built_once
+from .conftest import built_once_for_the_class
 from .rankings_helpers import START, Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,10 +39,7 @@ def shop():
     return _two_days_shop()
 
 
-@pytest.fixture(scope="class")
-def shop_once(django_db_setup, django_db_blocker, redis_client):
-    with built_once(_two_days_shop, django_db_blocker, redis_client) as once:
-        yield once
+shop_once = built_once_for_the_class(_two_days_shop)
 
 
 def test_new_releases_leave_when_their_release_turns_30_days_old(api, shop):

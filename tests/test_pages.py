@@ -13,7 +13,7 @@ from rankings.serving import selectors
 from rankings.serving.charts import bar_chart
 from rankings.serving.pages import age_text, daily_units
 
-from .conftest import built_once
+from .conftest import built_once_for_the_class
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,16 +68,10 @@ def shop():
     return _small_shop()
 
 
-@pytest.fixture(scope="class")
-def small_shop_once(django_db_setup, django_db_blocker, redis_client):
-    with built_once(_small_shop, django_db_blocker, redis_client) as once:
-        yield once
+small_shop_once = built_once_for_the_class(_small_shop)
 
 
-@pytest.fixture(scope="class")
-def big_shop_once(django_db_setup, django_db_blocker, redis_client):
-    with built_once(_big_shop, django_db_blocker, redis_client) as once:
-        yield once
+big_shop_once = built_once_for_the_class(_big_shop)
 
 
 def _rows(response) -> list[tuple[int, str]]:

@@ -10,7 +10,7 @@ from catalogue.models import Category, Product
 from rankings.serving import selectors
 from rankings.serving.api import BoardReadApi, ReadApi
 
-from .conftest import built_once
+from .conftest import built_once_for_the_class
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,10 +40,7 @@ def shop():
     return _shop()
 
 
-@pytest.fixture(scope="class")
-def shop_once(django_db_setup, django_db_blocker, redis_client):
-    with built_once(_shop, django_db_blocker, redis_client) as once:
-        yield once
+shop_once = built_once_for_the_class(_shop)
 
 
 @pytest.mark.parametrize("window", ["1d", "30d"])

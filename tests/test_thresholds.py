@@ -14,7 +14,7 @@ from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import active_layout
 from rankings.serving import selectors, thresholds
 
-from .conftest import built_once
+from .conftest import built_once_for_the_class
 from .rankings_helpers import Shop
 
 BOARD = {"version": 1, "shard": 0, "window": "7d", "metric": "units", "category": "toys"}
@@ -85,10 +85,7 @@ def _toys() -> Shop:
     return shop
 
 
-@pytest.fixture(scope="class")
-def toys_once(django_db_setup, django_db_blocker, redis_client):
-    with built_once(_toys, django_db_blocker, redis_client) as once:
-        yield once
+toys_once = built_once_for_the_class(_toys)
 
 
 def _recomputed(shop, metric="units") -> list[tuple[str, int]]:

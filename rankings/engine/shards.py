@@ -18,7 +18,6 @@ from functools import cached_property
 
 from django.core import checks
 from django.db import DatabaseError
-from django.db.models import Q
 from django.utils import timezone
 
 from catalogue.models import RESERVED_SLUG
@@ -122,16 +121,8 @@ def _active() -> tuple[int, int, Layout] | None:
     read; None before it is recorded."""
     from rankings.models import RankingVersion
 
-    active = RankingVersion.State.ACTIVE
-    rows = RankingVersion.objects.filter(Q(state=active) | Q(number=1)).values_list(
-        "number", "state", "switch_epoch", "shards", "pinned"
-    )
-    # Until a rebuild is switched to, version 1 is active whatever its row says (and no switch made it).
-    found = min(rows, key=lambda row: row[1] != active, default=None)
-    if found is None:
-        return None
-    number, state, epoch, shards, pinned = found
-    return number, epoch if state == active else 0, Layout(shards, tuple(pinned))
+    row = RankingVersion.active_row()
+    return (row[0], row[1], Layout(row[2], tuple(row[3]))) if row else None
 
 
 def active_layout() -> tuple[int, Layout]:

@@ -822,8 +822,17 @@ def shard_board_keys(version: int, shard: int) -> list[str]:
 @_translated
 def board_read_all(key: str) -> list[tuple[str, int]]:
     """Every member of a board in ranking order, with its (positive) score."""
-    rows = patient().zrange(key, 0, -1, withscores=True)
+    return _scored(patient().zrange(key, 0, -1, withscores=True))
+
+
+def _scored(rows: list[tuple[bytes, float]]) -> list[tuple[str, int]]:
+    """A board's members as ZRANGE WITHSCORES gives them, with their (positive) scores."""
     return [(member.decode(), int(-score)) for member, score in rows]
+
+
+def _head(raw: bytes | None) -> dict | None:
+    """A head as the head script gives it: {"total", "rows"}, or None."""
+    return json.loads(raw) if raw else None
 
 
 @_translated
@@ -1294,8 +1303,7 @@ def head_read(version: int, shard: int, window: str, metric: str, category: str)
     """A board's head as readers get it ({"total", "rows"}): its blob, or a small board's made
     from it; None for a large board whose blob is missing."""
     keys = list(_board_keys(version, shard, window, metric, category))
-    raw = _script(_HEAD)(keys=keys, args=[BLOB_SIZE], client=patient())
-    return json.loads(raw) if raw else None
+    return _head(_script(_HEAD)(keys=keys, args=[BLOB_SIZE], client=patient()))
 
 
 @_translated
@@ -1318,10 +1326,7 @@ def boards_read_with_heads(
             script(keys=keys, args=[BLOB_SIZE], client=pipe)
         values = pipe.execute() if boards else []
         members, heads = values[: len(boards)], values[len(boards) :]
-    return [
-        ([(member.decode(), int(-score)) for member, score in rows], json.loads(head) if head else None)
-        for rows, head in zip(members, heads, strict=True)
-    ]
+    return [(_scored(rows), _head(head)) for rows, head in zip(members, heads, strict=True)]
 
 
 @_translated
