@@ -2,7 +2,7 @@
 
 import msgspec
 from django.contrib.postgres.fields import ArrayField
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 
 
@@ -299,19 +299,23 @@ class RankingVersion(models.Model):
         row = cls.active_row()
         return (row[0], row[1]) if row else (1, 0)
 
+    # The active version: the row marked active, else version 1's (active until a rebuild is
+    # switched to, and made so by no switch, so its epoch is 0); no row while neither is recorded.
+    # A statement of its own so that the tick reads it with its shard's state in one round trip.
+    ACTIVE_ROW_SQL = f"""
+        SELECT number, CASE WHEN state = '{State.ACTIVE.value}' THEN switch_epoch ELSE 0 END, shards,
+               pinned
+        FROM rankings_rankingversion WHERE state = '{State.ACTIVE.value}' OR number = 1
+        ORDER BY state <> '{State.ACTIVE.value}' LIMIT 1
+    """
+
     @classmethod
     def active_row(cls) -> tuple[int, int, int, list[str]] | None:
         """(number, the switch that made it active, shards, pinned) of the active version, in one
-        read: the row marked active, else version 1's (active until a rebuild is switched to, and
-        made so by no switch); None while neither is recorded."""
-        rows = cls.objects.filter(models.Q(state=cls.State.ACTIVE) | models.Q(number=1)).values_list(
-            "number", "state", "switch_epoch", "shards", "pinned"
-        )
-        found = min(rows, key=lambda row: row[1] != cls.State.ACTIVE, default=None)
-        if found is None:
-            return None
-        number, state, epoch, shards, pinned = found
-        return number, epoch if state == cls.State.ACTIVE else 0, shards, pinned
+        read (ACTIVE_ROW_SQL); None while none is recorded."""
+        with connection.cursor() as cursor:
+            cursor.execute(cls.ACTIVE_ROW_SQL)
+            return cursor.fetchone()
 
 
 class ProductTotal(models.Model):

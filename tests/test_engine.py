@@ -171,9 +171,9 @@ def test_a_backlog_is_claimed_whole_up_to_the_batch_size(settings, monkeypatch):
     claims = []
     real_claim = aggregate._claim
 
-    def claim(*, shard, limit, **kwargs):
-        claimed = real_claim(shard=shard, limit=limit, **kwargs)
-        claims.append((shard, limit, claimed))
+    def claim(cursor, params, **kwargs):
+        claimed = real_claim(cursor, params, **kwargs)
+        claims.append((params["shard"], params["limit"], claimed))
         return claimed
 
     monkeypatch.setattr(aggregate, "_claim", claim)

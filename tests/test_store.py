@@ -64,6 +64,7 @@ CALLS = {
     "shard_board_keys": lambda: store.shard_board_keys(1, 0),
     "board_read_all": lambda: store.board_read_all(KEY),
     "shard_state": lambda: store.shard_state(1, 0),
+    "shard_open": lambda: store.shard_open(1, 0),
     "version_delete": lambda: store.version_delete(1),
     "keyspace_survey": lambda: store.keyspace_survey(),
     "keys_delete": lambda: store.keys_delete([KEY]),

@@ -41,7 +41,7 @@ from rankings.engine import locks, snapshots, store
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import ALL, Layout, active_version, layout_checked, shard_count_checked
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
-from rankings.models import Batch, ShardState, TickLog
+from rankings.models import Batch, RankingVersion, ShardState, TickLog
 
 log = logging.getLogger(__name__)
 
@@ -99,22 +99,20 @@ def tick(
     _, layout = layout_checked()
     selected = range(layout.shards) if shards is None else sorted(set(shards))
     # These shards' clocks only: another worker's, on another machine's clock, may be a little ahead.
-    latest = (
-        ShardState.objects.filter(shard__in=selected, as_of__isnull=False)
-        .order_by("-as_of")
-        .values_list("as_of", flat=True)
-        .first()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT max(as_of) FROM rankings_shardstate WHERE shard = ANY(%s)", [list(selected)])
+        (latest,) = cursor.fetchone()
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
     report = TickReport(as_of=now)
+    pointed: set[tuple[int, int]] = set()
     for shard in selected:
         with locks.shard_try_lock(shard) as acquired:
             if not acquired:
                 report.busy_shards.append(shard)
                 continue
-            _tick_shard_isolated(shard=shard, now=now, report=report)
+            _tick_shard_isolated(shard=shard, now=now, report=report, pointed=pointed)
     report.duration_ms = (time.perf_counter() - clock) * 1000
     if log_tick:
         TickLog.objects.create(
@@ -131,23 +129,27 @@ def tick(
     return report
 
 
-def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) -> None:
-    """Tick one shard (its lock held); an error fails this shard only, which then waits to retry."""
+def _tick_shard_isolated(
+    *, shard: int, now: dt.datetime, report: TickReport, pointed: set[tuple[int, int]]
+) -> None:
+    """Tick one shard (its lock held); an error fails this shard only, which then waits to retry.
+    `pointed`: the (version, switch) pairs this tick has already pointed Redis's readers at."""
     # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
     # and a switch to fewer shards leaves none to tick past the new count.
-    version, epoch, layout = active_version()
+    version, epoch, layout, state = _shard_read(shard)
     if shard >= layout.shards:
         return
-    state, _ = ShardState.objects.get_or_create(shard=shard)
+    if state is None:  # its first tick
+        state, _ = ShardState.objects.get_or_create(shard=shard)
     if state.retry_at is not None and timezone.now() < state.retry_at:
         report.backing_off_shards.append(shard)
         return
     try:
-        store.active_ensure(version, epoch)
-        store.shard_layout_set(version, layout.shards, layout.pinned)
-        _tick_shard(
-            state=state, layout=layout, version=version, gen=store.generation(version), now=now, report=report
-        )
+        if (version, epoch) not in pointed:
+            store.active_ensure(version, epoch)
+            store.shard_layout_set(version, layout.shards, layout.pinned)
+            pointed.add((version, epoch))
+        _tick_shard(state=state, layout=layout, version=version, now=now, report=report)
     except _NOT_ISOLATED:
         raise
     except Exception as error:
@@ -158,6 +160,31 @@ def _tick_shard_isolated(*, shard: int, now: dt.datetime, report: TickReport) ->
     if state.failures:
         ShardState.objects.filter(shard=shard).update(failures=0, last_error="", retry_at=None)
         log.warning("shard %s ticks again after %s failures", shard, state.failures)
+
+
+# The active version and the shard's state, in one round trip (the first of every shard tick).
+_SHARD_READ = f"""
+WITH active AS ({RankingVersion.ACTIVE_ROW_SQL})
+SELECT active.*, s.seq, s.as_of, s.failures, s.retry_at
+FROM active LEFT JOIN rankings_shardstate s ON s.shard = %s
+"""
+
+
+def _shard_read(shard: int) -> tuple[int, int, Layout, ShardState | None]:
+    """(number, the switch that made it active, layout) of the active version, and the shard's
+    state (None before its first tick)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SHARD_READ, [shard])
+        row = cursor.fetchone()
+    if row is None:  # a fresh install: version 1 is recorded here
+        return *active_version(), None
+    version, epoch, shards, pinned, seq, as_of, failures, retry_at = row
+    state = (
+        ShardState(shard=shard, seq=seq, as_of=as_of, failures=failures, retry_at=retry_at)
+        if seq is not None
+        else None
+    )
+    return version, epoch, Layout(shards, tuple(pinned)), state
 
 
 def _shard_failed(shard: int, error: Exception) -> None:
@@ -194,11 +221,11 @@ def _write_version() -> tuple[int, Layout]:
 
 
 def _tick_shard(
-    *, state: ShardState, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
+    *, state: ShardState, layout: Layout, version: int, now: dt.datetime, report: TickReport
 ) -> None:
     """Bring one shard's boards to `now`, a batch of claimed sales at a time (see _tick_to)."""
     shard = state.shard
-    _redis_recover(shard=shard, recorded=state.seq, version=version, gen=gen, report=report)
+    gen = _redis_recover(shard=shard, recorded=state.seq, version=version, report=report)
     # Each hour boundary crossed: first to the boundary with what counts by then, its snapshots, on.
     snapshots.take_crossed(
         shard=shard,
@@ -259,16 +286,21 @@ class _Step:
     batches: list[Batch]
 
 
-def _redis_recover(*, shard: int, recorded: int, version: int, gen: str, report: TickReport) -> None:
-    """Apply the batches recorded but not applied (a tick stopped between its commit and Redis), and
-    rebuild the shard's boards should Redis have lost them: all (no state, or another generation),
-    or its last writes (a seq below `recorded`, PostgreSQL's, after a failover to a replica that had
-    not received them, or a restart from an older snapshot). The caller holds the shard's lock."""
+def _redis_recover(*, shard: int, recorded: int, version: int, report: TickReport) -> str:
+    """Make sure Redis holds the shard's boards as of batch `recorded` (PostgreSQL's last) and
+    return the version's generation. Most ticks it does: one round trip. Else apply the batches
+    recorded but not applied (a tick stopped between its commit and Redis), and rebuild the shard's
+    boards should Redis have lost them: all (no state, or another generation), or its last writes
+    (a seq below `recorded`, after a failover to a replica that had not received them, or a
+    restart from an older snapshot). The caller holds the shard's lock."""
+    gen, held = store.shard_open(version, shard)
+    if _holds(held, gen, recorded):
+        return gen
     for batch in Batch.objects.filter(shard=shard, applied=False).order_by("seq"):
         _apply(batch=batch, version=version, gen=gen, report=report)
     held = store.shard_state(version, shard)
-    if held.get("gen") == gen and int(held.get("seq") or 0) >= recorded:
-        return
+    if _holds(held, gen, recorded):
+        return gen
     if held.get("gen") == gen:
         log.warning(
             "Redis holds batch %s of shard %s, PostgreSQL %s: Redis lost its last writes",
@@ -278,6 +310,12 @@ def _redis_recover(*, shard: int, recorded: int, version: int, gen: str, report:
         )
     shard_rebuild(shard=shard, version=version, gen=gen)
     report.rebuilt_shards += 1
+    return gen
+
+
+def _holds(held: dict[str, str], gen: str, recorded: int) -> bool:
+    """Whether Redis's state of a shard (`held`) is of generation `gen` and batch `recorded` or later."""
+    return held.get("gen") == gen and int(held.get("seq") or 0) >= recorded
 
 
 def _claim_and_record(
@@ -285,53 +323,68 @@ def _claim_and_record(
 ) -> _Step | None:
     """In one transaction: claim pending sales, compute the boards' net change, fold the sales into
     their buckets and record the change as batches. None when the shard has nothing to do."""
-    with transaction.atomic():
-        state = ShardState.objects.select_for_update().get(shard=shard)
-        if state.as_of is not None and now < state.as_of:
+    params = {"shard": shard, "limit": limit, "until": until}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_OPEN, params)
+        seq, as_of = cursor.fetchone()
+        cursor.nextset()
+        last, engagements_wait = cursor.fetchone()
+        if as_of is not None and now < as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
-        claimed = _claim(shard=shard, limit=limit, until=until)
-        engaged_rows, engaged = _claim_engagements(shard=shard, limit=limit, until=until)
-        if claimed == 0 and engaged == 0 and state.as_of == now:
+        claimed = _claim(cursor, params, last=last) if last is not None else 0
+        engaged_rows, engaged = _claim_engagements(cursor, params) if engagements_wait else (0, 0)
+        if claimed == 0 and engaged == 0 and as_of == now:
             return None
-        if claimed + engaged_rows >= FACTS_ANALYZED_FROM:
-            _facts_analyze()
-        changes, too_old = _changes(shard=shard, layout=layout, old_now=state.as_of, new_now=now)
-        _fold(shard=shard, now=now)
+        facts = claimed + engaged_rows
+        if facts >= FACTS_ANALYZED_FROM:
+            cursor.execute("ANALYZE tick_facts")
+        changes, too_old = _changes(
+            cursor, shard=shard, layout=layout, old_now=as_of, new_now=now, facts=facts
+        )
+        if facts:
+            _fold(cursor, shard=shard, now=now)
         batches = (
-            _record(state=state, changes=changes, claimed=claimed, now=now)
+            _record(shard=shard, seq=seq, as_of=as_of, changes=changes, claimed=claimed, now=now)
             if claimed or engaged or changes
             else []
         )
-        state.as_of = now
-        state.too_old += too_old
-        state.save()
+        seq += len(batches)
+        cursor.execute(
+            "UPDATE rankings_shardstate SET seq = %s, as_of = %s, too_old = too_old + %s WHERE shard = %s",
+            [seq, now, too_old, shard],
+        )
     return _Step(
         claimed=claimed,
         engaged=engaged,
         engaged_rows=engaged_rows,
         too_old=too_old,
-        seq=state.seq,
+        seq=seq,
         batches=batches,
     )
 
 
-def _record(*, state: ShardState, changes: list[store.Change], claimed: int, now: dt.datetime) -> list[Batch]:
-    """Log the change as batches with the shard's next sequence numbers (`state` not yet moved to `now`)."""
+def _record(
+    *,
+    shard: int,
+    seq: int,
+    as_of: dt.datetime | None,
+    changes: list[store.Change],
+    claimed: int,
+    now: dt.datetime,
+) -> list[Batch]:
+    """Log the change as batches numbered after `seq`, the shard's last (as of `as_of`)."""
     steps = _steps(changes)
-    batches = []
-    for i, step in enumerate(steps):
-        last = i == len(steps) - 1
-        state.seq += 1
-        batches.append(
-            Batch(
-                shard=state.shard,
-                seq=state.seq,
-                # Readers are told the new instant only when every step is in.
-                as_of=now if last or state.as_of is None else state.as_of,
-                changes=step,
-                sales=claimed if last else 0,
-            )
+    batches = [
+        Batch(
+            shard=shard,
+            seq=seq + i + 1,
+            # Readers are told the new instant only when every step is in.
+            as_of=now if i == len(steps) - 1 or as_of is None else as_of,
+            changes=step,
+            sales=claimed if i == len(steps) - 1 else 0,
         )
+        for i, step in enumerate(steps)
+    ]
     Batch.objects.bulk_create(batches)
     return batches
 
@@ -370,7 +423,13 @@ def _apply(*, batch: Batch, version: int, gen: str, report: TickReport) -> None:
         report.rebuilt_shards += 1
     elif outcome > 0:
         report.redis_writes += len(batch.changes)
-    Batch.objects.filter(shard=batch.shard, seq=batch.seq).update(applied=True)
+    # Redis holds every batch up to this one (an earlier one it lacked would have made it refuse):
+    # any of them not marked yet (applied by a tick stopped before it marked) is marked with it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE rankings_batch SET applied = true WHERE shard = %s AND seq <= %s AND NOT applied",
+            [batch.shard, batch.seq],
+        )
 
 
 def batch_replay(*, batch: Batch, version: int, gen: str) -> int:
@@ -414,6 +473,19 @@ SELECT max(sale_id) FROM (
     ORDER BY sale_id LIMIT %(limit)s
 ) AS first
 """
+
+# The tick's first statements, under the shard state's row lock (one claimer per shard): the
+# state, whether sales and engagement events wait (the claim's last sale id, see _CLAIM_LAST), and
+# the facts table made ready; one round trip.
+_OPEN = f"""
+SELECT seq, as_of FROM rankings_shardstate WHERE shard = %(shard)s FOR UPDATE;
+SELECT ({_CLAIM_LAST}), EXISTS (
+    SELECT 1 FROM rankings_pendingengagement WHERE shard = %(shard)s
+      AND (%(until)s::timestamptz IS NULL OR ts <= %(until)s::timestamptz)
+);
+{_FACTS_TABLE}
+"""
+
 
 # The queue row names the boards of this shard the sale counts in: the
 # catalogue is not consulted, so a category deleted meanwhile loses nothing.
@@ -468,34 +540,20 @@ SELECT count(*), coalesce(sum(views + wishes), 0) FROM claimed
 """
 
 
-def _claim(*, shard: int, limit: int, until: dt.datetime | None = None) -> int:
-    """Move the shard's first `limit` pending sales (those counted at or before `until`, if
-    given), and any committed since with a lower id, into tick_facts; return how many."""
-    with connection.cursor() as cursor:
-        cursor.execute(_FACTS_TABLE)
-        params = {"shard": shard, "limit": limit, "until": until}
-        cursor.execute(_CLAIM_LAST, params)
-        (last,) = cursor.fetchone()
-        if last is None:
-            return 0
-        cursor.execute(_CLAIM, {**params, "last": last})
-        (claimed,) = cursor.fetchone()
+def _claim(cursor, params: dict, *, last: int) -> int:
+    """Move the shard's pending sales up to sale id `last` (those counted at or before `until`, if
+    given) into tick_facts; return how many."""
+    cursor.execute(_CLAIM, {**params, "last": last})
+    (claimed,) = cursor.fetchone()
     return claimed
 
 
-def _claim_engagements(*, shard: int, limit: int, until: dt.datetime | None = None) -> tuple[int, int]:
+def _claim_engagements(cursor, params: dict) -> tuple[int, int]:
     """Move up to `limit` of the shard's queue rows of engagement (those of events at or before
-    `until`, if given) into tick_facts (after _claim made it); return how many rows, and how many
-    events they hold."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_ENGAGEMENT, {"shard": shard, "limit": limit, "until": until})
-        rows, events = cursor.fetchone()
+    `until`, if given) into tick_facts; return how many rows, and how many events they hold."""
+    cursor.execute(_CLAIM_ENGAGEMENT, params)
+    rows, events = cursor.fetchone()
     return rows, int(events)
-
-
-def _facts_analyze() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE tick_facts")
 
 
 _BUCKET_SUMS = """
@@ -542,14 +600,17 @@ _NO_RANGE = (1, 0)
 
 
 def _changes(
-    *, shard: int, layout: Layout, old_now: dt.datetime | None, new_now: dt.datetime
+    cursor, *, shard: int, layout: Layout, old_now: dt.datetime | None, new_now: dt.datetime, facts: int
 ) -> tuple[list[store.Change], int]:
-    """The net change of every board of the shard, in board order; read before the claimed sales
-    are folded."""
+    """The net change of every board of the shard, in board order, and how many of the `facts`
+    claimed are too old for every window; read before the claimed facts are folded. Without facts
+    and with no bucket entering or leaving a window, nothing changes (most ticks of a quiet shard)."""
     new_t = int(_epoch(new_now))
     old_t = int(_epoch(old_now)) if old_now is not None else None
     windows = list(rankings_settings.windows.values())
     moves = [w.transition(old_t, new_t) for w in windows]
+    if not facts and not any(left or entered for left, entered in moves):
+        return [], 0
     bounds = [w.bounds(new_t) for w in windows]
     params = {
         "shard": shard,
@@ -562,19 +623,18 @@ def _changes(
         "entered_from": [(entered or _NO_RANGE)[0] for _, entered in moves],
         "entered_to": [(entered or _NO_RANGE)[1] for _, entered in moves],
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_NET, params)
-        # Rows of the Change fields' order, left as tuples (a backlog's change has 100,000s).
-        changes = cursor.fetchall()
-        too_old = 0
-        if shard in layout.shards_of(ALL):
-            cursor.execute(
-                # A fact of engagement counts its events (a sale's has none: one sale).
-                "SELECT coalesce(sum(greatest(views + wishes, 1)), 0) FROM tick_facts"
-                " WHERE category = ANY(%s) AND t < %s",
-                [list(layout.boards_of(ALL)), oldest_bucket_start(windows, new_t)],
-            )
-            (too_old,) = cursor.fetchone()
+    cursor.execute(_NET, params)
+    # Rows of the Change fields' order, left as tuples (a backlog's change has 100,000s).
+    changes = cursor.fetchall()
+    too_old = 0
+    if facts and shard in layout.shards_of(ALL):
+        cursor.execute(
+            # A fact of engagement counts its events (a sale's has none: one sale).
+            "SELECT coalesce(sum(greatest(views + wishes, 1)), 0) FROM tick_facts"
+            " WHERE category = ANY(%s) AND t < %s",
+            [list(layout.boards_of(ALL)), oldest_bucket_start(windows, new_t)],
+        )
+        (too_old,) = cursor.fetchone()
     return changes, too_old
 
 
@@ -591,7 +651,7 @@ SET units = b.units + excluded.units, revenue_cents = b.revenue_cents + excluded
 """
 
 
-def _fold(*, shard: int, now: dt.datetime) -> None:
+def _fold(cursor, *, shard: int, now: dt.datetime) -> None:
     """Add the claimed sales to their buckets, every bucket size at once: one upsert per batch.
 
     A bucket that pruning would delete as of `now` is not written: no window reads it again,
@@ -599,8 +659,7 @@ def _fold(*, shard: int, now: dt.datetime) -> None:
     """
     sizes = bucket_sizes(rankings_settings.windows.values())
     cutoffs = [bucket_cutoff(size, now) for size in sizes]
-    with connection.cursor() as cursor:
-        cursor.execute(_FOLD, {"sizes": sizes, "cutoffs": cutoffs, "shard": shard})
+    cursor.execute(_FOLD, {"sizes": sizes, "cutoffs": cutoffs, "shard": shard})
 
 
 def clock_reset(*, to: dt.datetime) -> list[int]:
@@ -665,11 +724,10 @@ def shards_settle(*, now: dt.datetime | None) -> None:
     is pending): then all of them stand at one instant, between two batches. The caller holds every
     shard's lock (a switch-over that re-lays out the shards); what fails is raised, not isolated."""
     version, layout = _write_version()
-    gen = store.generation(version)
     report = TickReport(as_of=now or timezone.now())
     for shard in range(layout.shards):
         state, _ = ShardState.objects.get_or_create(shard=shard)
         if now is None:  # nothing has ticked yet: only batches to apply, if any
-            _redis_recover(shard=shard, recorded=state.seq, version=version, gen=gen, report=report)
+            _redis_recover(shard=shard, recorded=state.seq, version=version, report=report)
         else:
-            _tick_shard(state=state, layout=layout, version=version, gen=gen, now=now, report=report)
+            _tick_shard(state=state, layout=layout, version=version, now=now, report=report)

@@ -650,10 +650,25 @@ class Change(NamedTuple):
 @_translated
 def generation(version: int) -> str:
     """The current generation token, created if missing (after Redis lost its data)."""
-    r = patient()
-    key = gen_key(version)
-    r.set(key, uuid.uuid4().hex, nx=True)
-    return r.get(key).decode()
+    token = uuid.uuid4().hex
+    return _generation_of(patient().set(gen_key(version), token, nx=True, get=True), token)
+
+
+def _generation_of(held: bytes | None, token: str) -> str:
+    """The generation after SET NX GET of `token`: the one Redis held, else `token`, now set."""
+    return held.decode() if held is not None else token
+
+
+@_translated
+def shard_open(version: int, shard: int) -> tuple[str, dict[str, str]]:
+    """The version's generation token (as `generation`) and what Redis holds of the shard's state
+    (as `shard_state`), in one round trip: how every shard tick begins."""
+    token = uuid.uuid4().hex
+    pipe = patient().pipeline(transaction=False)
+    pipe.set(gen_key(version), token, nx=True, get=True)
+    pipe.hgetall(state_key(version, shard))
+    held, raw = pipe.execute()
+    return _generation_of(held, token), _decoded(raw)
 
 
 @_translated
@@ -837,7 +852,10 @@ def _head(raw: bytes | None) -> dict | None:
 
 @_translated
 def shard_state(version: int, shard: int) -> dict[str, str]:
-    raw = patient().hgetall(state_key(version, shard))
+    return _decoded(patient().hgetall(state_key(version, shard)))
+
+
+def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
