@@ -1,5 +1,6 @@
 """Settings, read from the environment (django-environ); defaults suit a developer machine."""
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -240,6 +241,13 @@ RANKINGS = {
     # claim and its fold fit in the tick's work_mem, rankings/engine/aggregate.py); what a batch holds in the worker's memory is its
     # change, at most one entry per board member it touches (about 200 bytes each).
     "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=200_000),
+    # A tick with a backlog (RANKINGS_TICK_PARALLEL_FROM pending rows or more) ticks its shards
+    # side by side in this many threads, each with its own database connection: the shards are
+    # independent, and each one's work is PostgreSQL's. 1 ticks them one after another.
+    "TICK_THREADS": env.int("RANKINGS_TICK_THREADS", default=os.cpu_count() or 1),
+    # Fewer pending rows are ticked one shard after another on the caller's connection: opening
+    # connections costs more than a small tick saves.
+    "TICK_PARALLEL_FROM": env.int("RANKINGS_TICK_PARALLEL_FROM", default=20_000),
     # One window transition (after a long outage every member may leave every window) is
     # applied in steps of at most this many board changes: each step is one Lua call that
     # blocks Redis readers for roughly 1 ms per 1,000 changes, and one JSON row of about

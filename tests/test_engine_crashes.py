@@ -81,9 +81,10 @@ def shop_ago(i):
     return dt.timedelta(minutes=7 * i)
 
 
-@pytest.mark.parametrize("split", ["", "all:3,c1:2"])
+# (boards split, shards ticked side by side in threads as over a backlog)
+@pytest.mark.parametrize(("split", "threads"), [("", 1), ("all:3,c1:2", 1), ("", 2)])
 @pytest.mark.parametrize("point", ["after-postgres-commit", "after-redis-apply", "between-shards"])
-def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point, split, settings):
+def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point, split, threads, settings):
     # given a history, one good tick, and more sales (with boards split, or not)
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": split}
     shop = Shop()
@@ -92,7 +93,8 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point, split, setti
     shop.advance(hours=2)
     _history(shop, 30)
     # when a tick process dies at the chosen point
-    child = python(_CRASHING_TICK.format(point=point, now=shop.now.isoformat()), env=django_env())
+    env = django_env(RANKINGS_TICK_THREADS=threads, RANKINGS_TICK_PARALLEL_FROM=1)
+    child = python(_CRASHING_TICK.format(point=point, now=shop.now.isoformat()), env=env)
     assert child.wait(timeout=60) == 9
     if point != "between-shards":
         assert Batch.objects.filter(applied=False).exists()

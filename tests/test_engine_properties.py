@@ -250,11 +250,14 @@ class SalesHistory(RuleBasedStateMachine):
 
     @rule(
         batch_size=st.sampled_from([1, 2, 3, 7, 5000]),
+        # 2: the shards side by side in threads, as a tick over a backlog ticks them
+        threads=st.sampled_from([1, 2]),
         product=st.sampled_from(PRODUCTS),
         category=st.sampled_from([ALL, *CATEGORIES]),
     )
-    def tick(self, batch_size, product, category):
-        with override_settings(RANKINGS={**settings.RANKINGS, "BATCH_SIZE": batch_size}):
+    def tick(self, batch_size, threads, product, category):
+        ticking = {"BATCH_SIZE": batch_size, "TICK_THREADS": threads, "TICK_PARALLEL_FROM": 1}
+        with override_settings(RANKINGS={**settings.RANKINGS, **ticking}):
             self.shop.tick()
         self.shop.assert_exact()
         self.assert_merged_reads_exact()
@@ -521,4 +524,4 @@ def test_a_switch_does_not_put_in_an_hour_s_snapshot_an_event_after_it(kind):
     Category.objects.filter(slug="c1").update(parent=Category.objects.get(slug="c5"))
     history.parents["c1"] = "c5"
     history.rebuild_and_switch()
-    history.tick(batch_size=1, product="p2", category="c5")
+    history.tick(batch_size=1, threads=1, product="p2", category="c5")

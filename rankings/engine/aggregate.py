@@ -27,9 +27,11 @@ board).
 
 import datetime as dt
 import logging
+import queue
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -75,6 +77,14 @@ class TickReport:
     backing_off_shards: list[int] = field(default_factory=list)
     duration_ms: float = 0.0
 
+    def merge(self, other: "TickReport") -> None:
+        """Add another part of the same tick (its shards ticked in another thread)."""
+        for name in ("sales", "engagements", "batches", "redis_writes", "too_old", "rebuilt_shards"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("ticked_shards", "busy_shards", "failed_shards", "backing_off_shards"):
+            getattr(self, name).extend(getattr(other, name))
+            getattr(self, name).sort()
+
 
 def _epoch(value: dt.datetime) -> float:
     return value.timestamp()
@@ -97,22 +107,19 @@ def tick(
         raise ValueError("now must be timezone-aware")
     # Refused before anything is claimed while the setting disagrees (see shards.layout_checked).
     _, layout = layout_checked()
-    selected = range(layout.shards) if shards is None else sorted(set(shards))
+    selected = list(range(layout.shards)) if shards is None else sorted(set(shards))
     # These shards' clocks only: another worker's, on another machine's clock, may be a little ahead.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT max(as_of) FROM rankings_shardstate WHERE shard = ANY(%s)", [list(selected)])
+        cursor.execute("SELECT max(as_of) FROM rankings_shardstate WHERE shard = ANY(%s)", [selected])
         (latest,) = cursor.fetchone()
     if latest is not None and now < latest:
         raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
 
     report = TickReport(as_of=now)
-    pointed: set[tuple[int, int]] = set()
-    for shard in selected:
-        with locks.shard_try_lock(shard) as acquired:
-            if not acquired:
-                report.busy_shards.append(shard)
-                continue
-            _tick_shard_isolated(shard=shard, now=now, report=report, pointed=pointed)
+    if _side_by_side(selected):
+        _tick_threads(selected, first=layout.shards_of(ALL), now=now, report=report)
+    else:
+        _tick_shards(iter(selected), now=now, report=report)
     report.duration_ms = (time.perf_counter() - clock) * 1000
     if log_tick:
         TickLog.objects.create(
@@ -127,6 +134,67 @@ def tick(
             shards=report.ticked_shards,
         )
     return report
+
+
+def _side_by_side(shards: list[int]) -> bool:
+    """Whether a tick of `shards` ticks them in threads: a backlog (TICK_PARALLEL_FROM pending
+    rows or more) over several shards, outside a transaction (a thread's connection would not see
+    its uncommitted sales)."""
+    if min(rankings_settings.TICK_THREADS, len(shards)) < 2 or connection.in_atomic_block:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(_BACKLOG, {"shards": shards, "most": rankings_settings.TICK_PARALLEL_FROM})
+        (pending,) = cursor.fetchone()
+    return pending >= rankings_settings.TICK_PARALLEL_FROM
+
+
+# The rows pending on some shards, counted up to `most` in each queue.
+_BACKLOG = """
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM rankings_pendingsale WHERE shard = ANY(%(shards)s) LIMIT %(most)s) AS sales)
+     + (SELECT count(*) FROM (
+            SELECT 1 FROM rankings_pendingengagement WHERE shard = ANY(%(shards)s) LIMIT %(most)s) AS engaged)
+"""
+
+
+def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, report: TickReport) -> None:
+    """Tick `shards` side by side, TICK_THREADS at a time, `first` first (the shards of `all`, where
+    every sale counts: the longest). Each thread takes the next shard as it finishes one, on its own
+    database connection, closed at its end."""
+    todo = queue.SimpleQueue()
+    for shard in sorted(shards, key=lambda shard: shard not in first):
+        todo.put(shard)
+
+    def work() -> TickReport:
+        own = TickReport(as_of=now)
+        try:
+            _tick_shards(iter(lambda: _next(todo), None), now=now, report=own)
+        finally:
+            connection.close()
+        return own
+
+    threads = min(rankings_settings.TICK_THREADS, len(shards))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tick") as pool:
+        for own in list(pool.map(lambda _: work(), range(threads))):
+            report.merge(own)
+
+
+def _next(todo: queue.SimpleQueue) -> int | None:
+    try:
+        return todo.get_nowait()
+    except queue.Empty:
+        return None
+
+
+def _tick_shards(shards: Iterator[int], *, now: dt.datetime, report: TickReport) -> None:
+    """Tick each of `shards` whose lock is free, one after another, on this thread's connection."""
+    pointed: set[tuple[int, int]] = set()
+    for shard in shards:
+        with locks.shard_try_lock(shard) as acquired:
+            if not acquired:
+                report.busy_shards.append(shard)
+                continue
+            _tick_shard_isolated(shard=shard, now=now, report=report, pointed=pointed)
 
 
 def _tick_shard_isolated(

@@ -1,0 +1,122 @@
+"""A tick over a backlog ticks its shards side by side, each thread on a connection of its own.
+
+The shards are independent (each under its own lock, with its own queue, buckets and batch
+sequence), so a backlog over several shards is worked in TICK_THREADS threads. A small queue,
+or a tick inside a transaction (whose sales another connection cannot see), stays on the
+caller's thread and connection.
+"""
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from rankings.engine import aggregate
+
+from .processes import wait_until
+from .rankings_helpers import Shop
+
+
+@pytest.fixture
+def ticked_by(monkeypatch):
+    """shard -> (thread name, database backend pid) of each shard tick."""
+    seen = {}
+    real = aggregate._tick_shard
+
+    def recorded(*, state, **kwargs):
+        seen[state.shard] = (threading.current_thread().name, connection.connection.info.backend_pid)
+        real(state=state, **kwargs)
+
+    monkeypatch.setattr(aggregate, "_tick_shard", recorded)
+    return seen
+
+
+def _backlog(shop: Shop, n: int) -> None:
+    shop.send(*[shop.sale(f"p{i % 13}", categories=[f"c{i % 6}"], qty=1 + i % 4) for i in range(n)])
+
+
+def _ticking(settings, *, threads: int, parallel_from: int) -> None:
+    settings.RANKINGS = {**settings.RANKINGS, "TICK_THREADS": threads, "TICK_PARALLEL_FROM": parallel_from}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(settings, ticked_by):
+    _ticking(settings, threads=2, parallel_from=100)
+    shop = Shop()
+    _backlog(shop, 240)
+    report = shop.tick()
+    # every shard ticked, by the pool's threads, on two connections other than the caller's
+    assert report.ticked_shards == [0, 1, 2, 3]
+    threads = {name for name, _ in ticked_by.values()}
+    pids = {pid for _, pid in ticked_by.values()}
+    assert len(threads) == 2 and not threads & {threading.current_thread().name}, threads
+    assert len(pids) == 2 and connection.connection.info.backend_pid not in pids
+    # each sale counted once, and the threads' connections closed when they finished
+    assert report.sales == 240
+    shop.assert_exact()
+
+    def gone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [sorted(pids)])
+            return cursor.fetchone()[0] == 0
+
+    wait_until(gone, timeout=10, what="the tick threads' connections to close")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_smaller_than_a_backlog_is_ticked_on_the_callers_connection(settings, ticked_by):
+    _ticking(settings, threads=2, parallel_from=1000)
+    shop = Shop()
+    _backlog(shop, 99)  # at most 2 rows each: all's and its category's
+    shop.tick()
+    assert {where for where in ticked_by.values()} == {
+        (threading.current_thread().name, connection.connection.info.backend_pid)
+    }
+    shop.assert_exact()
+
+
+@pytest.mark.django_db
+def test_a_tick_inside_a_transaction_stays_on_its_connection(settings, ticked_by):
+    """Another connection would not see the transaction's sales: they would wait a tick, uncounted."""
+    _ticking(settings, threads=2, parallel_from=1)
+    shop = Shop()
+    with transaction.atomic():
+        _backlog(shop, 50)
+        report = shop.tick()
+        assert report.sales == 50
+        assert {pid for _, pid in ticked_by.values()} == {connection.connection.info.backend_pid}
+    shop.assert_exact()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shard_held_elsewhere_is_busy_and_the_others_tick_in_threads(settings, ticked_by):
+    _ticking(settings, threads=2, parallel_from=100)
+    shop = Shop()
+    _backlog(shop, 240)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_shard_2():
+        from rankings.engine import locks
+
+        try:
+            with locks.shard_lock(2):
+                held.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_shard_2)
+    holder.start()
+    try:
+        assert held.wait(timeout=10)
+        report = shop.tick()
+    finally:
+        release.set()
+        holder.join()
+    assert report.busy_shards == [2]
+    assert report.ticked_shards == [0, 1, 3]
+    # the next tick takes the held shard's sales: each counted once
+    shop.advance(seconds=2)
+    assert shop.tick().ticked_shards == [0, 1, 2, 3]
+    shop.assert_exact()
