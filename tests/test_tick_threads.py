@@ -35,15 +35,17 @@ def _backlog(shop: Shop, n: int) -> None:
     shop.send(*[shop.sale(f"p{i % 13}", categories=[f"c{i % 6}"], qty=1 + i % 4) for i in range(n)])
 
 
-def _ticking(settings, *, threads: int, parallel_from: int) -> None:
+def _shop(settings, *, sales: int, parallel_from: int, threads: int = 2) -> Shop:
+    """A shop with `sales` pending, ticking in `threads` threads from `parallel_from` pending rows."""
     settings.RANKINGS = {**settings.RANKINGS, "TICK_THREADS": threads, "TICK_PARALLEL_FROM": parallel_from}
+    shop = Shop()
+    _backlog(shop, sales)
+    return shop
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(settings, ticked_by):
-    _ticking(settings, threads=2, parallel_from=100)
-    shop = Shop()
-    _backlog(shop, 240)
+    shop = _shop(settings, sales=240, parallel_from=100)
     report = shop.tick()
     # every shard ticked, by the pool's threads, on two connections other than the caller's
     assert report.ticked_shards == [0, 1, 2, 3]
@@ -65,9 +67,7 @@ def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_queue_smaller_than_a_backlog_is_ticked_on_the_callers_connection(settings, ticked_by):
-    _ticking(settings, threads=2, parallel_from=1000)
-    shop = Shop()
-    _backlog(shop, 99)  # at most 2 rows each: all's and its category's
+    shop = _shop(settings, sales=99, parallel_from=1000)  # at most 2 rows each: all's and its category's
     shop.tick()
     assert {where for where in ticked_by.values()} == {
         (threading.current_thread().name, connection.connection.info.backend_pid)
@@ -78,7 +78,7 @@ def test_a_queue_smaller_than_a_backlog_is_ticked_on_the_callers_connection(sett
 @pytest.mark.django_db
 def test_a_tick_inside_a_transaction_stays_on_its_connection(settings, ticked_by):
     """Another connection would not see the transaction's sales: they would wait a tick, uncounted."""
-    _ticking(settings, threads=2, parallel_from=1)
+    settings.RANKINGS = {**settings.RANKINGS, "TICK_THREADS": 2, "TICK_PARALLEL_FROM": 1}
     shop = Shop()
     with transaction.atomic():
         _backlog(shop, 50)
@@ -90,9 +90,7 @@ def test_a_tick_inside_a_transaction_stays_on_its_connection(settings, ticked_by
 
 @pytest.mark.django_db(transaction=True)
 def test_a_shard_held_elsewhere_is_busy_and_the_others_tick_in_threads(settings, ticked_by):
-    _ticking(settings, threads=2, parallel_from=100)
-    shop = Shop()
-    _backlog(shop, 240)
+    shop = _shop(settings, sales=240, parallel_from=100)
     held = threading.Event()
     release = threading.Event()
 
