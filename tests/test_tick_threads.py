@@ -9,9 +9,11 @@ caller's thread and connection.
 import threading
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 
 from rankings.engine import aggregate
+from rankings.engine.shards import ALL, Layout, shard_of
 
 from .processes import wait_until
 from .rankings_helpers import Shop
@@ -116,5 +118,33 @@ def test_a_shard_held_elsewhere_is_busy_and_the_others_tick_in_threads(settings,
     assert report.ticked_shards == [0, 1, 3]
     # the next tick takes the held shard's sales: each counted once
     shop.advance(seconds=2)
+    assert shop.tick().ticked_shards == [0, 1, 2, 3]
+    shop.assert_exact()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(settings, monkeypatch):
+    """The tick's time is up while one thread works the shard of `all`: the other thread finishes
+    the shard it is on and takes no other; the tick raises, and the next one counts the rest."""
+    shop = _shop(settings, sales=240, parallel_from=100)
+    every = shard_of(ALL, Layout(4))  # first in the queue
+    cut = threading.Event()
+    entered = []
+    real = aggregate._tick_shard_isolated
+
+    def isolated(*, shard, **kwargs):
+        entered.append(shard)
+        if shard == every:
+            cut.set()
+            raise SoftTimeLimitExceeded()
+        assert cut.wait(timeout=10), "the shard of all was never reached"
+        real(shard=shard, **kwargs)
+
+    monkeypatch.setattr(aggregate, "_tick_shard_isolated", isolated)
+    with pytest.raises(SoftTimeLimitExceeded):
+        shop.tick()
+    # the shard of all, and the one shard the other thread was on: none of the other two
+    assert len(entered) == 2 and every in entered, entered
+    monkeypatch.setattr(aggregate, "_tick_shard_isolated", real)
     assert shop.tick().ticked_shards == [0, 1, 2, 3]
     shop.assert_exact()

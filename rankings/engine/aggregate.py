@@ -28,6 +28,7 @@ board).
 import datetime as dt
 import logging
 import queue
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -160,30 +161,38 @@ SELECT (SELECT count(*) FROM (
 def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, report: TickReport) -> None:
     """Tick `shards` side by side, TICK_THREADS at a time, `first` first (the shards of `all`, where
     every sale counts: the longest). Each thread takes the next shard as it finishes one, on its own
-    database connection, closed at its end."""
+    database connection, closed at its end. Should the tick be cut short (its time is up, or a
+    thread raised), each thread finishes the shard it is on and takes no other."""
     todo = queue.SimpleQueue()
     for shard in sorted(shards, key=lambda shard: shard not in first):
         todo.put(shard)
+    stop = threading.Event()
+
+    def next_shard() -> int | None:
+        try:
+            return None if stop.is_set() else todo.get_nowait()
+        except queue.Empty:
+            return None
 
     def work() -> TickReport:
         own = TickReport(as_of=now)
         try:
-            _tick_shards(iter(lambda: _next(todo), None), now=now, report=own)
+            _tick_shards(iter(next_shard, None), now=now, report=own)
+        except BaseException:
+            stop.set()
+            raise
         finally:
             connection.close()
         return own
 
-    threads = min(rankings_settings.TICK_THREADS, len(shards))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tick") as pool:
-        for own in list(pool.map(lambda _: work(), range(threads))):
-            report.merge(own)
-
-
-def _next(todo: queue.SimpleQueue) -> int | None:
-    try:
-        return todo.get_nowait()
-    except queue.Empty:
-        return None
+    with ThreadPoolExecutor(max_workers=rankings_settings.TICK_THREADS, thread_name_prefix="tick") as pool:
+        parts = [pool.submit(work) for _ in range(min(rankings_settings.TICK_THREADS, len(shards)))]
+        try:
+            for part in parts:
+                report.merge(part.result())
+        except BaseException:
+            stop.set()
+            raise
 
 
 def _tick_shards(shards: Iterator[int], *, now: dt.datetime, report: TickReport) -> None:
