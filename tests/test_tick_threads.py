@@ -128,15 +128,17 @@ def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(setti
     the shard it is on and takes no other; the tick raises, and the next one counts the rest."""
     shop = _shop(settings, sales=240, parallel_from=100)
     every = shard_of(ALL, Layout(4))  # first in the queue
-    cut = threading.Event()
+    other_on_a_shard, cut = threading.Event(), threading.Event()
     entered = []
     real = aggregate._tick_shard_isolated
 
     def isolated(*, shard, **kwargs):
         entered.append(shard)
         if shard == every:
+            assert other_on_a_shard.wait(timeout=10), "the other thread never took a shard"
             cut.set()
             raise SoftTimeLimitExceeded()
+        other_on_a_shard.set()
         assert cut.wait(timeout=10), "the shard of all was never reached"
         real(shard=shard, **kwargs)
 
