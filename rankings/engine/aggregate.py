@@ -403,7 +403,10 @@ def _claim_and_record(
     params = {"shard": shard, "limit": limit, "until": until}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_OPEN, params)
-        seq, as_of = cursor.fetchone()
+        state = cursor.fetchone()
+        if state is None:
+            raise ShardState.DoesNotExist(f"shard {shard} has no state: it is made on the shard's first tick")
+        seq, as_of = state
         cursor.nextset()
         last, engagements_wait = cursor.fetchone()
         if as_of is not None and now < as_of:
