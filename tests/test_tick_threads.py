@@ -46,8 +46,22 @@ def _shop(settings, *, sales: int, parallel_from: int, threads: int = 2) -> Shop
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(settings, ticked_by):
+def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(
+    settings, ticked_by, monkeypatch
+):
     shop = _shop(settings, sales=240, parallel_from=100)
+    # each thread's first shard waits for the other's: both threads at work at once, however the
+    # machine schedules them (one thread alone would break the barrier)
+    both_at_work, started = threading.Barrier(2), set()
+    recording = aggregate._tick_shard
+
+    def meeting(**kwargs):
+        if threading.current_thread().name not in started:
+            started.add(threading.current_thread().name)
+            both_at_work.wait(timeout=10)
+        recording(**kwargs)
+
+    monkeypatch.setattr(aggregate, "_tick_shard", meeting)
     report = shop.tick()
     # every shard ticked, by the pool's threads, on two connections other than the caller's
     assert report.ticked_shards == [0, 1, 2, 3]
