@@ -42,7 +42,7 @@ from django.utils import timezone
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, snapshots, store
 from rankings.engine.prune import bucket_cutoff
-from rankings.engine.shards import ALL, Layout, active_version, layout_checked, shard_count_checked
+from rankings.engine.shards import ALL, Layout, active_of, active_version, layout_checked, shard_count_checked
 from rankings.engine.windows import bucket_sizes, oldest_bucket_start
 from rankings.models import Batch, RankingVersion, ShardState, TickLog
 
@@ -185,8 +185,9 @@ def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, repo
             connection.close()
         return own
 
-    with ThreadPoolExecutor(max_workers=rankings_settings.TICK_THREADS, thread_name_prefix="tick") as pool:
-        parts = [pool.submit(work) for _ in range(min(rankings_settings.TICK_THREADS, len(shards)))]
+    threads = min(rankings_settings.TICK_THREADS, len(shards))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tick") as pool:
+        parts = [pool.submit(work) for _ in range(threads)]
         try:
             for part in parts:
                 report.merge(part.result())
@@ -255,13 +256,13 @@ def _shard_read(shard: int) -> tuple[int, int, Layout, ShardState | None]:
         row = cursor.fetchone()
     if row is None:  # a fresh install: version 1 is recorded here
         return *active_version(), None
-    version, epoch, shards, pinned, seq, as_of, failures, retry_at = row
+    seq, as_of, failures, retry_at = row[4:]
     state = (
         ShardState(shard=shard, seq=seq, as_of=as_of, failures=failures, retry_at=retry_at)
         if seq is not None
         else None
     )
-    return version, epoch, Layout(shards, tuple(pinned)), state
+    return *active_of(row), state
 
 
 def _shard_failed(shard: int, error: Exception) -> None:

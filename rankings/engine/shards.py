@@ -122,7 +122,14 @@ def _active() -> tuple[int, int, Layout] | None:
     from rankings.models import RankingVersion
 
     row = RankingVersion.active_row()
-    return (row[0], row[1], Layout(row[2], tuple(row[3]))) if row else None
+    return active_of(row) if row else None
+
+
+def active_of(row: tuple) -> tuple[int, int, Layout]:
+    """(number, the switch that made it active, layout) of a row that starts with the columns of
+    RankingVersion.ACTIVE_ROW_SQL."""
+    number, epoch, shards, pinned = row[:4]
+    return number, epoch, Layout(shards, tuple(pinned))
 
 
 def active_layout() -> tuple[int, Layout]:

@@ -247,19 +247,14 @@ def _category_boards(
             ],
         )
         rows = cursor.fetchall()
-    expected: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-    for w in windows:
-        for i, metric in enumerate(METRICS):
-            scores = [
-                (product_id, int(values[i]))
-                for name, product_id, *values in rows
-                if name == w.name and values[i] > 0
-            ]
-            if scores:
-                expected[(w.name, metric, category)] = sorted(
-                    scores, key=lambda row: (-row[1], row[0].encode())
-                )
-    return expected
+    scores: dict[tuple[str, str, str], list[tuple[str, int]]] = defaultdict(list)
+    for name, product_id, *values in rows:
+        for metric, value in zip(METRICS, values, strict=True):
+            if value > 0:
+                scores[(name, metric, category)].append((product_id, int(value)))
+    return {
+        board: sorted(found, key=lambda row: (-row[1], row[0].encode())) for board, found in scores.items()
+    }
 
 
 def redis_safety() -> dict:
