@@ -98,7 +98,7 @@ def test_a_reader_never_sees_a_missing_empty_or_mixed_board_during_the_switch():
     reader.start()
     try:
         backfill.version_switch(number=version.number)
-        store._active_read.clear()
+        store.versions.active_read.clear()
         for _ in range(50):  # keep reading past the readers' version cache
             if len(answers) > 200:
                 break

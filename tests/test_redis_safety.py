@@ -73,7 +73,7 @@ def test_the_policy_is_asked_once_per_interval_and_a_change_is_seen_after_it(own
     # then the next tick, within the interval, does not ask Redis again
     shop.tick()
     # and once the interval is over, the tick sees the change and refuses
-    store._eviction_cache.expire(time.monotonic() + store.EVICTION_CHECK_SECONDS)
+    store.eviction.policies.expire(time.monotonic() + store.EVICTION_CHECK_SECONDS)
     with pytest.raises(store.UnsafeEvictionPolicy, match="allkeys-random"):
         shop.tick()
 
@@ -196,7 +196,8 @@ def test_a_rebuild_swaps_boards_and_rewrites_their_blobs_in_one_step(monkeypatch
                 checking.clear()
             return result
 
-    monkeypatch.setattr(store, "patient", lambda: Watched(real_client()))
+    # the write path's client: every call of the rebuild goes through it
+    monkeypatch.setattr(store.writes, "patient", lambda: Watched(real_client()))
     # when the shard is rebuilt with other scores
     boards = {("7d", "units", "toys"): {"p2": 9, "p3": 1}, ("7d", "revenue", "toys"): {"p2": 900, "p3": 100}}
     store.shard_replace(version=version, shard=shard, seq=2, as_of=2.0, gen="g", boards=boards)
@@ -228,7 +229,7 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
     def die(*args):
         raise SystemExit("the rebuild's process died")
 
-    monkeypatch.setattr(store, "shard_board_keys", die)
+    monkeypatch.setattr(store.writes, "shard_board_keys", die)
     with pytest.raises(SystemExit):
         store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
     left = _temporary_keys(redis_client)
@@ -240,7 +241,7 @@ def test_temporary_keys_of_a_rebuild_that_died_expire(settings, monkeypatch, red
     # stale boards on a Redis shared with other runs cannot outlast them) leaves boards (larger than a
     # blob's ranks) and blobs without any TTL
     settings.RANKINGS = {**settings.RANKINGS, "REBUILD_TEMP_KEY_SECONDS": 60}
-    monkeypatch.setattr(store, "shard_board_keys", real)
+    monkeypatch.setattr(store.writes, "shard_board_keys", real)
     members = range(store.BLOB_SIZE + 1)
     boards = {board: {f"p{i}": 5 + i for i in members} for board in boards}
     store.shard_replace(version=1, shard=shard, seq=1, as_of=1.0, gen="g", boards=boards)
@@ -259,7 +260,7 @@ def test_a_swap_whose_temporary_board_expired_changes_nothing(monkeypatch, redis
         redis_client.delete(_temporary_keys(redis_client)[0])
         return real(*args)
 
-    monkeypatch.setattr(store, "shard_board_keys", expire_one_then_list)
+    monkeypatch.setattr(store.writes, "shard_board_keys", expire_one_then_list)
     new = {("7d", "units", "toys"): {"p2": 9}, ("1d", "units", "toys"): {"p2": 9}}
     with pytest.raises(store.Refused, match="temporary board"):
         store.shard_replace(version=1, shard=shard, seq=2, as_of=2.0, gen="g", boards=new)

@@ -109,7 +109,7 @@ def _public_functions() -> set[str]:
         if callable(value)
         and not name.startswith("_")
         and not isinstance(value, type)
-        and getattr(value, "__module__", None) == store.__name__
+        and getattr(value, "__module__", "").startswith(f"{store.__name__}.")
     }
 
 

@@ -1,0 +1,230 @@
+"""The only package that talks to Redis. Its modules, by concern:
+
+    client    connections, the store's errors, the Lua scripts of lua/ (one file each, its
+              KEYS/ARGV contract at its top; shared pieces put in by `--! include name`)
+    keys      every key's name
+    eviction  the check that Redis will never evict a board
+    versions  the readers' pointer to the active version, layouts, generations, removal
+    wake      wake marks of the tick groups
+    writes    the write path: batches applied exactly once, rebuilt boards swapped in
+    reads     the read path: slices, heads, ranks, small boards whole, thresholds
+    parts     the reads a merge of a split board's parts needs
+    survey    the operators' reads: what a version holds, board by board
+
+Callers import the package (`from rankings.engine import store`) and call `store.<name>`.
+
+Layout, for key prefix P, version V and shard S (the hash tag keeps a shard's
+keys on one Redis Cluster slot, so a batch can be applied atomically):
+
+    P:active                         hash: version that serves reads, epoch
+                                     (the switch that made it active)
+    P:vV:gen                         generation marker; missing = Redis lost data
+    P:vV:shards                      the version's layout, for readers: its shard
+                                     count, then its pinned categories ("5,toys")
+    P:vV:{sS}:state                  hash: seq (last applied batch), asof, gen;
+                                     from:K (a version laid out unlike the active
+                                     one: the last batch of the active layout's
+                                     shard K replayed into it)
+                                     (asof is the shard's as_of, epoch seconds; the
+                                     field keeps its stored name so a running
+                                     deployment's state stays readable)
+    P:vV:{sS}:b:<window>:<metric>:<category>
+                                     the board: a sorted set, product -> -score
+    P:vV:{sS}:t:<window>:<metric>:<category>
+                                     the board's first BLOB_SIZE ranks as one JSON
+                                     string, rewritten in the same Lua call that
+                                     changes the board, so reading them is one GET
+    P:vV:{sS}:b:…:rebuild:<token>    a rebuild's temporary board until it is swapped
+                                     in; it expires, so a rebuild that dies leaves none
+
+On a Redis Cluster (REDIS_CLUSTER) the keys of one shard share its slot, so
+every Lua call stays on one node; the keys without a shard (active, gen,
+shards) are never in a call with a shard's keys. Reads of several shards are
+pipelines, which the cluster client sends to each node at once, and SCANs
+visit every primary.
+
+Scores are stored negated so that ZRANGE (ascending) yields score descending
+with equal scores by productId ascending in byte order: exactly the ranking
+order, with no composite score and no loss of integer precision. A product
+whose score is not positive is removed from the board.
+"""
+
+from rankings.engine.store.client import (
+    FAST_TIMEOUT,
+    PATIENT_TIMEOUT,
+    REMEMBERED_PREFIXES,
+    Refused,
+    StoreError,
+    Unreachable,
+    UnsafeEvictionPolicy,
+    clustered,
+    fast,
+    patient,
+    reset_clients,
+)
+from rankings.engine.store.eviction import (
+    EVICTION_CHECK_SECONDS,
+    eviction_policy,
+    eviction_policy_check,
+    eviction_policy_safe,
+)
+from rankings.engine.store.keys import (
+    BLOB_SIZE,
+    TEMP_MARK,
+    active_key,
+    blob_key,
+    board_key,
+    gen_key,
+    prefix,
+    shard_tag,
+    shards_key,
+    state_key,
+    wake_key,
+)
+from rankings.engine.store.parts import (
+    PartBefore,
+    others_scores,
+    parts_before,
+    parts_histogram,
+    parts_ranges,
+)
+from rankings.engine.store.reads import (
+    BoardCopy,
+    BoardSlice,
+    MemberRank,
+    Thresholds,
+    board_copy,
+    board_heads,
+    board_slice,
+    board_thresholds,
+    member_rank,
+    members_ranks,
+    members_scores,
+    ordered_before,
+    shard_as_of,
+    shard_stamp,
+)
+from rankings.engine.store.survey import (
+    board_read_all,
+    boards_heads,
+    boards_read_with_heads,
+    boards_summary,
+    head_read,
+    memory_by_window,
+)
+from rankings.engine.store.versions import (
+    ACTIVE_VERSION_TTL,
+    SCAN_COUNT,
+    active_ensure,
+    active_set,
+    active_version,
+    generation,
+    generation_get,
+    keys_delete,
+    keyspace_survey,
+    pipeline,
+    shard_layout_get,
+    shard_layout_set,
+    version_delete,
+)
+from rankings.engine.store.wake import (
+    wake_claim,
+    wake_release,
+)
+from rankings.engine.store.writes import (
+    REBUILD_CHUNK,
+    BoardsLoad,
+    Change,
+    batch_apply,
+    batch_apply_routed,
+    boards_swap,
+    shard_board_keys,
+    shard_open,
+    shard_replace,
+    shard_sources,
+    shard_sources_set,
+    shard_state,
+    shard_touch,
+)
+
+__all__ = [
+    "ACTIVE_VERSION_TTL",
+    "BLOB_SIZE",
+    "BoardCopy",
+    "BoardSlice",
+    "BoardsLoad",
+    "Change",
+    "EVICTION_CHECK_SECONDS",
+    "FAST_TIMEOUT",
+    "MemberRank",
+    "PATIENT_TIMEOUT",
+    "PartBefore",
+    "REBUILD_CHUNK",
+    "REMEMBERED_PREFIXES",
+    "Refused",
+    "SCAN_COUNT",
+    "StoreError",
+    "TEMP_MARK",
+    "Thresholds",
+    "Unreachable",
+    "UnsafeEvictionPolicy",
+    "active_ensure",
+    "active_key",
+    "active_set",
+    "active_version",
+    "batch_apply",
+    "batch_apply_routed",
+    "blob_key",
+    "board_copy",
+    "board_heads",
+    "board_key",
+    "board_read_all",
+    "board_slice",
+    "board_thresholds",
+    "boards_heads",
+    "boards_read_with_heads",
+    "boards_summary",
+    "boards_swap",
+    "clustered",
+    "eviction_policy",
+    "eviction_policy_check",
+    "eviction_policy_safe",
+    "fast",
+    "gen_key",
+    "generation",
+    "generation_get",
+    "head_read",
+    "keys_delete",
+    "keyspace_survey",
+    "member_rank",
+    "members_ranks",
+    "members_scores",
+    "memory_by_window",
+    "ordered_before",
+    "others_scores",
+    "parts_before",
+    "parts_histogram",
+    "parts_ranges",
+    "patient",
+    "pipeline",
+    "prefix",
+    "reset_clients",
+    "shard_as_of",
+    "shard_board_keys",
+    "shard_layout_get",
+    "shard_layout_set",
+    "shard_open",
+    "shard_replace",
+    "shard_sources",
+    "shard_sources_set",
+    "shard_stamp",
+    "shard_state",
+    "shard_tag",
+    "shard_touch",
+    "shards_key",
+    "state_key",
+    "version_delete",
+    "wake_claim",
+    "wake_key",
+    "wake_release",
+]

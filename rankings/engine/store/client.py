@@ -1,0 +1,173 @@
+"""Connections to Redis, the store's errors, and its Lua scripts: what every other module of the
+store builds on. Only the store imports redis; callers see StoreError and its kinds."""
+
+import functools
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.retry import Retry
+
+# Reads for the public must fail fast when Redis is slow or down, so that pages
+# can serve the last known answer instead of hanging a worker.
+FAST_TIMEOUT = 0.5  # seconds
+# The write path and the operators' tools may wait longer: a large batch is one
+# Lua call, and a SCAN of every board takes a while.
+PATIENT_TIMEOUT = 30  # seconds
+# Entries each of the store's memories keeps (one per key prefix, Redis server or version): a
+# process serves one installation, and tests use a prefix each; past this the oldest is asked again.
+REMEMBERED_PREFIXES = 64
+
+
+class StoreError(Exception):
+    """Redis could not do what was asked. The store raises nothing else, so no caller imports redis."""
+
+
+class Unreachable(StoreError):
+    """Redis did not answer in time (down, paused or overloaded)."""
+
+
+class Refused(StoreError):
+    """Redis answered with an error: a script refused the change, or the command is not allowed."""
+
+
+class UnsafeEvictionPolicy(StoreError):
+    """Redis may evict any key under memory pressure, and a board lost that way goes unnoticed."""
+
+
+# A cluster whose node is down (CLUSTERDOWN until a replica takes over its slots, a slot no node
+# serves) and a slot moving are Redis not answering, not Redis refusing.
+UNREACHABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+# What the client raises: RedisCluster raises errors of its own outside RedisError, among them
+# "cannot be connected" (caused by a connection error) and a command it cannot route (a bug).
+ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+# What Redis answers when it refuses a command (CONFIG renamed, a script's error_reply).
+ResponseError = redis.ResponseError
+
+
+def store_error(error: Exception) -> StoreError:
+    if isinstance(error, UNREACHABLE) or isinstance(error.__cause__, UNREACHABLE):
+        return Unreachable(str(error))
+    return Refused(str(error))
+
+
+def translated(func):
+    """Redis's exceptions become the store's own (see StoreError)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ERRORS as error:
+            raise store_error(error) from error
+
+    return wrapper
+
+
+# --- what the store remembers of Redis ----------------------------------------------------
+
+# Guards the memories: a server process reads from several threads.
+memory_lock = threading.Lock()
+_memories: list[Callable[[], None]] = []
+
+
+def remembered(memory):
+    """Register a memory of what Redis holds (anything with clear()): reset_clients empties it."""
+    _memories.append(memory.clear)
+    return memory
+
+
+def remember(memory: dict, key, value) -> None:
+    """memory[key] = value, in a dict that a reader may read without the lock and that is emptied when full."""
+    with memory_lock:
+        if len(memory) >= REMEMBERED_PREFIXES:
+            memory.clear()
+        memory[key] = value
+
+
+# --- clients ----------------------------------------------------------------------
+
+Client = redis.Redis | RedisCluster
+
+_clients: dict[str, Client] = remembered({})
+_lock = threading.Lock()
+
+
+def _client(name: str, timeout: float) -> Client:
+    if name not in _clients:
+        with _lock:
+            if name not in _clients:
+                _clients[name] = _connect(timeout, patient=name == "patient")
+    return _clients[name]
+
+
+def _connect(timeout: float, *, patient: bool) -> Client:
+    """A client of REDIS_URL: of the one server, or with REDIS_CLUSTER of the cluster that node is in
+    (it learns the other nodes from it, and follows a replica that takes over a primary's slots)."""
+    options = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "health_check_interval": 30}
+    if not clustered():
+        return redis.Redis.from_url(settings.REDIS_URL, **options)
+    if not patient:
+        # A public read tries once more after learning the cluster's new layout, then gives up:
+        # its last known answer is better than a wait through a failover.
+        options["retry"] = Retry(NoBackoff(), 1)
+    return RedisCluster.from_url(settings.REDIS_URL, **options)
+
+
+def clustered() -> bool:
+    """Whether the boards live on a Redis Cluster (REDIS_CLUSTER) rather than one server."""
+    return bool(getattr(settings, "REDIS_CLUSTER", False))
+
+
+def fast() -> Client:
+    """The client that gives up after FAST_TIMEOUT: for the reads that serve the public."""
+    return _client("fast", FAST_TIMEOUT)
+
+
+def patient() -> Client:
+    """The client that waits up to PATIENT_TIMEOUT: for writes and the operators' reads."""
+    return _client("patient", PATIENT_TIMEOUT)
+
+
+def reset_clients() -> None:
+    """Forget connections and what was remembered of Redis (after a fork, or in tests that restart it)."""
+    with memory_lock:
+        for forget in _memories:
+            forget()
+
+
+# --- scripts ----------------------------------------------------------------------
+
+LUA = Path(__file__).with_name("lua")
+# A line of a script that stands for a shared piece of lua/ (a file of local functions).
+_INCLUDE = re.compile(r"^--! include (\w+)$", re.MULTILINE)
+
+
+@functools.cache
+def lua_source(name: str) -> str:
+    """The text of lua/<name>.lua, each `--! include piece` line replaced by lua/<piece>.lua."""
+    return _INCLUDE.sub(lambda line: lua_source(line[1]), (LUA / f"{name}.lua").read_text())
+
+
+_scripts: dict[str, Script] = remembered({})
+
+
+def script(name: str) -> Script:
+    """The script lua/<name>.lua, loaded into Redis once and then called by its SHA (reloaded if
+    Redis forgot it)."""
+    found = _scripts.get(name)
+    if found is None:
+        found = _scripts[name] = patient().register_script(lua_source(name))
+    return found

@@ -1,0 +1,122 @@
+"""Split boards: the reads a merge of a board's parts needs (rankings.serving.merge)."""
+
+from dataclasses import dataclass
+
+from rankings.conf import other_metric
+from rankings.engine.store.client import clustered, fast, script, translated
+from rankings.engine.store.keys import STATE_READ, board_key, state_key
+from rankings.engine.store.reads import BoardSlice, Thresholds, state_as_of
+
+
+@dataclass
+class PartBefore:
+    as_of: float | None
+    total: int
+    before: int  # members ordered before the product asked about
+
+
+@translated
+def parts_before(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], score: int, product_id: str
+) -> list[PartBefore]:
+    """On each board (shard, category), the members ordered before `product_id` were its score
+    `score`, with the board's size and its shard's as_of. One round trip on one server; on a Redis
+    Cluster, whose pipelines refuse scripts, one per board."""
+    args = [-score, product_id, *STATE_READ]
+    replies = _on_boards("part_before", version=version, window=window, metric=metric, parts=parts, args=args)
+    return [
+        PartBefore(as_of=state_as_of(version, shard, state), total=int(total), before=int(before))
+        for (before, total, state), (shard, _) in zip(replies, parts, strict=True)
+    ]
+
+
+def _on_boards(
+    source: str, *, version: int, window: str, metric: str, parts: list[tuple[int, str]], args: list
+):
+    """The replies of the script `source` run on each board (shard, category) with its shard's state
+    key and `args`: one round trip on one server; on a Redis Cluster, whose pipelines refuse
+    scripts, one per board."""
+    run = script(source)
+    calls = [[board_key(version, shard, window, metric, category), state_key(version, shard)]
+             for shard, category in parts]  # fmt: skip
+    if clustered():
+        return [run(keys=keys, args=args, client=fast()) for keys in calls]
+    pipe = fast().pipeline(transaction=False)
+    for keys in calls:
+        run(keys=keys, args=args, client=pipe)
+    return pipe.execute()
+
+
+@translated
+def parts_ranges(
+    *, version: int, window: str, metric: str, ranges: list[tuple[int, str, int, int]], others: bool
+) -> list[BoardSlice]:
+    """Ranks start..stop (0-based, inclusive) of several boards ((shard, category, start, stop)
+    each), with each board's size and its shard's as_of: one round trip; with `others`, the other
+    metric's scores of those members in a second one (else 0, for the caller to ask later)."""
+    pipe = fast().pipeline(transaction=False)
+    for shard, category, start, stop in ranges:
+        key = board_key(version, shard, window, metric, category)
+        if stop >= start:
+            pipe.zrange(key, start, stop, withscores=True)
+        else:
+            pipe.zcard(key)  # a place holder: nothing to read from this board
+        pipe.zcard(key)
+        pipe.hmget(state_key(version, shard), STATE_READ)
+    values = pipe.execute()
+    out = []
+    for i, (shard, _, start, stop) in enumerate(ranges):
+        rows, total, state = values[3 * i : 3 * i + 3]
+        rows = rows if stop >= start else []
+        out.append(
+            BoardSlice(
+                as_of=state_as_of(version, shard, state),
+                total=total,
+                rows=[(m.decode(), int(-s), 0) for m, s in rows],
+            )
+        )
+    if others:
+        wanted = [
+            (shard, category, [m for m, _, _ in found.rows])
+            for (shard, category, _, _), found in zip(ranges, out, strict=True)
+        ]
+        scores = others_scores(version=version, window=window, metric=metric, members=wanted)
+        for found, other in zip(out, scores, strict=True):
+            found.rows = [(m, s, o) for (m, s, _), o in zip(found.rows, other, strict=True)]
+    return out
+
+
+@translated
+def others_scores(
+    *, version: int, window: str, metric: str, members: list[tuple[int, str, list[str]]]
+) -> list[list[int]]:
+    """The other metric's scores of members of several boards ((shard, category, members) each),
+    0 where a member has none: one round trip."""
+    asked = [(shard, category, ids) for shard, category, ids in members if ids]
+    values = []
+    if asked:
+        pipe = fast().pipeline(transaction=False)
+        for shard, category, ids in asked:
+            pipe.zmscore(board_key(version, shard, window, other_metric(metric), category), ids)
+        values = pipe.execute()
+    found = iter(values)
+    return [[int(-o) if o is not None else 0 for o in next(found)] if ids else [] for _, _, ids in members]
+
+
+@translated
+def parts_histogram(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], edges: list[int]
+) -> list[Thresholds]:
+    """Each board's size, histogram over `edges` and shard's as_of (board_thresholds without ranks):
+    one round trip on one server, one per board on a Redis Cluster."""
+    args = [0, len(edges), *(-edge for edge in edges), *STATE_READ]
+    replies = _on_boards("thresholds", version=version, window=window, metric=metric, parts=parts, args=args)
+    return [
+        Thresholds(
+            as_of=state_as_of(version, shard, state),
+            total=int(total),
+            ranks=[],
+            counts=[int(c) for c in counts],
+        )
+        for (total, _, counts, state), (shard, _) in zip(replies, parts, strict=True)
+    ]
