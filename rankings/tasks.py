@@ -1,16 +1,10 @@
 """Celery tasks: thin wrappers that call the services."""
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
 from celery import shared_task
 from celery.utils.log import get_task_logger
-from django.db import transaction
 
 from rankings.conf import rankings_settings
-
-if TYPE_CHECKING:
-    from rankings.engine.shards import Layout
+from rankings.ingest.wake import tick_groups, tick_wake, wake_release
 
 log = get_task_logger(__name__)
 
@@ -24,12 +18,6 @@ def tick():
         tick_shards.apply_async(
             kwargs={"shards": shards}, queue=queue, expires=rankings_settings.TICK_EXPIRES_SECONDS
         )
-
-
-def tick_groups(count: int, queues: list[str]) -> list[tuple[str, list[int]]]:
-    """(queue, its shards) of `count` shards, for each queue with one: shard s goes to queue s mod len(queues)."""
-    groups = [(queue, list(range(n, count, len(queues)))) for n, queue in enumerate(queues)]
-    return [(queue, group) for queue, group in groups if group]
 
 
 @shared_task(ignore_result=True)
@@ -47,7 +35,7 @@ def tick_shards(shards: list[int], woken: int | None = None):
     from rankings.engine.shards import shard_count
 
     if woken is not None:
-        _wake_release(woken)
+        wake_release(woken)
     report = run_tick(shards=shards)
     log.info(
         "ticked shards %s as of %s: %s sales, %s batches%s",
@@ -59,54 +47,6 @@ def tick_shards(shards: list[int], woken: int | None = None):
     )
     if report.ticked_shards and rankings_settings.TICK_WAKE:
         tick_wake(shards_pending(report.ticked_shards), count=shard_count())
-
-
-def tick_wake(shards: Iterable[int], *, count: int) -> None:
-    """Send the tick of each group holding one of `shards` (of `count`), unless that group's tick
-    is pending already: a burst of commits sends one. Called when sales commit; a failure (Redis or the
-    broker away) is logged, not raised: the sales are stored, and the beat's tick counts them."""
-    from rankings.engine import store
-
-    chosen = set(shards)
-    if not chosen or not rankings_settings.TICK_WAKE:
-        return
-    # A mark lapses when the task it announced would have expired in its queue.
-    ttl = rankings_settings.TICK_EXPIRES_SECONDS
-    try:
-        for group, (queue, members) in enumerate(tick_groups(count, rankings_settings.TICK_QUEUES)):
-            if chosen.isdisjoint(members) or not store.wake_claim(group, ttl=ttl):
-                continue
-            tick_shards.apply_async(
-                kwargs={"shards": members, "woken": group},
-                queue=queue,
-                expires=rankings_settings.TICK_EXPIRES_SECONDS,
-            )
-    except Exception:
-        log.warning(
-            "could not wake the tick of shards %s; the beat's tick counts their sales",
-            sorted(chosen),
-            exc_info=True,
-        )
-
-
-def tick_wake_on_commit(layout: "Layout", categories: Iterable[Iterable[str]]) -> None:
-    """Wake the ticks of the shards that sales of these categories are queued for (besides the
-    board of all), once the current transaction commits: at once outside one, never should it
-    roll back. No categories (no sale stored): nothing is woken."""
-    from rankings.engine.shards import ALL
-
-    chosen = {shard for slugs in categories for slug in (ALL, *slugs) for shard in layout.shards_of(slug)}
-    if chosen:
-        transaction.on_commit(lambda: tick_wake(chosen, count=layout.shards))
-
-
-def _wake_release(group: int) -> None:
-    from rankings.engine import store
-
-    try:
-        store.wake_release(group)
-    except store.StoreError:
-        log.warning("could not lift the wake mark of tick group %s; it lapses by itself", group)
 
 
 @shared_task(ignore_result=True)

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from celery import current_app
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -42,10 +43,11 @@ def sent(monkeypatch):
     """The woken tick tasks: (queue, shards, woken group), recorded instead of sent."""
     calls = []
 
-    def apply_async(*, kwargs, queue, expires):
+    def send_task(name, *, kwargs, queue, expires):
+        assert name == tasks.tick_shards.name
         calls.append((queue, kwargs["shards"], kwargs.get("woken")))
 
-    monkeypatch.setattr(tasks.tick_shards, "apply_async", apply_async)
+    monkeypatch.setattr(current_app, "send_task", send_task)
     return calls
 
 

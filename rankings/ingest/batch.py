@@ -31,8 +31,8 @@ from rankings.engine import locks
 from rankings.engine.shards import Layout, layout_checked
 from rankings.engine.tree import Tree, version_tree
 from rankings.ingest.events import EventIdField, EventValidator, duration_text
+from rankings.ingest.wake import tick_wake_on_commit
 from rankings.models import IngestLog
-from rankings.tasks import tick_wake_on_commit
 
 DUPLICATE_ID = "id already used by a different event"
 
