@@ -28,6 +28,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from bench import harness
+from rankings.engine.windows import configured_windows
 
 BATCH = 10_000  # events per POST: the API's largest batch
 HTTP_BATCHES = 10  # per run of one client; each of four clients sends a quarter as many
@@ -313,7 +314,6 @@ def _coalescing_run(rng: random.Random) -> tuple[int, int]:
     """TICKS ticks of TICK_VIEWS views each: (board writes without coalescing, board writes made)."""
     from django.utils import timezone
 
-    from rankings.conf import rankings_settings
     from rankings.engine.aggregate import tick
     from rankings.ingest.engagement import engagements_ingest
 
@@ -323,7 +323,7 @@ def _coalescing_run(rng: random.Random) -> tuple[int, int]:
     call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
     now = timezone.now()
     tick(now=now)
-    windows = len(rankings_settings.windows)
+    windows = len(configured_windows())
     plain = writes = 0
     for _ in range(TICKS):
         now += dt.timedelta(seconds=2)

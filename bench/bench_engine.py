@@ -17,6 +17,7 @@ import time
 import urllib.parse
 
 from bench import harness
+from rankings.engine.windows import configured_windows
 
 # (events/s, events per POST, clients): a large shop's peak, five times an average of 400 sales/s;
 # and ten times that, from two clients (one alone does not post it on this machine).
@@ -39,11 +40,9 @@ def _uncoalesced_writes(now: dt.datetime) -> int:
     """Board writes if every sale were applied on its own: one per board it counts in."""
     from django.db import connection
 
-    from rankings.conf import rankings_settings
-
     terms = []
     params = []
-    for w in rankings_settings.windows.values():
+    for w in configured_windows().values():
         first, _ = w.bounds(int(now.timestamp()))
         terms.append("(CASE WHEN counted_at >= to_timestamp(%s) THEN 1 ELSE 0 END)")
         params.append(first)

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench import harness
+from rankings.conf import rankings_settings
 from tests import processes
 
 HOT = "cat0"
@@ -303,7 +304,7 @@ def _services(logs: str, setup: Setup) -> list[processes.Process]:
 
     since = timezone.now()
     env = {**os.environ, **harness.environment(), "RANKINGS_TICK_QUEUES": str(setup.queues)}
-    names = tick_queue_names(settings.RANKINGS["KEY_PREFIX"], setup.queues)
+    names = tick_queue_names(rankings_settings.KEY_PREFIX, setup.queues)
     quiet = ["--without-mingle", "--without-gossip", "--without-heartbeat"]
     consumed = [[names[q] for q in queues] for queues in setup.workers]
     consumed[setup.default_on].append(settings.CELERY_TASK_DEFAULT_QUEUE)

@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from bench import harness
+from rankings.conf import rankings_settings
 from tests import processes
 
 SALES = 100_000
@@ -98,13 +99,12 @@ def _timed_tick(queues: list[str], watch: list[processes.Process]) -> dict:
 
 def _setups(logs: str) -> tuple[dict[int, list[str]], list[processes.Process]]:
     """Tick queues for each number of workers, and the workers consuming them (not yet ready)."""
-    from django.conf import settings
 
     from salesrank_site.settings import tick_queue_names
 
     env = {**os.environ, **harness.environment(), "RANKINGS_TICK_QUEUES": str(QUEUES)}
     quiet = ["--without-mingle", "--without-gossip", "--without-heartbeat"]
-    prefix = settings.RANKINGS["KEY_PREFIX"]
+    prefix = rankings_settings.KEY_PREFIX
     queues = {n: tick_queue_names(f"{prefix}:{n}-workers", QUEUES) for n in (1, 2)}
     # One worker takes both of its queues; two take one each.
     assignment = [("one", queues[1])] + [(f"two-{n}", [q]) for n, q in enumerate(queues[2])]

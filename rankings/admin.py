@@ -14,10 +14,11 @@ from django.views.decorators.http import require_POST
 
 from catalogue.money import cents_text
 from rankings import tasks
-from rankings.conf import METRICS, rankings_settings
+from rankings.conf import METRICS
 from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan, split_setting
 from rankings.engine.split import SplitError
 from rankings.engine.tree import tree_change, tree_pending, version_tree
+from rankings.engine.windows import configured_windows
 from rankings.models import Engagement, IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
@@ -174,7 +175,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         context = {
             # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
             "tree_change": tree_pending(),
-            "boards_per_category": len(rankings_settings.windows) * len(METRICS),
+            "boards_per_category": len(configured_windows()) * len(METRICS),
             "building": building,
             "active_number": number,
             "active_layout": live.describe(),

@@ -6,4 +6,7 @@ class RankingsConfig(AppConfig):
     verbose_name = "Rankings"
 
     def ready(self):
+        from rankings.conf import rankings_settings
         from rankings.engine import shards  # noqa: F401  (registers the shard-count check)
+
+        rankings_settings.validate()  # an unknown name or a value out of bounds stops the start

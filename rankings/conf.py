@@ -1,23 +1,268 @@
-"""Ranking settings, read lazily from settings.RANKINGS (like DRF's api_settings)."""
+"""The engine's settings, declared in one place: each with its default, type, bound and meaning.
 
+Like DRF's `api_settings`: `rankings_settings.NAME` reads `settings.RANKINGS["NAME"]` when the
+project sets it, else the default below; a name not declared here is refused, and every value is
+checked against its type and bound when the app starts (`validate`). The few an operator sets
+come from environment variables (`env`), read by the project's settings through
+`environment_values`; the rest are constants of the engine, overridable in `settings.RANKINGS`
+for tests and benchmarks. The README's table of environment variables is made from this
+declaration (`manage.py settings_table`).
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import environ
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
-from rankings.engine.windows import Window
-
-
-class _RankingsSettings:
-    def __getattr__(self, name):
-        return settings.RANKINGS[name]
-
-    @property
-    def windows(self) -> dict[str, Window]:
-        return {
-            name: Window(name=name, bucket_seconds=size, buckets=count)
-            for name, (size, count) in settings.RANKINGS["WINDOWS"].items()
-        }
+DAY = 86400  # seconds
 
 
-rankings_settings = _RankingsSettings()
+@dataclass(frozen=True)
+class Setting:
+    default: Any  # a value, or a function of the settings (a default derived from another one)
+    kind: type
+    meaning: str
+    low: float | None = None  # the least value a number may take
+    env: str | None = None  # the environment variable an operator sets it with
+    default_text: str | None = None  # the default as the README states it, where the value is not it
+
+
+def _cores(_) -> int:
+    return os.cpu_count() or 1
+
+
+DEFAULTS: dict[str, Setting] = {
+    "KEY_PREFIX": Setting(
+        "salesrank",
+        str,
+        "every Redis key and every Celery queue name start with it, so deployments and test runs"
+        " can share a Redis",
+        env="RANKINGS_KEY_PREFIX",
+    ),
+    "TICK_SECONDS": Setting(
+        2.0,
+        float,
+        "seconds between the beat's ticks: how far the boards trail the sales",
+        0.1,
+        "RANKINGS_TICK_SECONDS",
+    ),
+    "TICK_EXPIRES_SECONDS": Setting(
+        lambda s: s.TICK_SECONDS * 3,
+        float,
+        "a tick queued longer is dropped: the next one does its work, and ticks queued while the"
+        " workers were down are not run one after another",
+        0.1,
+    ),
+    "TICK_WAKE": Setting(
+        True,
+        bool,
+        "sales that commit wake their shards' tick at once (one pending wake per tick queue), so the"
+        " boards trail the sales by a tick's duration rather than the beat's interval; the beat's"
+        " tick stays as the safety net",
+        env="RANKINGS_TICK_WAKE",
+    ),
+    "TICK_QUEUES": Setting(
+        ["salesrank:ticks.0"],
+        list,
+        "the tick queues' names: the beat's tick sends shard s's tick to queue s mod their count",
+    ),
+    "SHARDS": Setting(
+        4,
+        int,
+        "shard count of a fresh install; afterwards the active version's layout rules (changed with"
+        " `rankings_rebuild --shards`/`--pin`) and a value that is neither the installation's first"
+        " count nor the active version's is refused at start",
+        1,
+        "RANKINGS_SHARDS",
+    ),
+    "SPLIT": Setting(
+        "",
+        str,
+        "boards kept as sub-boards, e.g. `all:3,toys:2`: each named category's boards are split into"
+        " that many parts by a stable hash of the product, each part on a shard of its own (so on"
+        " several Redis Cluster nodes), and reads merge them exactly; a fresh install starts with"
+        " it, afterwards it takes effect through `rankings_rebuild` and a switch",
+        env="RANKINGS_SPLIT",
+        default_text="empty",
+    ),
+    "BATCH_SIZE": Setting(
+        200_000,
+        int,
+        "the most pending rows a tick claims in one batch: a backlog is worked in a few large"
+        " set-based steps, a smaller one is taken whole (the worker holds one entry of about 200"
+        " bytes per board member a batch changes)",
+        1,
+    ),
+    "TICK_THREADS": Setting(
+        _cores,
+        int,
+        "a tick with a backlog ticks its shards side by side in this many threads, each on a"
+        " database connection of its own; `1` ticks them one after another",
+        1,
+        "RANKINGS_TICK_THREADS",
+        default_text="the machine's cores",
+    ),
+    "TICK_PARALLEL_FROM": Setting(
+        20_000,
+        int,
+        "pending rows from which a tick counts as a backlog and uses its threads; a smaller tick"
+        " stays on one connection, which costs less than opening more",
+        1,
+    ),
+    "MAX_BATCH_CHANGES": Setting(
+        20_000,
+        int,
+        "board changes per step applied to Redis: each step is one Lua call that blocks readers"
+        " for about 1 ms per 1,000 changes, so a large window transition is split into steps",
+        1,
+    ),
+    "SHARD_RETRY_SECONDS": Setting(
+        2.0, float, "seconds before a shard whose tick raised is tried again (doubling each time)", 0.0
+    ),
+    "SHARD_RETRY_MAX_SECONDS": Setting(
+        60.0, float, "the longest wait before a failing shard is tried again", 0.0
+    ),
+    "BATCH_LOG_SECONDS": Setting(
+        2 * 3600,
+        int,
+        "how long applied batches are kept, for a rebuild to catch up and a retired version to be"
+        " switched back to; keep it above the longest rebuild and the grace period",
+        60,
+        "RANKINGS_BATCH_LOG_SECONDS",
+    ),
+    "MINUTE_BUCKETS_KEEP_SECONDS": Setting(
+        2 * 3600,
+        int,
+        "minute buckets kept behind the engine's clock: the 1-hour window plus an hour of slack for"
+        " late events (never less than the longest window of minute buckets)",
+        0,
+    ),
+    "HOUR_BUCKETS_KEEP_SECONDS": Setting(
+        32 * DAY,
+        int,
+        "hour buckets kept behind the engine's clock: the 30-day window and the 30-day chart plus a"
+        " day (never less than the longest window of hour buckets)",
+        0,
+    ),
+    "INGEST_LOG_KEEP_SECONDS": Setting(3 * DAY, int, "ingest log kept (the status page's rates)", 0),
+    "TICK_LOG_KEEP_SECONDS": Setting(2 * DAY, int, "tick log kept (the status page's last ticks)", 0),
+    "VERIFY_LOG_KEEP_SECONDS": Setting(
+        7 * DAY, int, "verify log kept (the status page's week of repairs)", 0
+    ),
+    "PRUNE_CHUNK_ROWS": Setting(
+        5000, int, "rows a prune deletes per statement, each its own short transaction", 1
+    ),
+    "PRUNE_SECONDS": Setting(3600, int, "seconds between the beat's prunes", 1),
+    "VERSION_GRACE_SECONDS": Setting(
+        3600,
+        int,
+        "how long a version switched away from is kept for switching back",
+        0,
+        "RANKINGS_VERSION_GRACE_SECONDS",
+    ),
+    "VERSION_READY_KEEP_SECONDS": Setting(
+        2 * 3600, int, "a rebuilt version never switched to is deleted after this long", 0
+    ),
+    "REBUILD_TEMP_KEY_SECONDS": Setting(
+        3600,
+        int,
+        "a rebuild's temporary boards expire after this long, so a rebuild that dies leaves none",
+        1,
+    ),
+    "VERIFY_SAMPLE_CATEGORIES": Setting(
+        20, int, "categories whose boards each sampled verify compares with the buckets", 0
+    ),
+    "VERIFY_SAMPLE_SECONDS": Setting(
+        300, int, "seconds between sampled verifies", 1, "RANKINGS_VERIFY_SAMPLE_SECONDS"
+    ),
+    "MAX_FUTURE_SECONDS": Setting(300, int, "an event whose ts is further ahead of the clock is rejected", 0),
+    "MAX_BATCH_EVENTS": Setting(5000, int, "most sale events in one batch", 1),
+    "MAX_ENGAGEMENT_BATCH_EVENTS": Setting(10_000, int, "most engagement events in one batch", 1),
+    "MAX_EVENT_CATEGORIES": Setting(
+        20, int, "most categories one event may name (each unknown one becomes a placeholder)", 1
+    ),
+    "ENGAGEMENT_RETENTION_DAYS": Setting(
+        35,
+        int,
+        "days of raw engagement events (views, wishes) kept behind the engine's clock, then dropped"
+        " a day's partition at a time; never less than the longest window plus a day",
+        1,
+        "RANKINGS_ENGAGEMENT_RETENTION_DAYS",
+    ),
+    "SNAPSHOT_DEPTH": Setting(
+        1000,
+        int,
+        "ranks of each `1d` and `7d` board recorded every hour (movers, rank arrows, rank history)",
+        1,
+        "RANKINGS_SNAPSHOT_DEPTH",
+    ),
+    "SNAPSHOT_WINDOWS": Setting(("1d", "7d"), tuple, "the windows whose boards are recorded every hour"),
+    "SNAPSHOT_KEEP_SECONDS": Setting(32 * DAY, int, "hourly snapshots kept behind the engine's clock", 0),
+    "NEW_DAYS": Setting(
+        30,
+        int,
+        "hot new releases: products released at most this many days before a board's `asOf`",
+        1,
+        "RANKINGS_NEW_DAYS",
+    ),
+    "WINDOWS": Setting(
+        {"1h": (60, 60), "1d": (3600, 24), "7d": (3600, 168), "30d": (3600, 720)},
+        dict,
+        "name: (bucket size in seconds, bucket count)",
+    ),
+}
+
+
+class RankingsSettings:
+    """`rankings_settings.NAME`: settings.RANKINGS's value, else the declared default."""
+
+    def __getattr__(self, name: str) -> Any:
+        declared = DEFAULTS.get(name)
+        if declared is None:
+            raise AttributeError(f"no ranking setting {name!r}")
+        given = getattr(settings, "RANKINGS", {})
+        if name in given:
+            return given[name]
+        return declared.default(self) if callable(declared.default) else declared.default
+
+    def validate(self) -> None:
+        """Refuse a name that is not declared, and a value of the wrong type or below its bound."""
+        unknown = set(getattr(settings, "RANKINGS", {})) - set(DEFAULTS)
+        if unknown:
+            raise ImproperlyConfigured(f"RANKINGS names unknown settings: {', '.join(sorted(unknown))}")
+        for name, declared in DEFAULTS.items():
+            _check(name, getattr(self, name), declared)
+
+
+def _check(name: str, value: Any, declared: Setting) -> None:
+    kind = (int, float) if declared.kind is float else declared.kind
+    if not isinstance(value, kind) or (declared.kind is int and isinstance(value, bool)):
+        raise ImproperlyConfigured(f"RANKINGS[{name!r}] must be a {declared.kind.__name__}, not {value!r}")
+    if declared.low is not None and value < declared.low:
+        raise ImproperlyConfigured(f"RANKINGS[{name!r}] must be at least {declared.low}, not {value!r}")
+
+
+rankings_settings = RankingsSettings()
+
+
+# One variable for the engine's constants, as a JSON object ({"BATCH_SIZE": 50}): how benchmarks
+# and the tests' child processes tune what an operator leaves alone.
+OVERRIDES_VARIABLE = "RANKINGS_OVERRIDES"
+
+
+def environment_values(env: environ.Env) -> dict[str, Any]:
+    """The settings an operator has set by environment variable, read with django-environ, then
+    those of RANKINGS_OVERRIDES."""
+    values = {
+        name: env.get_value(declared.env, cast=declared.kind)
+        for name, declared in DEFAULTS.items()
+        if declared.env and declared.env in env.ENVIRON
+    }
+    return {**values, **env.json(OVERRIDES_VARIABLE, default={})}
+
 
 # Sales make the first two, engagement events (rankings.ingest.engagement) the last two.
 SALES_METRICS = ("units", "revenue")
@@ -38,8 +283,12 @@ def metric_pair(metric: str) -> tuple[str, str]:
     return SALES_METRICS if metric in SALES_METRICS else ENGAGEMENT_METRICS
 
 
+def longest_window_seconds() -> int:
+    """The span of the longest window."""
+    return max(size * count for size, count in rankings_settings.WINDOWS.values())
+
+
 def engagement_retention_seconds() -> int:
     """How long raw engagement events are kept behind the engine's clock: the setting, but never
     less than the longest window plus a day (a rebuild reads every window from them)."""
-    longest = max(w.bucket_seconds * w.buckets for w in rankings_settings.windows.values())
-    return max(rankings_settings.ENGAGEMENT_RETENTION_DAYS * 86400, longest + 86400)
+    return max(rankings_settings.ENGAGEMENT_RETENTION_DAYS * DAY, longest_window_seconds() + DAY)

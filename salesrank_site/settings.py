@@ -1,6 +1,5 @@
 """Settings, read from the environment (django-environ); defaults suit a developer machine."""
 
-import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -8,6 +7,8 @@ import environ
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
+
+from rankings.conf import DEFAULTS, environment_values
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -17,7 +18,6 @@ env = environ.Env(
     DATABASE_URL=(str, "postgres:///salesrank"),
     REDIS_URL=(str, "redis://127.0.0.1:6379/0"),
     REDIS_CLUSTER=(bool, False),
-    RANKINGS_KEY_PREFIX=(str, "salesrank"),
 )
 # A developer's .env (written by `make run`) fills in what the environment leaves out;
 # READ_DOT_ENV=0 ignores it, to see the settings exactly as the environment gives them.
@@ -29,21 +29,23 @@ DEBUG = env("DEBUG")
 SECRET_KEY = env("SECRET_KEY", default="insecure-development-key" if DEBUG else environ.Env.NOTSET)
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
+# Ranking engine: every setting, its default and meaning are declared in rankings/conf.py; an
+# operator sets a few of them by environment variable (the README's table), the rest are the
+# engine's constants.
+RANKINGS = environment_values(env)
+RANKINGS.setdefault("KEY_PREFIX", DEFAULTS["KEY_PREFIX"].default)
+
 # Production serves HTTPS only. One switch, HTTPS=true, turns on the redirect,
-# secure cookies and HSTS; each can also be set on its own. Off by default
-# because a developer's `make run` is plain HTTP, where HSTS would lock the
-# browser out of 127.0.0.1 for a year.
+# secure cookies and HSTS. Off by default because a developer's `make run` is
+# plain HTTP, where HSTS would lock the browser out of 127.0.0.1 for a year.
 HTTPS = env.bool("HTTPS", default=False)
-SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=HTTPS)
-SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=HTTPS)
-CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=HTTPS)
+SECURE_SSL_REDIRECT = SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
 # A year: the least that HSTS preload lists accept.
-SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=365 * 24 * 3600 if HTTPS else 0)  # seconds
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
-SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=HTTPS)
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if HTTPS else 0  # seconds
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = HTTPS
 # gunicorn sits behind a TLS-terminating proxy, which must set (and overwrite)
 # X-Forwarded-Proto; without this the SSL redirect would loop forever.
-if env.bool("SECURE_PROXY_SSL_HEADER", default=HTTPS):
+if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
@@ -97,7 +99,7 @@ TEMPLATES = [
 
 DATABASES = {"default": env.db("DATABASE_URL")}
 # Keep connections between requests: opening one costs more than answering a read.
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)  # seconds
+DATABASES["default"]["CONN_MAX_AGE"] = 60  # seconds
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -114,7 +116,7 @@ CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": env("CACHE_URL", default=REDIS_URL),
-        "KEY_PREFIX": env("RANKINGS_KEY_PREFIX") + ":cache",
+        "KEY_PREFIX": RANKINGS["KEY_PREFIX"] + ":cache",
         "OPTIONS": {
             # A slow or absent Redis must not hang a page: fail fast, serve stale.
             # A throttle check is two calls (read, then write its count), so
@@ -215,115 +217,6 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
-# Ranking engine. Read through rankings.conf.rankings_settings.
-_TICK_SECONDS = env.float("RANKINGS_TICK_SECONDS", default=2.0)  # seconds
-RANKINGS = {
-    # Every Redis key starts with this, so deployments and test runs can share one Redis.
-    "KEY_PREFIX": env("RANKINGS_KEY_PREFIX"),
-    "TICK_SECONDS": _TICK_SECONDS,  # seconds
-    # A tick queued longer than a few intervals is dropped: the next one does its work, and
-    # a backlog of ticks queued while the workers were down is not run one after another.
-    "TICK_EXPIRES_SECONDS": _TICK_SECONDS * 3,  # seconds
-    # Sales that commit wake their shards' tick at once (one pending wake per tick queue at a
-    # time); the beat's tick remains, for expiry and as the safety net.
-    "TICK_WAKE": env.bool("RANKINGS_TICK_WAKE", default=True),
-    # Boards are split by a stable hash of the category; one tick at a time works a shard.
-    # The count of a fresh install only: then it belongs to the active version, and a
-    # setting that disagrees is refused (sales queued under another count would be lost).
-    "SHARDS": env.int("RANKINGS_SHARDS", default=4),
-    # Boards kept as sub-boards on shards (and cluster nodes) of their own, by a stable hash of
-    # the product: "all:3,toys:2". A rebuild gives the next version this split (a fresh install
-    # starts with it); reads merge the parts exactly.
-    "SPLIT": env("RANKINGS_SPLIT", default=""),
-    # A tick claims at most this many pending sales (and rows of the engagement queue) in one
-    # batch: a backlog is worked in a few large set-based steps, and a smaller one is taken whole,
-    # so each board member it touches is written once. The claimed sales stay in PostgreSQL (a
-    # claim and its fold fit in the tick's work_mem, rankings/engine/aggregate.py); what a batch holds in the worker's memory is its
-    # change, at most one entry per board member it touches (about 200 bytes each).
-    "BATCH_SIZE": env.int("RANKINGS_BATCH_SIZE", default=200_000),
-    # A tick with a backlog (RANKINGS_TICK_PARALLEL_FROM pending rows or more) ticks its shards
-    # side by side in this many threads, each with its own database connection: the shards are
-    # independent, and each one's work is PostgreSQL's. 1 ticks them one after another.
-    "TICK_THREADS": env.int("RANKINGS_TICK_THREADS", default=os.cpu_count() or 1),
-    # Fewer pending rows are ticked one shard after another on the caller's connection: opening
-    # connections costs more than a small tick saves.
-    "TICK_PARALLEL_FROM": env.int("RANKINGS_TICK_PARALLEL_FROM", default=20_000),
-    # One window transition (after a long outage every member may leave every window) is
-    # applied in steps of at most this many board changes: each step is one Lua call that
-    # blocks Redis readers for roughly 1 ms per 1,000 changes, and one JSON row of about
-    # 60 bytes per change, so a step stays far below a reader's timeout and PostgreSQL's limits.
-    "MAX_BATCH_CHANGES": env.int("RANKINGS_MAX_BATCH_CHANGES", default=20_000),  # changes
-    # A shard whose tick raised is retried after this long, doubling with each consecutive
-    # failure up to the maximum: a poison batch costs one failed transaction a minute, and the
-    # other shards tick meanwhile; after a longer outage (Redis down) a shard is back within a minute.
-    "SHARD_RETRY_SECONDS": 2,  # seconds, the first wait
-    "SHARD_RETRY_MAX_SECONDS": 60,  # seconds, the longest wait
-    # Applied batches are kept this long, so that a rebuilt version, or one
-    # switched back to, can catch up by replaying them.
-    "BATCH_LOG_SECONDS": env.int("RANKINGS_BATCH_LOG_SECONDS", default=2 * 3600),  # seconds
-    # Pruning (rankings.engine.prune), measured against the engine's clock so that a history
-    # replayed with `rankings_tick --now` is pruned as it would have been live.
-    # Minute buckets: the 1-hour window, plus an hour of slack for late events and for a
-    # shard clock set back by an operator. A keep shorter than the longest window of its
-    # bucket size is raised to it: the tick subtracts the buckets that leave a window.
-    "MINUTE_BUCKETS_KEEP_SECONDS": env.int(
-        "RANKINGS_MINUTE_BUCKETS_KEEP_SECONDS", default=2 * 3600
-    ),  # seconds
-    # Hour buckets: the 30-day window and the product page's 30-day chart (whose first
-    # day starts at midnight, up to a day before the window), plus a day of slack.
-    "HOUR_BUCKETS_KEEP_SECONDS": env.int("RANKINGS_HOUR_BUCKETS_KEEP_SECONDS", default=32 * 86400),  # seconds
-    # The ingest log feeds the status page's rates and the admin's list: a few days of it.
-    "INGEST_LOG_KEEP_SECONDS": env.int("RANKINGS_INGEST_LOG_KEEP_SECONDS", default=3 * 86400),  # seconds
-    # The tick log feeds the status page's last ticks: two days show a day's pattern.
-    "TICK_LOG_KEEP_SECONDS": env.int("RANKINGS_TICK_LOG_KEEP_SECONDS", default=2 * 86400),  # seconds
-    # Verify runs: the status page counts a week's repairs.
-    "VERIFY_LOG_KEEP_SECONDS": env.int("RANKINGS_VERIFY_LOG_KEEP_SECONDS", default=7 * 86400),  # seconds
-    # Rows deleted per statement (each its own short transaction), so that a prune after a
-    # long pause never holds its locks, or bloats the WAL, for long.
-    "PRUNE_CHUNK_ROWS": env.int("RANKINGS_PRUNE_CHUNK_ROWS", default=5000),
-    # How often beat prunes: an hour of minute buckets at a time is a few thousand rows.
-    "PRUNE_SECONDS": env.int("RANKINGS_PRUNE_SECONDS", default=3600),  # seconds
-    # A version switched away from is kept this long for switching back, then deleted.
-    "VERSION_GRACE_SECONDS": env.int("RANKINGS_VERSION_GRACE_SECONDS", default=3600),  # seconds
-    # A version built but never switched to is deleted after this long. Once the
-    # batches it would replay to catch up have left the log (BATCH_LOG_SECONDS),
-    # it could not be switched to anyway.
-    "VERSION_READY_KEEP_SECONDS": env.int("RANKINGS_VERSION_READY_KEEP_SECONDS", default=2 * 3600),  # s
-    # A rebuild's temporary boards expire after this long, so that a rebuild that
-    # dies leaves nothing behind; far longer than writing one shard's boards takes.
-    "REBUILD_TEMP_KEY_SECONDS": 3600,  # seconds
-    # The sampled verify compares this many categories' boards (every window and
-    # metric of each) with the buckets on each run, and rebuilds a shard that
-    # differs: an evicted or damaged board is found without reading raw sales.
-    "VERIFY_SAMPLE_CATEGORIES": env.int("RANKINGS_VERIFY_SAMPLE_CATEGORIES", default=20),
-    "VERIFY_SAMPLE_SECONDS": env.int("RANKINGS_VERIFY_SAMPLE_SECONDS", default=300),  # seconds between runs
-    # Events whose ts is further ahead of the server clock are rejected.
-    "MAX_FUTURE_SECONDS": 300,  # seconds
-    "MAX_BATCH_EVENTS": 5000,
-    # Engagement (views, wish-list adds) arrives one to two orders of magnitude faster than sales.
-    "MAX_ENGAGEMENT_BATCH_EVENTS": 10_000,
-    # Raw engagement events are kept this many days behind the engine's clock, then dropped a
-    # day's partition at a time; raised to the longest window plus a day if set shorter.
-    "ENGAGEMENT_RETENTION_DAYS": env.int("RANKINGS_ENGAGEMENT_RETENTION_DAYS", default=35),  # days
-    # Categories one event may name (a count). Each unknown one becomes a
-    # placeholder, so this bounds what one batch can add to the catalogue.
-    "MAX_EVENT_CATEGORIES": 20,
-    # Hourly snapshots (rankings/engine/snapshots.py): the first SNAPSHOT_DEPTH ranks of every
-    # board of these windows, as of each UTC hour, kept SNAPSHOT_KEEP_SECONDS behind the engine's clock.
-    "SNAPSHOT_DEPTH": env.int("RANKINGS_SNAPSHOT_DEPTH", default=1000),  # ranks
-    "SNAPSHOT_WINDOWS": ("1d", "7d"),
-    "SNAPSHOT_KEEP_SECONDS": 32 * 86400,  # seconds
-    # Hot new releases: products released at most this many days before a board's asOf.
-    "NEW_DAYS": env.int("RANKINGS_NEW_DAYS", default=30),  # days
-    # name: (bucket size in seconds, bucket count)
-    "WINDOWS": {
-        "1h": (60, 60),
-        "1d": (3600, 24),
-        "7d": (3600, 168),
-        "30d": (3600, 720),
-    },
-}
-
 # Celery: the broker is Redis; every queue name carries the key prefix so that
 # two deployments or test runs on one Redis never take each other's tasks.
 
@@ -355,6 +248,9 @@ def tick_queue_names(prefix: str, count: int) -> list[str]:
 # workers consuming different tick queues tick disjoint shards side by side. A
 # worker started without -Q consumes the default queue and every tick queue.
 RANKINGS["TICK_QUEUES"] = tick_queue_names(RANKINGS["KEY_PREFIX"], env.int("RANKINGS_TICK_QUEUES", default=1))
+# The beat's schedule, from the settings of the engine it drives.
+_TICK_SECONDS = RANKINGS.get("TICK_SECONDS", DEFAULTS["TICK_SECONDS"].default)
+_VERIFY_SAMPLE_SECONDS = RANKINGS.get("VERIFY_SAMPLE_SECONDS", DEFAULTS["VERIFY_SAMPLE_SECONDS"].default)
 CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
@@ -396,19 +292,19 @@ CELERY_BEAT_SCHEDULE = {
     },
     "rankings-verify-sampled": {
         "task": "rankings.tasks.verify_sampled",
-        "schedule": RANKINGS["VERIFY_SAMPLE_SECONDS"],
-        "options": {"expires": RANKINGS["VERIFY_SAMPLE_SECONDS"]},  # seconds; a missed run is not repeated
+        "schedule": _VERIFY_SAMPLE_SECONDS,
+        "options": {"expires": _VERIFY_SAMPLE_SECONDS},  # seconds; a missed run is not repeated
     },
     "rankings-prune": {
         "task": "rankings.tasks.prune",
-        "schedule": RANKINGS["PRUNE_SECONDS"],
+        "schedule": DEFAULTS["PRUNE_SECONDS"].default,
         # Each run deletes everything due, so a queued duplicate would only repeat the checks.
-        "options": {"expires": RANKINGS["PRUNE_SECONDS"]},
+        "options": {"expires": DEFAULTS["PRUNE_SECONDS"].default},
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",
-        "schedule": RANKINGS["TICK_SECONDS"],
-        "options": {"expires": RANKINGS["TICK_EXPIRES_SECONDS"]},
+        "schedule": _TICK_SECONDS,
+        "options": {"expires": _TICK_SECONDS * 3},  # as rankings_settings.TICK_EXPIRES_SECONDS
     },
 }
 

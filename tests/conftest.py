@@ -15,6 +15,8 @@ from redis.cluster import RedisCluster
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from rankings.conf import rankings_settings
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -129,7 +131,7 @@ def _clean_redis(redis_client):
     selectors.caches_clear()
     store.reset_clients()
     yield
-    prefix = settings.RANKINGS["KEY_PREFIX"]
+    prefix = rankings_settings.KEY_PREFIX
     keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
     if keys:
         redis_client.delete(*keys)
@@ -171,7 +173,7 @@ def built_once(build: Callable, django_db_blocker, redis_client) -> Iterator[Bui
     """`build()` run once for several tests that only read what it made: its rows in a transaction
     rolled back after the last of them, each test in a savepoint of it rolled back after the test
     (no test sees another's writes); its Redis keys put back by `restored()` before each test."""
-    prefix = settings.RANKINGS["KEY_PREFIX"]
+    prefix = rankings_settings.KEY_PREFIX
     with _rolled_back(django_db_blocker):
         with django_db_blocker.unblock():
             result = build()

@@ -10,6 +10,7 @@ goes on against a service that did not come up.
 
 import contextlib
 import http.client
+import json
 import os
 import random
 import signal
@@ -21,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
+
+from rankings.conf import rankings_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -458,9 +461,9 @@ def stop_all(processes: Iterable[Process], timeout: float = STOP_SECONDS) -> Non
 # --- Django processes of a test ---------------------------------------------------------
 
 
-def django_env(**extra) -> dict:
-    """Environment for a child process that sees exactly what this test sees."""
-    from django.conf import settings
+def django_env(rankings: dict | None = None, **extra) -> dict:
+    """Environment for a child process that sees exactly what this test sees; `rankings`: engine
+    settings of its own (RANKINGS_OVERRIDES)."""
     from django.db import connection
 
     db = connection.settings_dict
@@ -471,13 +474,15 @@ def django_env(**extra) -> dict:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "salesrank_site.settings",
         "DATABASE_URL": url,
-        "RANKINGS_KEY_PREFIX": settings.RANKINGS["KEY_PREFIX"],
-        "RANKINGS_SHARDS": str(settings.RANKINGS["SHARDS"]),
-        "RANKINGS_SPLIT": settings.RANKINGS.get("SPLIT", ""),
+        "RANKINGS_KEY_PREFIX": rankings_settings.KEY_PREFIX,
+        "RANKINGS_SHARDS": str(rankings_settings.SHARDS),
+        "RANKINGS_SPLIT": rankings_settings.SPLIT,
         "SECRET_KEY": "test-only-key",
         "PYTHONPATH": str(ROOT),
     }
     env.update({k: str(v) for k, v in extra.items()})
+    if rankings:
+        env["RANKINGS_OVERRIDES"] = json.dumps(rankings)
     return env
 
 

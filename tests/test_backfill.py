@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import shard_count
 from rankings.models import RankingVersion
@@ -128,6 +129,7 @@ _CRASHING_BUILD = """
 import os, django
 django.setup()
 from rankings.operations import backfill
+from rankings.conf import rankings_settings
 from rankings.engine import store
 real = store.boards_swap
 done = []
@@ -162,7 +164,7 @@ def test_retired_versions_are_deleted_after_the_grace_period(settings):
     shop.tick()
     backfill.version_build(activate=True)
     assert backfill.versions_expire() == []
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=settings.RANKINGS["VERSION_GRACE_SECONDS"] + 1)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=rankings_settings.VERSION_GRACE_SECONDS + 1)
     assert backfill.versions_expire(now=later) == [1]
     assert store.generation_get(1) is None
     with pytest.raises(backfill.VersionError):
@@ -175,7 +177,7 @@ def test_a_switch_back_during_expiry_never_deletes_the_active_version(monkeypatc
     _history(shop, 20, "old")
     shop.tick()
     backfill.version_build(activate=True)
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=settings.RANKINGS["VERSION_GRACE_SECONDS"] + 1)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=rankings_settings.VERSION_GRACE_SECONDS + 1)
     # when an operator switches back to version 1 after expiry listed it and before it deletes it
     real_delete = store.version_delete
     switches, outcomes = [], []
@@ -219,9 +221,7 @@ def test_a_ready_version_never_switched_to_is_deleted_after_its_keep(settings):
     assert backfill.versions_expire() == []
     assert store.generation_get(ready.number) is not None
     # when expiry runs after the keep, then it is deleted; the active version is not
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(
-        seconds=settings.RANKINGS["VERSION_READY_KEEP_SECONDS"] + 1
-    )
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=rankings_settings.VERSION_READY_KEEP_SECONDS + 1)
     assert backfill.versions_expire(now=later) == [ready.number]
     assert RankingVersion.objects.get(number=ready.number).state == RankingVersion.State.DELETED
     assert store.generation_get(ready.number) is None

@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 from django.db import transaction
 
+from rankings.conf import rankings_settings
 from rankings.engine import aggregate
 from rankings.engine.shards import ALL, Layout, shard_of
 from rankings.models import Bucket, ShardState
@@ -212,10 +213,10 @@ def test_lost_redis_data_is_rebuilt_by_the_next_tick(redis_client, settings):
     shop.send(*[shop.sale(f"p{i}", qty=i + 1, ago=i * HOUR) for i in range(10)])
     shop.tick()
     before = shop.top(window="30d")
-    redis_client.delete(*redis_client.scan_iter(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    redis_client.delete(*redis_client.scan_iter(rankings_settings.KEY_PREFIX + ":*"))
     assert shop.top(window="30d") == []
     report = shop.tick()
-    assert report.rebuilt_shards == settings.RANKINGS["SHARDS"]
+    assert report.rebuilt_shards == rankings_settings.SHARDS
     assert shop.top(window="30d") == before
     shop.assert_exact()
 

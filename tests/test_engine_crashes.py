@@ -93,7 +93,7 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point, split, threa
     shop.advance(hours=2)
     _history(shop, 30)
     # when a tick process dies at the chosen point
-    env = django_env(RANKINGS_TICK_THREADS=threads, RANKINGS_TICK_PARALLEL_FROM=1)
+    env = django_env(RANKINGS_TICK_THREADS=threads, rankings={"TICK_PARALLEL_FROM": 1})
     child = python(_CRASHING_TICK.format(point=point, now=shop.now.isoformat()), env=env)
     assert child.wait(timeout=60) == 9
     if point != "between-shards":
@@ -115,7 +115,7 @@ def test_a_tick_killed_between_the_steps_of_one_transition_is_replayed_exactly()
     shop.send(*[shop.sale(f"p{i:02}", categories=["toys"], qty=1 + i, amount="2.50") for i in range(20)])
     shop.tick()
     shop.advance(days=31)
-    env = django_env(RANKINGS_MAX_BATCH_CHANGES=7)
+    env = django_env(rankings={"MAX_BATCH_CHANGES": 7})
     child = python(_CRASHING_TICK.format(point="between-steps", now=shop.now.isoformat()), env=env)
     assert child.wait(timeout=60) == 9
     # the first shard to tick has two of its steps in Redis, the rest committed but not applied,
@@ -137,7 +137,7 @@ def test_kill_9_of_a_running_rankings_tick():
         "rankings_tick",
         "--now",
         shop.now.isoformat(),
-        env=django_env(RANKINGS_BATCH_SIZE=20),
+        env=django_env(rankings={"BATCH_SIZE": 20}),
         stdout=subprocess.DEVNULL,
     )
     # wait until it has committed some batches (or ended), then kill it mid-stream
@@ -161,7 +161,7 @@ def test_four_concurrent_ticks_never_double_apply():
             "rankings_tick",
             "--now",
             shop.now.isoformat(),
-            env=django_env(RANKINGS_BATCH_SIZE=25),
+            env=django_env(rankings={"BATCH_SIZE": 25}),
             stdout=subprocess.DEVNULL,
         )
         for _ in range(4)

@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 )
 
 from catalogue.models import MAX_TREE_DEPTH, Category, Product, subtree_height, tree_problem
-from rankings.conf import METRICS
+from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.prune import engagement_prune, engine_now
 from rankings.engine.recompute import boards_recompute, snapshots_recompute
@@ -103,7 +103,7 @@ def _reset():
         for table in _HISTORY_TABLES:
             cursor.execute(f"DELETE FROM {table}")
     r = store.patient()
-    keys = list(r.scan_iter(f"{settings.RANKINGS['KEY_PREFIX']}:*"))
+    keys = list(r.scan_iter(f"{rankings_settings.KEY_PREFIX}:*"))
     if keys:
         r.delete(*keys)
     store.reset_clients()
@@ -275,7 +275,7 @@ class SalesHistory(RuleBasedStateMachine):
         selectors.caches_clear()
         boards = self._boards_now()
         released = self._releases()
-        for window in settings.RANKINGS["SNAPSHOT_WINDOWS"]:
+        for window in rankings_settings.SNAPSHOT_WINDOWS:
             for metric in METRICS:
                 board = boards.get((window, metric, category), [])
                 self._check_movers(category, window, metric, board)
@@ -298,7 +298,7 @@ class SalesHistory(RuleBasedStateMachine):
 
     def _boards_now(self) -> dict[tuple[str, str, str], list[str]]:
         """Every board as of now from the recompute, product ids in ranking order."""
-        layout = Layout(settings.RANKINGS["SHARDS"])
+        layout = Layout(rankings_settings.SHARDS)
         boards = {}
         for shard in range(layout.shards):
             recomputed = boards_recompute(
@@ -314,7 +314,7 @@ class SalesHistory(RuleBasedStateMachine):
         before = {
             pid: i + 1 for i, pid in enumerate(self.snapshots.get((then, window, metric, category), []))
         }
-        depth = settings.RANKINGS["SNAPSHOT_DEPTH"]
+        depth = rankings_settings.SNAPSHOT_DEPTH
         moved = []
         for i, pid in enumerate(board[:depth]):
             rank, rank_then = i + 1, before.get(pid)
@@ -333,7 +333,7 @@ class SalesHistory(RuleBasedStateMachine):
     def _check_new(self, category, window, metric, board, released):
         """New releases by their definition: released at most NEW_DAYS days before now, ranked
         among themselves."""
-        cutoff = self.shop.now - dt.timedelta(days=settings.RANKINGS["NEW_DAYS"])
+        cutoff = self.shop.now - dt.timedelta(days=rankings_settings.NEW_DAYS)
         # A product never sold (only viewed or wished for) and not dated by an editor has no release.
         expected = [(pid, released[pid]) for pid in board if released.get(pid) and released[pid] >= cutoff]
         answer = moves.board_new(category=category, window=window, metric=metric, limit=100, offset=0)
@@ -362,7 +362,7 @@ class SalesHistory(RuleBasedStateMachine):
         """The hours this tick crossed (the first tick: its own, if on the hour), as of each;
         then every snapshot taken so far against what it was when taken."""
         now = self.shop.now
-        keep = settings.RANKINGS["SNAPSHOT_KEEP_SECONDS"]
+        keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
         lowest = -(-(int(now.timestamp()) - keep) // HOUR) * HOUR
         if self.ticked_at is None:
             first = int(now.timestamp())
@@ -404,7 +404,7 @@ class SalesHistory(RuleBasedStateMachine):
         selectors.categories_forget()
         whole = boards_recompute(shard=0, layout=Layout(1), now=self.shop.now.timestamp(), tree=active_tree())
         for category in layout.split:
-            for window in settings.RANKINGS["WINDOWS"]:
+            for window in rankings_settings.WINDOWS:
                 for metric in ("units", "revenue"):
                     want = whole.get((window, metric, category), [])
                     top = selectors.board_top(

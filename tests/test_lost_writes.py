@@ -9,8 +9,8 @@ after the next, which is what a replica one batch behind holds once it takes ove
 import logging
 
 import pytest
-from django.conf import settings
 
+from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
 from rankings.models import ShardState
@@ -33,7 +33,7 @@ def _restore(redis_client, snapshot: dict[bytes, bytes]) -> None:
 
 
 def _prefix() -> str:
-    return settings.RANKINGS["KEY_PREFIX"]
+    return rankings_settings.KEY_PREFIX
 
 
 def _top() -> selectors.Board:

@@ -11,6 +11,7 @@ from rankings import tasks
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
+from rankings.engine.windows import configured_windows
 from rankings.models import PendingSale, VerifyLog
 from rankings.operations import dashboard as operations
 from rankings.operations import verify
@@ -145,7 +146,7 @@ def test_a_sampled_verify_with_a_small_sample_checks_only_some_categories():
     # when a sampled verify picks three categories
     report = verify.verify_sampled(sample=3)
     # then it compares only their boards (every window and metric of each)
-    windows = len(rankings_settings.windows)
+    windows = len(configured_windows())
     assert report.boards == 3 * windows * len(METRICS)
 
 

@@ -22,6 +22,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
+from rankings.conf import rankings_settings
 from rankings.serving.api import MAX_DEPTH
 from salesrank_site.wsgi import application
 
@@ -165,4 +166,4 @@ def test_the_documented_batch_limit_is_the_setting(settings):
     """The request body the schema documents is the serializer post() validates with: its limit is MAX_BATCH_EVENTS."""
     from rankings.serving.api import IngestRequest
 
-    assert IngestRequest().fields["events"].max_length == settings.RANKINGS["MAX_BATCH_EVENTS"]
+    assert IngestRequest().fields["events"].max_length == rankings_settings.MAX_BATCH_EVENTS

@@ -5,8 +5,8 @@ import datetime as dt
 import functools
 
 import pytest
-from django.conf import settings
 
+from rankings.conf import rankings_settings
 from rankings.engine.prune import prune
 from rankings.engine.recompute import snapshots_recompute
 from rankings.engine.shards import Layout
@@ -38,7 +38,7 @@ def _hours(first: dt.datetime, last: dt.datetime) -> list[int]:
 
 
 def _assert_marked(hours: list[int]):
-    shards = settings.RANKINGS["SHARDS"]
+    shards = rankings_settings.SHARDS
     assert set(SnapshotMark.objects.values_list("shard", "at")) == {
         (s, dt.datetime.fromtimestamp(h, dt.UTC)) for s in range(shards) for h in hours
     }

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
+from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import Layout
 from rankings.engine.split import part_index, part_names
@@ -150,11 +151,11 @@ def test_a_split_board_lost_in_redis_is_rebuilt_by_the_next_tick_and_merged_agai
     shop.tick()
     before = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
     assert before.total == 40
-    redis_client.delete(*redis_client.scan_iter(settings.RANKINGS["KEY_PREFIX"] + ":*"))
+    redis_client.delete(*redis_client.scan_iter(rankings_settings.KEY_PREFIX + ":*"))
     selectors.answers_forget()
     store.reset_clients()
     report = shop.tick()
-    assert report.rebuilt_shards == settings.RANKINGS["SHARDS"] + 3
+    assert report.rebuilt_shards == rankings_settings.SHARDS + 3
     after = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
     assert (after.items, after.total) == (before.items, before.total)
     shop.assert_exact()

@@ -18,6 +18,7 @@ import redis as redis_lib
 from django.utils import timezone
 
 from rankings import tasks
+from rankings.conf import rankings_settings
 from rankings.ingest.sales import sales_ingest
 from rankings.models import Batch, PendingSale, ShardState, TickLog
 from salesrank_site.settings import tick_queue_names
@@ -40,7 +41,7 @@ TICKED = re.compile(r"ticked shards \[([\d, ]*)\]")
 @pytest.fixture
 def worker(tmp_path):
     """Starts a Celery worker consuming the given queues, ready; all stopped at the end."""
-    env = processes.django_env(RANKINGS_BATCH_SIZE=BATCH_SIZE, LOG_LEVEL="INFO")
+    env = processes.django_env(rankings={"BATCH_SIZE": BATCH_SIZE}, LOG_LEVEL="INFO")
     quiet = ["--without-mingle", "--without-gossip", "--without-heartbeat"]
     started = []
 
@@ -55,7 +56,7 @@ def worker(tmp_path):
 
 def _tick_queues(settings, count: int) -> list[str]:
     """`count` tick queues of this run; a waiting tick does not expire during the test."""
-    names = tick_queue_names(settings.RANKINGS["KEY_PREFIX"], count)
+    names = tick_queue_names(rankings_settings.KEY_PREFIX, count)
     settings.RANKINGS = {**settings.RANKINGS, "TICK_QUEUES": names, "TICK_EXPIRES_SECONDS": 600}
     return names
 

@@ -43,7 +43,7 @@ from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, snapshots, store
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import ALL, Layout, active_of, active_version, layout_checked, shard_count_checked
-from rankings.engine.windows import bucket_sizes, oldest_bucket_start
+from rankings.engine.windows import bucket_sizes, configured_windows, oldest_bucket_start
 from rankings.models import Batch, RankingVersion, ShardState, TickLog
 
 log = logging.getLogger(__name__)
@@ -688,7 +688,7 @@ def _changes(
     and with no bucket entering or leaving a window, nothing changes (most ticks of a quiet shard)."""
     new_t = int(_epoch(new_now))
     old_t = int(_epoch(old_now)) if old_now is not None else None
-    windows = list(rankings_settings.windows.values())
+    windows = list(configured_windows().values())
     moves = [w.transition(old_t, new_t) for w in windows]
     if not facts and not any(left or entered for left, entered in moves):
         return [], 0
@@ -738,7 +738,7 @@ def _fold(cursor, *, shard: int, now: dt.datetime) -> None:
     A bucket that pruning would delete as of `now` is not written: no window reads it again,
     and a backlog of old sales (a first tick over imported history) skips most minute buckets.
     """
-    sizes = bucket_sizes(rankings_settings.windows.values())
+    sizes = bucket_sizes(configured_windows().values())
     cutoffs = [bucket_cutoff(size, now) for size in sizes]
     cursor.execute(_FOLD, {"sizes": sizes, "cutoffs": cutoffs, "shard": shard})
 
@@ -785,7 +785,7 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
         if state.as_of is not None:
             as_of_t = int(_epoch(state.as_of))
             with connection.cursor() as cursor:
-                for w in rankings_settings.windows.values():
+                for w in configured_windows().values():
                     first, last = w.bounds(as_of_t)
                     cursor.execute(_BUCKET_SUMS, [shard, w.bucket_seconds, first, last])
                     for category, product_id, *values in cursor.fetchall():

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from rankings.conf import engagement_retention_seconds, rankings_settings
 from rankings.engine.snapshots import snapshots_prune
+from rankings.engine.windows import configured_windows
 from rankings.ingest.partitions import (
     engagement_partitions_drop,
     month_of,
@@ -86,11 +87,7 @@ def bucket_keep_seconds(size: int) -> int | None:
     if configured is None:
         return None
     longest = max(
-        (
-            w.bucket_seconds * w.buckets
-            for w in rankings_settings.windows.values()
-            if w.bucket_seconds == size
-        ),
+        (w.bucket_seconds * w.buckets for w in configured_windows().values() if w.bucket_seconds == size),
         default=0,
     )
     return max(configured, longest)
@@ -103,7 +100,7 @@ def buckets_prune() -> int:
     and retrying) still subtracts, when it catches up, buckets that the others
     have long left behind.
     """
-    sizes = sorted({w.bucket_seconds for w in rankings_settings.windows.values()})
+    sizes = sorted({w.bucket_seconds for w in configured_windows().values()})
     deleted = 0
     for shard, as_of in ShardState.objects.filter(as_of__isnull=False).values_list("shard", "as_of"):
         for size in sizes:

@@ -11,6 +11,7 @@ from django.db import connection
 from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
+from rankings.engine.windows import configured_windows
 
 # Every category of the sales, not the catalogue's: the recompute must count a
 # category whatever became of it there, and once in each ancestor of it in the
@@ -68,7 +69,7 @@ def boards_recompute(
         return category if in_shard[category] else None
 
     with connection.cursor() as cursor:
-        for w in rankings_settings.windows.values():
+        for w in configured_windows().values():
             first, last = w.bounds(int(now))
             params = {"all": ALL, "first": first, "stop": last + w.bucket_seconds, "shard": shard}
             scores = {
@@ -167,7 +168,7 @@ def snapshots_recompute(
         return {}
     with connection.cursor() as cursor:
         for name in rankings_settings.SNAPSHOT_WINDOWS:
-            w = rankings_settings.windows[name]
+            w = configured_windows()[name]
             params = {
                 "all": ALL,
                 "hours": hours,

@@ -33,12 +33,11 @@ import datetime as dt
 
 from django.db import connection
 
-from rankings.conf import rankings_settings
 from rankings.engine import locks
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import Layout
 from rankings.engine.tree import EXPAND_SQL, Tree
-from rankings.engine.windows import bucket_sizes
+from rankings.engine.windows import bucket_sizes, configured_windows
 from rankings.models import ShardState
 
 _RECOUNT_BUCKETS = f"""
@@ -163,7 +162,7 @@ def tree_recount(*, layout: Layout, old: Tree, tree: Tree, affected: set[str]) -
         # With the size, the primary key's first two columns: an index scan, not the whole table.
         cursor.execute(
             "DELETE FROM rankings_bucket WHERE size = ANY(%s) AND category = ANY(%s)",
-            [bucket_sizes(rankings_settings.windows.values()), slugs],
+            [bucket_sizes(configured_windows().values()), slugs],
         )
         # The queues first: a bucket's views and wishes are the raw events less the re-counted queue.
         _pending_recount(cursor, tree, shard_of)
@@ -181,7 +180,7 @@ def _buckets_recount(
     oldest bucket any shard keeps as of `as_of` (every bucket before any shard has ticked: a sale
     that counts in an affected category under the new tree and is not queued in its shard is in
     none of its boards otherwise)."""
-    sizes = bucket_sizes(rankings_settings.windows.values())
+    sizes = bucket_sizes(configured_windows().values())
     cutoffs = [bucket_cutoff(size, as_of) if as_of is not None else 0 for size in sizes]
     params = {
         "affected": slugs,

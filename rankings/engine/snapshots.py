@@ -31,6 +31,7 @@ from django.db.models import Max
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import Layout
+from rankings.engine.windows import configured_windows
 from rankings.models import Snapshot, SnapshotMark
 
 HOUR = 3600  # seconds: snapshots are taken at every UTC hour boundary
@@ -39,7 +40,7 @@ HOURS_PER_TAKE = 24
 
 
 def snapshot_windows() -> list[str]:
-    return [name for name in rankings_settings.SNAPSHOT_WINDOWS if name in rankings_settings.windows]
+    return [name for name in rankings_settings.SNAPSHOT_WINDOWS if name in configured_windows()]
 
 
 def instant(t: int) -> dt.datetime:
@@ -148,7 +149,7 @@ def take(*, shard: int, layout: Layout, hours: list[int]) -> int:
     from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
 
     # One row of `hours` per window and hour.
-    rows = [(name, rankings_settings.windows[name], at) for name in snapshot_windows() for at in hours]
+    rows = [(name, configured_windows()[name], at) for name in snapshot_windows() for at in hours]
     bounds = [window.bounds(at) for _, window, at in rows]
     with transaction.atomic(), connection.cursor() as cursor:
         metrics = _summed_metrics(cursor, _BUCKET_SUMS)

@@ -7,6 +7,8 @@ epoch, so they are aligned to UTC.
 
 from dataclasses import dataclass
 
+from rankings.conf import rankings_settings
+
 
 @dataclass(frozen=True)
 class Window:
@@ -50,3 +52,11 @@ def oldest_bucket_start(windows, now: int) -> int:
 
 def bucket_sizes(windows) -> list[int]:
     return sorted({w.bucket_seconds for w in windows})
+
+
+def configured_windows() -> dict[str, Window]:
+    """The windows of the settings (RANKINGS["WINDOWS"]), by name."""
+    return {
+        name: Window(name=name, bucket_seconds=size, buckets=count)
+        for name, (size, count) in rankings_settings.WINDOWS.items()
+    }

@@ -8,14 +8,15 @@ plus `all` in its shard), and every version the count in force when it runs.
 import zlib
 
 import django.contrib.postgres.fields
-from django.conf import settings
 from django.db import migrations, models
+
+from rankings.conf import rankings_settings
 
 ALL = "all"
 
 
 def _shards() -> int:
-    return settings.RANKINGS["SHARDS"]
+    return rankings_settings.SHARDS
 
 
 def queue_categories(apps, schema_editor):

@@ -49,7 +49,7 @@ from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active_layout, version_layout
 from rankings.engine.split import base_of
 from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
-from rankings.engine.windows import Window
+from rankings.engine.windows import Window, configured_windows
 from rankings.models import Batch, RankingVersion, ShardState
 from rankings.operations.board_stream import BoardStream, stream
 from rankings.operations.engagement_rebuild import engagement_pending, engagement_query
@@ -295,7 +295,7 @@ def _snapshot_begun():
 def _shards_by_bounds(states: dict[int, tuple[int, dt.datetime | None]]) -> dict[dt.datetime, list[int]]:
     """The shards that have ticked, grouped by the bounds of their windows at the instant their boards
     are exact at (one aggregate each; shards a bucket apart share it), each group under one instant."""
-    windows = list(rankings_settings.windows.values())
+    windows = list(configured_windows().values())
     by_bounds: dict[tuple, tuple[dt.datetime, list[int]]] = {}
     for shard, (_, as_of) in sorted(states.items()):
         if as_of is not None:
@@ -326,7 +326,7 @@ def _aggregate_into(
     each window's sales and engagement in the snapshot, less what is pending, counted with `tree`,
     placed by the `target` layout. The aggregates stream on the two `connections` side by side,
     each taking the next one left. Returns how many sales were aggregated."""
-    windows = list(rankings_settings.windows.values())
+    windows = list(configured_windows().values())
     sums, params = _window_sums(windows, as_of)
     params.update(tree.sql_params(), parts=PARTS)
     by_category = (_AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES).format(sums=sums)

@@ -23,6 +23,7 @@ from rankings.engine.prune import engine_now
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, Layout, version_layout
 from rankings.engine.tree import version_tree
+from rankings.engine.windows import configured_windows
 from rankings.models import ShardState, VerifyLog
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ def _sample_check(report: SampleReport, version: int, shard: int, category: str)
     """Every window's and metric's board of one category, and its blob, against the buckets."""
     as_of = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
     expected = _category_boards(shard, category, as_of) if as_of is not None else {}
-    boards = [(w.name, metric, category) for w in rankings_settings.windows.values() for metric in METRICS]
+    boards = [(w.name, metric, category) for w in configured_windows().values() for metric in METRICS]
     differences = []
     for board, (got, blob) in zip(boards, store.boards_read_with_heads(version, shard, boards), strict=True):
         want = expected.get(board, [])
@@ -232,7 +233,7 @@ def _category_boards(
 ) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
     """Every window's and metric's board of one category as of `as_of`, from the buckets, in ranking
     order ((window, metric, category) -> scores); a board with no positive score is absent."""
-    windows = list(rankings_settings.windows.values())
+    windows = list(configured_windows().values())
     bounds = [w.bounds(int(as_of.timestamp())) for w in windows]
     with connection.cursor() as cursor:
         cursor.execute(

@@ -21,10 +21,11 @@ from cachetools import LRUCache, TLRUCache, TTLCache
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
-from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree, version_tree
+from rankings.engine.windows import configured_windows
 from rankings.serving import merge
 from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
@@ -1039,7 +1040,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
 
 def chart_bucket_seconds() -> int:
     """The size of the buckets the charts add up: those of the longest window, kept the longest."""
-    longest = max(rankings_settings.windows.values(), key=lambda w: w.bucket_seconds * w.buckets)
+    longest = max(configured_windows().values(), key=lambda w: w.bucket_seconds * w.buckets)
     return longest.bucket_seconds
 
 

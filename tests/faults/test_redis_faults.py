@@ -11,6 +11,7 @@ import time
 import pytest
 from django.db.models import Sum
 
+from rankings.conf import rankings_settings
 from rankings.models import Engagement, TickLog
 
 from .stack import (
@@ -165,6 +166,5 @@ def _rebuilt_shards() -> int:
 
 
 def fault_redis_prefix() -> str:
-    from django.conf import settings
 
-    return settings.RANKINGS["KEY_PREFIX"]
+    return rankings_settings.KEY_PREFIX

@@ -45,7 +45,9 @@ LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 @pytest.fixture
 def stack(tmp_path, fault_redis, transactional_db):
     # Small batches: a tick works through several, so there is a middle to be killed in.
-    stack = Stack(tmp_path, fault_redis.url, RANKINGS_BATCH_SIZE=50, THROTTLE_INGEST="", THROTTLE_READS="")
+    stack = Stack(
+        tmp_path, fault_redis.url, rankings={"BATCH_SIZE": 50}, THROTTLE_INGEST="", THROTTLE_READS=""
+    )
     yield stack
     stack.close()
 

@@ -1,0 +1,102 @@
+"""The settings: declared once (rankings/conf.py, salesrank_site/environment.py), checked at start,
+and documented from the declaration."""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from rankings.conf import DEFAULTS, OVERRIDES_VARIABLE, rankings_settings
+from salesrank_site import environment
+
+from .processes import ROOT, django_env
+
+SETTINGS = ROOT / "salesrank_site" / "settings.py"
+
+
+def _variables_read_by_the_settings() -> set[str]:
+    """The names given to env(...), env.int(...), env.bool(...) and `"NAME" in env` in settings.py."""
+    names = set()
+    for node in ast.walk(ast.parse(SETTINGS.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            reads_env = (isinstance(func, ast.Name) and func.id == "env") or (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "env"
+            )
+            if reads_env and node.args and isinstance(node.args[0], ast.Constant):
+                names.add(node.args[0].value)
+            if isinstance(func, ast.Attribute) and func.attr == "Env":  # environ.Env(NAME=(type, default))
+                names.update(keyword.arg for keyword in node.keywords)
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Constant)
+            and any(isinstance(c, ast.Name) and c.id == "env" for c in node.comparators)
+        ):
+            names.add(node.left.value)
+    return names
+
+
+def test_every_variable_the_settings_read_is_declared_and_every_declared_one_is_read():
+    declared = {v.name for v in environment.variables()} - {v.name for v in environment.PROCFILE}
+    # the engine's are read through environment_values, with the overrides
+    engine = {s.env for s in DEFAULTS.values() if s.env} | {OVERRIDES_VARIABLE}
+    read = _variables_read_by_the_settings() | engine
+    assert read == declared
+
+
+def test_the_readme_table_is_the_declaration():
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(
+        r"<!-- environment table:[^\n]*-->\n(.*?)\n<!-- end of environment table -->", readme, re.S
+    )
+    assert found and found[1] == environment.table()
+
+
+def test_the_procfile_variables_are_the_ones_it_reads():
+    procfile = (ROOT / "Procfile").read_text()
+    assert set(re.findall(r"\$\{(\w+)", procfile)) == {v.name for v in environment.PROCFILE}
+
+
+def test_a_default_is_declared_for_every_name_and_an_unknown_name_is_an_attribute_error(settings):
+    settings.RANKINGS = {"KEY_PREFIX": "x"}
+    assert DEFAULTS["BATCH_SIZE"].default == rankings_settings.BATCH_SIZE
+    assert DEFAULTS["TICK_SECONDS"].default * 3 == rankings_settings.TICK_EXPIRES_SECONDS
+    with pytest.raises(AttributeError):
+        rankings_settings.BATCH_SIZ  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "given, refused",
+    [
+        ({"BATCH_SIZ": 5}, "unknown settings: BATCH_SIZ"),
+        ({"BATCH_SIZE": "5"}, "must be a int"),
+        ({"BATCH_SIZE": 0}, "at least 1"),
+    ],
+)
+def test_a_setting_unknown_or_out_of_bounds_is_refused(settings, given, refused):
+    settings.RANKINGS = {**settings.RANKINGS, **given}
+    with pytest.raises(ImproperlyConfigured, match=refused):
+        rankings_settings.validate()
+
+
+def test_the_process_does_not_start_with_a_setting_out_of_bounds():
+    env = django_env(rankings={"TICK_THREADS": 0})
+    code = "import django; django.setup()"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode != 0 and "TICK_THREADS" in result.stderr
+
+
+def test_overrides_reach_the_engine_of_a_child_process():
+    env = django_env(rankings={"BATCH_SIZE": 7})
+    code = (
+        "import django; django.setup(); from rankings.conf import rankings_settings as s; print(s.BATCH_SIZE)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.stdout.strip() == "7", result.stderr
+    assert json.loads(env["RANKINGS_OVERRIDES"]) == {"BATCH_SIZE": 7}
