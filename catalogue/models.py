@@ -49,7 +49,7 @@ class Category(models.Model):
     # Set when a stored sale first names the category; never cleared, since raw sales are kept forever.
     has_sales = models.BooleanField(default=False, editable=False)
     # A sale counts once in its categories and once in every ancestor; the tree that counts is the
-    # one frozen into the active ranking version, so an edit here waits for a rebuild (DESIGN §2b).
+    # one frozen into the active ranking version, so an edit here waits for a rebuild (docs/architecture.md, "A tree per version").
     parent = models.ForeignKey(
         "self",
         on_delete=models.PROTECT,

@@ -308,7 +308,7 @@ class SalesHistory(RuleBasedStateMachine):
         return boards
 
     def _check_movers(self, category, window, metric, board):
-        """Movers by their definition (DESIGN §2c), against the snapshot 24 hours before the hour."""
+        """Movers by their definition (docs/api.md, "What moves"), against the snapshot 24 hours before the hour."""
         now = int(self.shop.now.timestamp())
         then = now - now % HOUR - 24 * HOUR
         before = {

@@ -1,5 +1,5 @@
 """Hourly snapshots: the first SNAPSHOT_DEPTH ranks of every board of the snapshot windows (1d, 7d)
-as of each UTC hour boundary, for movers, rank arrows and rank history (DESIGN §2c).
+as of each UTC hour boundary, for movers, rank arrows and rank history (docs/api.md, "What moves").
 
 A snapshot of hour H is the board as the engine stood at H: the sales that ticks up to H
 counted, and of the sales a later tick claims, those counted at or before H. So a tick that

@@ -1,4 +1,4 @@
-"""What moves (DESIGN §2c): movers and shakers, hot new releases and a product's rank history.
+"""What moves (docs/api.md, "What moves"): movers and shakers, hot new releases and a product's rank history.
 
 Movers compare a board's first SNAPSHOT_DEPTH ranks now (Redis) with the snapshot 24 hours
 before (PostgreSQL, remembered per process: rankings/serving/then.py). New releases filter a

@@ -1,4 +1,4 @@
-"""The API of what moves (DESIGN §2c, §4): movers, new releases, a product's rank history."""
+"""The API of what moves (docs/api.md, "What moves"): movers, new releases, a product's rank history."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers

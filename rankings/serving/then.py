@@ -1,4 +1,4 @@
-"""Ranks 24 hours before (DESIGN §2c): a board's ranks in the snapshot it is compared with.
+"""Ranks 24 hours before (docs/api.md, "What moves"): a board's ranks in the snapshot it is compared with.
 
 The snapshot compared with a board read as of `asOf` is the one taken 24 hours before the
 latest hour at or before `asOf`: it was recorded long before any read that asks for it and never
