@@ -488,6 +488,27 @@ def test_unknown_products_and_categories_become_placeholders():
     assert sale("2").categories == []
 
 
+def test_a_new_product_is_linked_to_the_categories_of_its_first_event_only():
+    """Each event may name up to 20 new categories: were a new product linked to those of all
+    its batch's events, 5,000 sales would file it under 100,000 categories."""
+    # when a new product's first event names two categories, and its later ones others
+    result = ingest(
+        event(id="a", productId="wide", categories=["c1", "c0"]),
+        *[event(id=f"b{i}", productId="wide", categories=[f"d{i}", f"e{i}"]) for i in range(50)],
+        event(id="c", productId="bare", categories=[]),
+        event(id="d", productId="bare", categories=["f1"]),
+    )
+
+    # then it is filed under the first event's categories; one whose first event names none, under none
+    assert result.accepted == 53
+    assert sorted(Product.objects.get(product_id="wide").categories.values_list("slug", flat=True)) == [
+        "c0",
+        "c1",
+    ]
+    assert not Product.objects.get(product_id="bare").categories.exists()
+    assert Category.objects.filter(slug="e49").exists()  # the sales still count in every category they name
+
+
 def test_known_products_and_categories_are_left_as_they_are():
     toys = Category.objects.create(slug="toys", name="Toys")
     Product.objects.create(product_id="p1", name="Kite", price_cents=999)

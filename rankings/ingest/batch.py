@@ -331,10 +331,13 @@ class BatchIngest:
         return late_duplicates
 
 
-# Unknown products become placeholders, linked to the categories their first
-# events name, before the events that refer to them are inserted. Each of the
-# batch's distinct product ids is looked up in the index (a subquery per id):
-# NOT EXISTS let the planner hash the whole catalogue for every batch instead.
+# Unknown products become placeholders before the events that refer to them are
+# inserted, each linked to the categories of its first event in the batch only:
+# at most MAX_EVENT_CATEGORIES, however many the batch's other events name (the
+# union over a batch of 5,000 could file one product under 100,000 categories,
+# and every read of its categories would pay for them). Each of the batch's
+# distinct product ids is looked up in the index (a subquery per id): NOT EXISTS
+# let the planner hash the whole catalogue for every batch instead.
 _PLACEHOLDER_PRODUCTS = f"""
 WITH created AS (
     INSERT INTO {Product._meta.db_table} (product_id, name, price_cents, is_placeholder)
@@ -348,8 +351,9 @@ WITH created AS (
 INSERT INTO {Product.categories.through._meta.db_table} (product_id, category_id)
 SELECT DISTINCT created.id, category.id
 FROM created
-JOIN {{stage}} stage USING (product_id)
-CROSS JOIN unnest(string_to_array(stage.categories, ',')) AS wanted(slug)
+JOIN (SELECT DISTINCT ON (product_id) product_id, categories FROM {{stage}} ORDER BY product_id, ord) AS first
+    USING (product_id)
+CROSS JOIN unnest(string_to_array(first.categories, ',')) AS wanted(slug)
 JOIN {Category._meta.db_table} category ON category.slug = wanted.slug
 ON CONFLICT DO NOTHING
 """
