@@ -308,6 +308,10 @@ RANKINGS = {
     # Categories one event may name (a count). Each unknown one becomes a
     # placeholder, so this bounds what one batch can add to the catalogue.
     "MAX_EVENT_CATEGORIES": 20,
+    # Categories one batch may add to the catalogue as placeholders (a count): without it, a batch
+    # of 5,000 events naming 20 unknown slugs each would add 100,000. An event that would take its
+    # batch past the bound is rejected, to be sent again; a catalogue loaded first never meets it.
+    "MAX_BATCH_NEW_CATEGORIES": env.int("RANKINGS_MAX_BATCH_NEW_CATEGORIES", default=1000),
     # Hourly snapshots (rankings/engine/snapshots.py): the first SNAPSHOT_DEPTH ranks of every
     # board of these windows, as of each UTC hour, kept SNAPSHOT_KEEP_SECONDS behind the engine's clock.
     "SNAPSHOT_DEPTH": env.int("RANKINGS_SNAPSHOT_DEPTH", default=1000),  # ranks

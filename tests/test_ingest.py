@@ -550,6 +550,34 @@ def test_the_number_of_categories_of_an_event_is_a_setting(settings):
     ]
 
 
+def test_a_batch_creates_at_most_max_batch_new_categories_and_refuses_the_events_past_them(settings):
+    """RANKINGS["MAX_BATCH_NEW_CATEGORIES"] bounds the placeholder categories one batch creates (at
+    the defaults, 5,000 events naming 20 new slugs each would create 100,000): an event that would
+    take the batch past it is rejected, to be sent again in another batch; known slugs cost nothing."""
+    # given a bound of four new categories, and a category the catalogue has
+    settings.RANKINGS = {**settings.RANKINGS, "MAX_BATCH_NEW_CATEGORIES": 4}
+    Category.objects.create(slug="toys", name="Toys")
+
+    # when events name new categories, some of them twice, in known ones and without any
+    result = ingest(
+        event(id="a", categories=["n1", "n2", "toys"]),
+        event(id="b", categories=["n2", "n3", "n4"]),
+        event(id="c", categories=["n1", "n5"]),
+        event(id="d", categories=["toys", "n4"]),
+        event(id="e", categories=[]),
+        event(id="f", categories=[f"m{i}" for i in range(5)]),
+    )
+
+    # then the events that would have made a fifth and more are refused, and no more is created
+    refusal = "categories: this batch names more than 4 categories the catalogue does not have; send this event again in another batch"
+    assert result.accepted == 4
+    assert result.rejected == [
+        {"index": 2, "id": "c", "error": refusal},
+        {"index": 5, "id": "f", "error": refusal},
+    ]
+    assert sorted(Category.objects.values_list("slug", flat=True)) == ["n1", "n2", "n3", "n4", "toys"]
+
+
 def test_how_far_ahead_an_event_may_be_is_a_setting_and_its_rejection_says_so(settings):
     """RANKINGS["MAX_FUTURE_SECONDS"] both sets the limit and words the rejection."""
     # given a limit of one minute
