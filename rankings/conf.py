@@ -184,6 +184,13 @@ DEFAULTS: dict[str, Setting] = {
     "MAX_EVENT_CATEGORIES": Setting(
         20, int, "most categories one event may name (each unknown one becomes a placeholder)", 1
     ),
+    "MAX_BATCH_NEW_CATEGORIES": Setting(
+        1000,
+        int,
+        "most categories one batch may add to the catalogue as placeholders (without it, 5,000 events"
+        " naming 20 unknown slugs each would add 100,000); an event past it is rejected, to be sent again",
+        1,
+    ),
     "ENGAGEMENT_RETENTION_DAYS": Setting(
         35,
         int,

@@ -11,6 +11,7 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from catalogue.models import Category, Product
 from rankings.engine.prune import engine_now, prune
 from rankings.ingest.partitions import engagement_partitions
 from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
@@ -135,6 +136,20 @@ def test_engagement_never_counts_as_a_sale(engage_api):
     engage_api.post("/v1/engagements", {"events": [view()]}, format="json")
 
     assert not Sale.objects.exists()
+
+
+def test_a_new_product_seen_first_in_views_is_filed_under_its_first_events_categories():
+    """As with sales (docs/api.md, Placeholders): the other events' categories count, and link nothing."""
+    shop = Shop()
+
+    shop.engage(
+        shop.engagement("wide", categories=["c1", "c0"]),
+        *[shop.engagement("wide", kind="wish", categories=[f"d{i}", f"e{i}"]) for i in range(30)],
+    )
+
+    linked = Product.objects.get(product_id="wide").categories.values_list("slug", flat=True)
+    assert sorted(linked) == ["c0", "c1"]
+    assert Category.objects.filter(slug="e29").exists()
 
 
 # --- the boards --------------------------------------------------------------------------

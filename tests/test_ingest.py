@@ -488,6 +488,27 @@ def test_unknown_products_and_categories_become_placeholders():
     assert sale("2").categories == []
 
 
+def test_a_new_product_is_linked_to_the_categories_of_its_first_event_only():
+    """Each event may name up to 20 new categories: were a new product linked to those of all
+    its batch's events, 5,000 sales would file it under 100,000 categories."""
+    # when a new product's first event names two categories, and its later ones others
+    result = ingest(
+        event(id="a", productId="wide", categories=["c1", "c0"]),
+        *[event(id=f"b{i}", productId="wide", categories=[f"d{i}", f"e{i}"]) for i in range(50)],
+        event(id="c", productId="bare", categories=[]),
+        event(id="d", productId="bare", categories=["f1"]),
+    )
+
+    # then it is filed under the first event's categories; one whose first event names none, under none
+    assert result.accepted == 53
+    assert sorted(Product.objects.get(product_id="wide").categories.values_list("slug", flat=True)) == [
+        "c0",
+        "c1",
+    ]
+    assert not Product.objects.get(product_id="bare").categories.exists()
+    assert Category.objects.filter(slug="e49").exists()  # the sales still count in every category they name
+
+
 def test_known_products_and_categories_are_left_as_they_are():
     toys = Category.objects.create(slug="toys", name="Toys")
     Product.objects.create(product_id="p1", name="Kite", price_cents=999)
@@ -527,6 +548,34 @@ def test_the_number_of_categories_of_an_event_is_a_setting(settings):
     assert result.rejected == [
         {"index": 1, "id": "b", "error": "categories must be a list of at most 3 slugs"}
     ]
+
+
+def test_a_batch_creates_at_most_max_batch_new_categories_and_refuses_the_events_past_them(settings):
+    """RANKINGS["MAX_BATCH_NEW_CATEGORIES"] bounds the placeholder categories one batch creates (at
+    the defaults, 5,000 events naming 20 new slugs each would create 100,000): an event that would
+    take the batch past it is rejected, to be sent again in another batch; known slugs cost nothing."""
+    # given a bound of four new categories, and a category the catalogue has
+    settings.RANKINGS = {**settings.RANKINGS, "MAX_BATCH_NEW_CATEGORIES": 4}
+    Category.objects.create(slug="toys", name="Toys")
+
+    # when events name new categories, some of them twice, in known ones and without any
+    result = ingest(
+        event(id="a", categories=["n1", "n2", "toys"]),
+        event(id="b", categories=["n2", "n3", "n4"]),
+        event(id="c", categories=["n1", "n5"]),
+        event(id="d", categories=["toys", "n4"]),
+        event(id="e", categories=[]),
+        event(id="f", categories=[f"m{i}" for i in range(5)]),
+    )
+
+    # then the events that would have made a fifth and more are refused, and no more is created
+    refusal = "categories: this batch names more than 4 categories the catalogue does not have; send this event again in another batch"
+    assert result.accepted == 4
+    assert result.rejected == [
+        {"index": 2, "id": "c", "error": refusal},
+        {"index": 5, "id": "f", "error": refusal},
+    ]
+    assert sorted(Category.objects.values_list("slug", flat=True)) == ["n1", "n2", "n3", "n4", "toys"]
 
 
 def test_how_far_ahead_an_event_may_be_is_a_setting_and_its_rejection_says_so(settings):

@@ -282,6 +282,23 @@ def test_product_page_queries_do_not_grow_with_its_categories(client):
     assert counts["one"] == counts["many"] <= 7
 
 
+def test_a_product_page_shows_its_first_categories_and_says_there_are_more(client):
+    """Its ranks, their climbs and the views' and wishes' badges are read for the first
+    PRODUCT_CATEGORIES_READ categories (with their ancestors), whatever the product's count."""
+    most = selectors.PRODUCT_CATEGORIES_READ
+    slugs = [f"w{i:03}" for i in range(most + 5)]
+    _catalogue({s: s.upper() for s in slugs}, {"wide": ("Wide", 100, slugs)})
+    shop = Shop(now=NOW)
+    shop.send(*[shop.sale("wide", categories=slugs[i : i + 20]) for i in range(0, len(slugs), 20)])
+    shop.tick()
+
+    reply = client.get("/p/wide/")
+
+    assert reply.status_code == 200
+    assert [b["category"] for b in reply.context["badges"]] == ["all", *slugs[:most]]
+    assert f"Filed under more than {most} categories" in reply.content.decode()
+
+
 # --- when Redis is away ----------------------------------------------------------------
 
 

@@ -366,3 +366,29 @@ class TestReadsOfOneShop:
         assert fast.content == through_drf.content
         assert {h: fast.get(h) for h in _HEADERS} == {h: through_drf.get(h) for h in _HEADERS}
         assert fast["Allow"] == "GET, HEAD, OPTIONS"
+
+
+def test_ranks_of_a_product_in_many_categories_are_its_first_by_slug_and_say_there_are_more(api):
+    """A product may be filed under thousands of categories: one request reads the first
+    PRODUCT_CATEGORIES_READ of them, by slug, and says the product is in more."""
+    # given a product filed under one category more than a reply holds, selling in each
+    most = selectors.PRODUCT_CATEGORIES_READ
+    slugs = sorted(f"w{i:03}" for i in range(most + 1))
+    Category.objects.bulk_create([Category(slug=slug, name=slug) for slug in slugs])
+    Product.objects.create(product_id="wide", name="Wide").categories.set(Category.objects.all())
+    Product.objects.create(product_id="narrow", name="Narrow").categories.set(
+        Category.objects.filter(slug__in=slugs[:most])
+    )
+    shop = Shop(now=dt.datetime.now(dt.UTC).replace(microsecond=0))
+    shop.send(*[shop.sale("wide", categories=slugs[i : i + 20]) for i in range(0, most + 1, 20)])
+    shop.tick()
+
+    # when
+    wide = api.get("/v1/products/wide/ranks").json()
+    narrow = api.get("/v1/products/narrow/ranks").json()
+
+    # then
+    assert [r["category"] for r in wide["ranks"]] == slugs[:most]
+    assert {r["rank"] for r in wide["ranks"]} == {1}
+    assert wide["more"] is True
+    assert ([r["category"] for r in narrow["ranks"]], narrow["more"]) == (slugs[:most], False)

@@ -6,13 +6,15 @@ or a tick inside a transaction (whose sales another connection cannot see), stay
 caller's thread and connection.
 """
 
+import contextlib
 import threading
 
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
+from django.db.backends.signals import connection_created
 
-from rankings.engine import aggregate
+from rankings.engine import aggregate, locks
 from rankings.engine.shards import ALL, Layout, shard_of
 
 from .processes import wait_until
@@ -164,3 +166,46 @@ def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(setti
     monkeypatch.setattr(aggregate, "_tick_shard_isolated", real)
     assert shop.tick().ticked_shards == [0, 1, 2, 3]
     shop.assert_exact()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("held", [[0, 1, 2, 3], [0, 1, 3]])
+def test_a_tick_opens_a_connection_only_for_a_shard_it_has_locked(settings, held):
+    """Every tick task that starts during a backlog would otherwise open TICK_THREADS connections,
+    busy shards or not: with many workers, ticks woken by every commit would exhaust PostgreSQL's
+    connections while one tick holds the shards. The tick claims a shard (its lock) before a thread
+    and its connection are given it."""
+    # given a backlog on every shard, and another session holding the locks of `held`
+    shop = _shop(settings, sales=240, parallel_from=100, threads=4)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with contextlib.ExitStack() as stack:
+                for shard in held:
+                    stack.enter_context(locks.shard_lock(shard))
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    opened = []
+
+    def count(sender, connection, **kwargs):
+        opened.append(threading.current_thread().name)
+
+    try:
+        assert holding.wait(timeout=10)
+        connection_created.connect(count)
+        report = shop.tick()
+    finally:
+        connection_created.disconnect(count)
+        release.set()
+        holder.join()
+
+    # then the held shards are busy, and only the free one cost a connection
+    assert report.busy_shards == held
+    assert len(opened) == 4 - len(held), opened
+    assert report.ticked_shards == sorted(set(range(4)) - set(held))

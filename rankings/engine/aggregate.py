@@ -25,6 +25,7 @@ old buckets before a batch's sales of those very hours are added, leaving expire
 board).
 """
 
+import collections
 import datetime as dt
 import logging
 import queue
@@ -32,7 +33,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -160,40 +161,75 @@ SELECT (SELECT count(*) FROM (
 
 def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, report: TickReport) -> None:
     """Tick `shards` side by side, TICK_THREADS at a time, `first` first (the shards of `all`, where
-    every sale counts: the longest). Each thread takes the next shard as it finishes one, on its own
-    database connection, closed at its end. Should the tick be cut short (its time is up, or a
-    thread raised), each thread finishes the shard it is on and takes no other."""
-    todo = queue.SimpleQueue()
-    for shard in sorted(shards, key=lambda shard: shard not in first):
-        todo.put(shard)
-    stop = threading.Event()
+    every sale counts: the longest).
 
-    def next_shard() -> int | None:
-        try:
-            return None if stop.is_set() else todo.get_nowait()
-        except queue.Empty:
-            return None
+    This thread claims each shard (takes its lock, without waiting, on its own connection) before a
+    worker thread is given it, and releases it once the worker is done: a shard another tick holds
+    costs no thread and no connection. A worker starts only when a claimed shard finds every one
+    busy, and ticks on a connection of its own, opened at its first shard and closed at its end; so
+    a tick opens at most one connection per shard it claimed, and at most TICK_THREADS. Should the
+    tick be cut short (its time is up, or a worker raised), each worker finishes the shard it is on,
+    and no other is claimed."""
+    todo = collections.deque(sorted(shards, key=lambda shard: shard not in first))
+    work: queue.SimpleQueue = queue.SimpleQueue()  # claimed shards; None: stop
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (shard, its TickReport or what it raised)
+    workers: list[threading.Thread] = []
+    claims: dict[int, ExitStack] = {}  # each claimed shard's lock, until its worker is done
+    failure: BaseException | None = None
 
-    def work() -> TickReport:
-        own = TickReport(as_of=now)
+    def worker() -> None:
+        pointed: set[tuple[int, int]] = set()
         try:
-            _tick_shards(iter(next_shard, None), now=now, report=own)
-        except BaseException:
-            stop.set()
-            raise
+            for shard in iter(work.get, None):
+                own = TickReport(as_of=now)
+                try:
+                    _tick_shard_isolated(shard=shard, now=now, report=own, pointed=pointed)
+                except BaseException as error:
+                    done.put((shard, error))
+                else:
+                    done.put((shard, own))
         finally:
             connection.close()
-        return own
 
-    threads = min(rankings_settings.TICK_THREADS, len(shards))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tick") as pool:
-        parts = [pool.submit(work) for _ in range(threads)]
-        try:
-            for part in parts:
-                report.merge(part.result())
-        except BaseException:
-            stop.set()
-            raise
+    def settle_one() -> None:
+        nonlocal failure
+        shard, outcome = done.get()
+        claims.pop(shard).close()
+        if isinstance(outcome, BaseException):
+            failure = failure or outcome
+        else:
+            report.merge(outcome)
+
+    most = min(rankings_settings.TICK_THREADS, len(shards))
+    try:
+        while todo and failure is None:
+            if len(claims) == most:
+                settle_one()
+                continue
+            shard = todo.popleft()
+            claim = ExitStack()
+            if not claim.enter_context(locks.shard_try_lock(shard)):
+                report.busy_shards.append(shard)
+                continue
+            claims[shard] = claim
+            work.put(shard)
+            if len(workers) < len(claims):
+                workers.append(threading.Thread(target=worker, name=f"tick_{len(workers)}"))
+                workers[-1].start()
+    except BaseException as error:
+        failure = failure or error
+    finally:
+        for _ in workers:
+            work.put(None)
+        for thread in workers:
+            thread.join()
+        while not done.empty():
+            settle_one()
+        for claim in claims.values():
+            claim.close()  # claimed, never given to a worker (the tick was cut short meanwhile)
+    report.busy_shards.sort()
+    if failure is not None:
+        raise failure
 
 
 def _tick_shards(shards: Iterator[int], *, now: dt.datetime, report: TickReport) -> None:

@@ -158,6 +158,39 @@ def _ensure_categories(rows: list) -> None:
     )
 
 
+def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) -> list[tuple[int, dict]]:
+    """The events, in order, up to those that would take the batch's new categories (placeholders to
+    create) past MAX_BATCH_NEW_CATEGORIES; the others are rejected into `invalid`. A return counts
+    in its original's categories, which exist: what it names creates nothing."""
+    most = rankings_settings.MAX_BATCH_NEW_CATEGORIES
+    named = {slug for _, data in valid if not data.get("returnOf") for slug in data.get("categories") or ()}
+    if len(named) <= most:  # the common case: no lookup
+        return valid
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT slug FROM {Category._meta.db_table} WHERE slug IN (SELECT unnest(%s::text[]))",
+            [list(named)],
+        )
+        new = named - {slug for (slug,) in cursor.fetchall()}
+    taken: set[str] = set()
+    kept = []
+    for index, data in valid:
+        wanted = new.intersection(data.get("categories") or ()) - taken if not data.get("returnOf") else ()
+        if len(taken) + len(wanted) > most:
+            invalid.append({"index": index, "id": data.get("id"), "error": _too_many_new(most)})
+        else:
+            taken.update(wanted)
+            kept.append((index, data))
+    return kept
+
+
+def _too_many_new(most: int) -> str:
+    return (
+        f"categories: this batch names more than {most:,} categories the catalogue does not have; "
+        "send this event again in another batch"
+    )
+
+
 def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree, product_id: str) -> str:
     """'shard:slug,slug;shard:slug': each shard an event is queued for, with the boards it counts in
     there (its categories and their ancestors in the active version's tree, each once; of a split
@@ -196,6 +229,7 @@ class BatchIngest:
         valid, invalid = self._validated(events, now)
         if not events:
             return IngestResult()  # nothing happened: an empty call leaves no trace in the log
+        valid = _new_categories_bounded(valid, invalid)
         self.prepare(valid)
         for attempt in range(1, ATTEMPTS + 1):
             result = IngestResult(rejected=list(invalid))
@@ -331,10 +365,13 @@ class BatchIngest:
         return late_duplicates
 
 
-# Unknown products become placeholders, linked to the categories their first
-# events name, before the events that refer to them are inserted. Each of the
-# batch's distinct product ids is looked up in the index (a subquery per id):
-# NOT EXISTS let the planner hash the whole catalogue for every batch instead.
+# Unknown products become placeholders before the events that refer to them are
+# inserted, each linked to the categories of its first event in the batch only:
+# at most MAX_EVENT_CATEGORIES, however many the batch's other events name (the
+# union over a batch of 5,000 could file one product under 100,000 categories,
+# and every read of its categories would pay for them). Each of the batch's
+# distinct product ids is looked up in the index (a subquery per id): NOT EXISTS
+# let the planner hash the whole catalogue for every batch instead.
 _PLACEHOLDER_PRODUCTS = f"""
 WITH created AS (
     INSERT INTO {Product._meta.db_table} (product_id, name, price_cents, is_placeholder)
@@ -348,8 +385,9 @@ WITH created AS (
 INSERT INTO {Product.categories.through._meta.db_table} (product_id, category_id)
 SELECT DISTINCT created.id, category.id
 FROM created
-JOIN {{stage}} stage USING (product_id)
-CROSS JOIN unnest(string_to_array(stage.categories, ',')) AS wanted(slug)
+JOIN (SELECT DISTINCT ON (product_id) product_id, categories FROM {{stage}} ORDER BY product_id, ord) AS first
+    USING (product_id)
+CROSS JOIN unnest(string_to_array(first.categories, ',')) AS wanted(slug)
 JOIN {Category._meta.db_table} category ON category.slug = wanted.slug
 ON CONFLICT DO NOTHING
 """

@@ -410,6 +410,10 @@ class ProductRankReply(_BoardAnswer, CategoryRankReply):
 class ProductRanksReply(_BoardAnswer):
     productId = serializers.CharField()  # noqa: N815
     ranks = CategoryRankReply(many=True)
+    more = serializers.BooleanField(
+        help_text=f"true when the product is in more categories than the first "
+        f"{selectors.PRODUCT_CATEGORIES_READ} by slug that `ranks` lists"
+    )
 
     @staticmethod
     def wire(found: selectors.Ranks) -> dict:
@@ -417,6 +421,7 @@ class ProductRanksReply(_BoardAnswer):
             "productId": found.product_id,
             **_answer_wire(found),
             "ranks": [CategoryRankReply.wire(r) for r in found.ranks],
+            "more": found.more,
         }
 
     class Meta:

@@ -486,6 +486,7 @@ def product(request, product_id):
                 for r in ranked
             ],
             "unranked": [names.get(r.category, r.category) for r in ranks.ranks if not r.rank],
+            "categories_more": selectors.PRODUCT_CATEGORIES_READ if ranks.more else None,
             "engagement_badges": _engagement_badges(product_id, names, window, metric),
             "metric_noun": METRIC_NOUNS.get(metric, metric),
             "engagement": metric in ENGAGEMENT_METRICS,

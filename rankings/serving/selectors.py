@@ -67,6 +67,12 @@ BOARD_COPY_AFTER = 16  # uncached rank reads of one board within FRESH_SECONDS
 BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time, a few MB here
 BOARD_COPIES = 8  # boards copied at once, per process
 
+# A product may be filed under any number of categories (the catalogue's editors decide): its
+# ranks are read for the first this many of them by slug, one Redis read each, and the answer
+# says when there are more (Ranks.more). A product page reads each rank three times, once per
+# badge row, and each badge's climb: about 1 ms of Redis time per category.
+PRODUCT_CATEGORIES_READ = 50  # categories
+
 _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _UNREAD = object()  # a slug this process has not looked up (or not lately)
 # Each question's last answer, with when it was made (time.monotonic()): fresh for FRESH_SECONDS,
@@ -180,6 +186,7 @@ class Ranks:
     as_of: dt.datetime | None
     ranks: tuple[CategoryRank, ...]
     stale: bool = False
+    more: bool = False  # filed under more categories than `ranks` holds (PRODUCT_CATEGORIES_READ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,10 +558,13 @@ def _names(product_ids) -> dict[str, str]:
 
 
 def _product_category_slugs(product_id: str) -> list[str]:
-    """The product's categories, by slug; as last read while PostgreSQL does not answer."""
+    """The product's first PRODUCT_CATEGORIES_READ + 1 categories by slug (the last one only says
+    there are more); as last read while PostgreSQL does not answer."""
     try:
-        categories = sorted(
-            Category.objects.filter(products__product_id=product_id).values_list("slug", flat=True)
+        categories = list(
+            Category.objects.filter(products__product_id=product_id)
+            .order_by("slug")
+            .values_list("slug", flat=True)[: PRODUCT_CATEGORIES_READ + 1]
         )
     except DatabaseError as error:
         _catalogue_unreachable()
@@ -912,8 +922,9 @@ def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None
 
 @_reading
 def product_ranks(*, product_id: str, window: str, metric: str, every_level: bool = False) -> Ranks:
-    """The product's rank in each of its catalogue categories, in one Redis round trip; with
-    `every_level`, also in every ancestor of them in the tree that counts (each once)."""
+    """The product's rank in each of its first PRODUCT_CATEGORIES_READ catalogue categories by slug,
+    in one Redis round trip; with `every_level`, in them and their ancestors in the tree that
+    counts (each once), the first PRODUCT_CATEGORIES_READ of those. `more` says some were left out."""
     if _product(product_id) is None:
         with _cache_lock:
             categories = _product_categories.get(product_id)
@@ -922,12 +933,14 @@ def product_ranks(*, product_id: str, window: str, metric: str, every_level: boo
     else:
         categories = _product_category_slugs(product_id)
     if every_level:
-        categories = list(categories_tree().expand(categories))
-    return _served(
+        categories = categories_tree().expand(categories)
+    more, categories = len(categories) > PRODUCT_CATEGORIES_READ, list(categories[:PRODUCT_CATEGORIES_READ])
+    ranks = _served(
         ("ranks", product_id, window, metric, tuple(categories)),
         lambda: _product_ranks(product_id=product_id, window=window, metric=metric, categories=categories),
         boards=bool(categories),  # a product in no category reads no board
     )
+    return dataclasses.replace(ranks, more=more) if more else ranks
 
 
 def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> Ranks:
