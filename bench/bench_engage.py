@@ -126,7 +126,7 @@ def _copy_floor(rng: random.Random, rows: int = 200_000) -> float:
     """Rows/s of PostgreSQL's binary COPY of views into rankings_engagement itself (rolled back)."""
     from django.db import connection, transaction
 
-    from rankings.ingest.partitions import engagement_partitions_ensure
+    from rankings.engine.partitions import engagement_partitions_ensure
 
     now = time.time()
     events = _views(rows, rng, now=now)

@@ -45,8 +45,8 @@ def _generate(total: int) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from rankings.engine.partitions import sale_partitions_ensure
     from rankings.engine.shards import shard_count
-    from rankings.ingest.partitions import sale_partitions_ensure
     from rankings.models import ShardState
 
     harness.reset()

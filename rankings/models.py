@@ -9,7 +9,7 @@ from django.utils import timezone
 class Sale(models.Model):
     """One accepted sale event (docs/api.md, POST /v1/sales). Never updated, never deleted.
 
-    The table is partitioned by month of `counted_at` (see rankings.ingest.partitions), so
+    The table is partitioned by month of `counted_at` (see rankings.engine.partitions), so
     that keeping every sale stays cheap and a query over recent windows reads only
     the recent months. Its primary key in PostgreSQL is (id, counted_at), as a
     partitioned table's must include the partition key; `id` alone is still unique
@@ -347,7 +347,7 @@ class ProductTotal(models.Model):
 class Engagement(models.Model):
     """One accepted engagement event (a product viewed or wished for; docs/api.md, POST /v1/engagements).
 
-    The table is partitioned by UTC day of `ts` (rankings.ingest.partitions) and
+    The table is partitioned by UTC day of `ts` (rankings.engine.partitions) and
     a day is dropped whole once it is older than the retention, measured against
     the engine's clock (rankings.conf.engagement_retention_seconds): boards and
     rebuilds never read older events. Its primary key in PostgreSQL is (id, ts).

@@ -82,7 +82,7 @@ def partitions_dropped(transactional_db):
     seconds each time."""
     from django.db import connection
 
-    from rankings.ingest import partitions
+    from rankings.engine import partitions
 
     def names() -> set[str]:
         return set(partitions.sale_partitions()) | {name for name, _ in partitions.engagement_partitions()}

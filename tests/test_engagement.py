@@ -12,8 +12,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from catalogue.models import Category, Product
+from rankings.engine.partitions import engagement_partitions
 from rankings.engine.prune import engine_now, prune
-from rankings.ingest.partitions import engagement_partitions
 from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
 from rankings.operations.backfill import version_build
 

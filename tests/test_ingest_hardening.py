@@ -14,8 +14,8 @@ from psycopg import errors as pg_errors
 from rest_framework.test import APIClient
 
 from catalogue.models import Category, Product
+from rankings.engine.partitions import sale_partitions_ensure
 from rankings.ingest import sales as ingest_module
-from rankings.ingest.partitions import sale_partitions_ensure
 from rankings.ingest.sales import MAX_PRODUCT_TOTAL, sales_ingest
 from rankings.models import ProductTotal, Sale
 from tests.rankings_helpers import Shop
@@ -430,7 +430,7 @@ VALUES ('x', now(), 'p1', '{toys}', %s, %s, %s, now(), now(), 'd')
     ],
 )
 def test_an_impossible_sale_is_refused_by_the_database(qty, amount_cents, return_of):
-    from rankings.ingest.partitions import sale_partitions_ensure
+    from rankings.engine.partitions import sale_partitions_ensure
 
     Product.objects.create(product_id="p1", name="p1")
     sale_partitions_ensure([timezone.now()])

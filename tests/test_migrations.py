@@ -7,8 +7,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from rankings.engine.partitions import partitions_forget
 from rankings.ingest.engagement import engagements_ingest
-from rankings.ingest.partitions import partitions_forget
 from rankings.models import Batch
 
 BEFORE = [("rankings", "0014_ticklog_shards")]

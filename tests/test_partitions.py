@@ -9,8 +9,8 @@ from django.db import connection, transaction
 
 from rankings import tasks
 from rankings.engine import recompute
+from rankings.engine.partitions import partition_name, sale_partitions
 from rankings.engine.tree import Tree
-from rankings.ingest.partitions import partition_name, sale_partitions
 from rankings.ingest.sales import DUPLICATE_ID, sales_ingest
 from rankings.models import Sale, SaleId
 from rankings.operations import backfill

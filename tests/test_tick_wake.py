@@ -15,9 +15,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from rankings import tasks
-from rankings.engine import aggregate, store
+from rankings.engine import aggregate, partitions, store
 from rankings.engine.shards import ALL, Layout, shard_of
-from rankings.ingest import partitions
 from rankings.models import PendingSale
 
 from .rankings_helpers import Shop

@@ -14,14 +14,14 @@ from django.db import connection
 from django.utils import timezone
 
 from rankings.conf import engagement_retention_seconds, rankings_settings
-from rankings.engine.snapshots import snapshots_prune
-from rankings.engine.windows import configured_windows
-from rankings.ingest.partitions import (
+from rankings.engine.partitions import (
     engagement_partitions_drop,
     month_of,
     next_month,
     sale_partitions_ensure,
 )
+from rankings.engine.snapshots import snapshots_prune
+from rankings.engine.windows import configured_windows
 from rankings.models import Batch, Bucket, EngagementId, IngestLog, ShardState, TickLog, VerifyLog
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rankings.conf import engagement_retention_seconds
 from rankings.engine import locks
+from rankings.engine.partitions import engagement_partitions_ensure
 from rankings.engine.prune import engine_now
 from rankings.ingest.batch import (
     DUPLICATE_ID,
@@ -25,7 +26,6 @@ from rankings.ingest.batch import (
     catalogue_of,
 )
 from rankings.ingest.events import EngagementEventSerializer
-from rankings.ingest.partitions import engagement_partitions_ensure
 from rankings.models import Engagement, EngagementId, PendingEngagement
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from catalogue.money import cents_text, to_cents
+from rankings.engine.partitions import sale_partitions_ensure
 from rankings.ingest.batch import (
     DUPLICATE_ID,
     Attempt,
@@ -27,7 +28,6 @@ from rankings.ingest.batch import (
     catalogue_of,
 )
 from rankings.ingest.events import MAX_AMOUNT_CENTS, MAX_AMOUNT_DIGITS, SaleEventSerializer
-from rankings.ingest.partitions import sale_partitions_ensure
 from rankings.models import PendingSale, ProductTotal, Sale, SaleId
 
 __all__ = ["DUPLICATE_ID", "IngestResult", "MAX_PRODUCT_TOTAL", "event_digest", "sales_ingest"]

@@ -5,7 +5,7 @@ import django.utils.timezone
 from django.db import migrations, models
 
 # Sales before this instant share one partition, so that a stray old timestamp
-# can never make thousands of monthly partitions (rankings.ingest.partitions.FLOOR).
+# can never make thousands of monthly partitions (rankings.engine.partitions.FLOOR).
 _PARTITION = """
 SET LOCAL TimeZone = 'UTC';
 

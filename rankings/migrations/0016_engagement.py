@@ -3,7 +3,7 @@
 import django.contrib.postgres.fields
 from django.db import migrations, models
 
-# Raw engagement events, partitioned by UTC day of ts (rankings.ingest.partitions): a day older
+# Raw engagement events, partitioned by UTC day of ts (rankings.engine.partitions): a day older
 # than the retention is dropped whole. Events before 2000 share one partition, so that stray old
 # timestamps cannot create thousands. No index but the key: each costs every ingest batch, and
 # rebuilds and the recompute read whole days.

@@ -5,8 +5,8 @@ import datetime as dt
 from django.db.models import F, Sum
 
 from rankings.conf import engagement_retention_seconds
+from rankings.engine.partitions import engagement_partitions
 from rankings.engine.shards import ALL, Layout
-from rankings.ingest.partitions import engagement_partitions
 from rankings.models import IngestLog, PendingEngagement
 
 # What the ingest log records for engagement: its sources all start so (engage-api, engage-import, …).
