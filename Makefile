@@ -5,6 +5,7 @@ PIP := $(VENV)/bin/pip
 # Each stamp is newer than the pinned files it installed: editing one reinstalls.
 BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
+RUNNER := $(VENV)/.installed-run
 # pytest's workers: one more than the cores, because much of the suite waits on PostgreSQL and
 # on real processes (on 2 cores: 3 workers 2 min 50 s, 2 workers 3 min 5 s).
 JOBS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
@@ -15,10 +16,15 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# What production needs (`make run`).
+# What production needs.
 $(BASE): requirements/base.txt | $(PY)
 	$(PIP) install --quiet -r requirements/base.txt
 	touch $@
+
+# Production's packages and honcho, which runs the Procfile (`make run`).
+$(RUNNER): requirements/base.txt requirements/run.txt | $(PY)
+	$(PIP) install --quiet -r requirements/run.txt
+	touch $@ $(BASE)
 
 # Production's packages plus the tests', the linter's and the benchmarks'.
 $(DEV): requirements/base.txt requirements/dev.txt | $(PY)
@@ -33,7 +39,7 @@ install-dev: $(DEV)
 .env:
 	python3 -c "import secrets; print('SECRET_KEY=' + secrets.token_urlsafe(50))" > .env
 
-db: install .env
+db: $(RUNNER) .env
 	$(PY) manage.py ensure_database
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py setup_site

@@ -30,6 +30,10 @@ PARTITION_NAMESPACE = SHARD_NAMESPACE + 3
 # until it commits the sales it queued under it; a switch-over that re-lays out the shards holds it
 # exclusively while it re-keys the queue, so that no sale is queued under the layout it leaves.
 LAYOUT_NAMESPACE = SHARD_NAMESPACE + 4
+# The catalogue's tree trigger (catalogue/migrations/0004_category_parent.py) takes (this, 0) in a
+# transaction that places a category under a parent, so that two moves cannot each see no cycle
+# and make one. The trigger writes the number out: the catalogue does not import the engine.
+TREE_NAMESPACE = SHARD_NAMESPACE + 5
 # Engagement ingests share this lock while they judge an event by the retention and store it;
 # dropping a day's partition takes it alone, so no ingest inserts into a day being dropped.
 RETENTION_NAMESPACE = SHARD_NAMESPACE + 20

@@ -71,15 +71,13 @@ class Attempt:
     too_old: int = 0
 
 
-# json.dumps with its defaults, through one C encoder made once (json.dumps makes one a call):
-# the digests of the events stored already must come out the same.
-_encoder = json.encoder.c_make_encoder(
-    None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
-)
+# json.dumps with its defaults, through one encoder made once (json.dumps makes one a call): the
+# digests of the events stored already must come out the same.
+_encoder = json.JSONEncoder()
 
 
 def canonical_json(value: list) -> str:
-    return "".join(_encoder(value, 0))
+    return _encoder.encode(value)
 
 
 def too_far_ahead() -> str:
