@@ -13,9 +13,10 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
+
+from rankings.operations.tokens import token_create
 
 from .processes import ROOT
 from .rankings_helpers import Shop
@@ -198,7 +199,7 @@ def test_ingest_is_counted_per_token(ingest_api, ingest_user, django_user_model,
         Permission.objects.get(codename="add_sale", content_type__app_label="rankings")
     )
     other_api = APIClient()
-    other_api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=other).key}")
+    other_api.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=other)}")
     # when the first token posts three batches
     replies = [ingest_api.post("/v1/sales", {"events": [event(id=f"t{i}")]}, format="json") for i in range(3)]
     # then the third is refused with a JSON error and Retry-After, and the other token is unaffected
