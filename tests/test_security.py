@@ -192,6 +192,31 @@ def test_authenticated_readers_have_a_bucket_and_rate_of_their_own(api, ingest_a
     assert statuses == [200] * 5 + [429]
 
 
+@pytest.mark.parametrize("path", ["/v1/categories/all/top", "/v1/status"])
+def test_bogus_tokens_from_one_address_are_refused_with_429_over_the_read_limit(api, low_rates, path):
+    """A failed authentication is an anonymous read of its address: it counts against, and is
+    refused by, that address's read limit, rather than answering 401 for ever unthrottled."""
+    Shop().tick()
+    # given an address that sends a new invented key with every request
+    replies = [
+        api.get(path, REMOTE_ADDR="10.0.0.1", HTTP_AUTHORIZATION=f"Token {secrets.token_urlsafe(32)}")
+        for _ in range(4)
+    ]
+    # then the read limit (3) holds for it: 401 until the limit, 429 with Retry-After after it
+    assert [r.status_code for r in replies] == [401, 401, 401, 429]
+    assert int(replies[3]["Retry-After"]) >= 1 and set(replies[3].json()) == {"error"}
+    # and a malformed header, or a post to ingest, counts the same
+    assert api.get(path, REMOTE_ADDR="10.0.0.1", HTTP_AUTHORIZATION="Token").status_code == 429
+    assert (
+        api.post(
+            "/v1/sales", {}, format="json", REMOTE_ADDR="10.0.0.1", HTTP_AUTHORIZATION="Token x"
+        ).status_code
+        == 429
+    )
+    # and another address is not affected
+    assert api.get(path, REMOTE_ADDR="10.0.0.2", HTTP_AUTHORIZATION="Token nope").status_code == 401
+
+
 def test_ingest_is_counted_per_token(ingest_api, ingest_user, django_user_model, low_rates):
     # given a second user with the permission and a token of its own
     other = django_user_model.objects.create_user("ingest-other")
