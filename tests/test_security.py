@@ -2,6 +2,7 @@
 throttles answer 429 with Retry-After, bodies have a size limit, admin is staff-only
 with CSRF, and no secret is committed."""
 
+import datetime as dt
 import json
 import os
 import re
@@ -96,7 +97,7 @@ def test_a_logged_in_session_cannot_post_sales_without_a_csrf_token(django_user_
     user = django_user_model.objects.create_user("staff", password="pw-123456", is_staff=True)
     user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
     client = APIClient(enforce_csrf_checks=True)
-    client.login(username="staff", password="pw-123456")
+    client.force_login(user)
 
     reply = client.post("/v1/sales", {"events": [event()]}, format="json")
 
@@ -341,6 +342,71 @@ def test_admin_actions_need_a_csrf_token(admin_user):
     reply = client.post("/admin/auth/user/add/", {"username": "x", "password1": "p", "password2": "p"})
 
     assert reply.status_code == 403
+
+
+# --- admin login lockout ---------------------------------------------------------
+
+
+def _log_in(client, username: str, password: str, address: str):
+    """One submission of the admin's login form, as a browser at `address` sends it."""
+    return client.post(
+        "/admin/login/?next=/admin/", {"username": username, "password": password}, REMOTE_ADDR=address
+    )
+
+
+@pytest.fixture
+def boss(django_user_model):
+    return django_user_model.objects.create_user("boss", password="pw-123456", is_staff=True)
+
+
+def test_ten_failed_logins_for_a_username_lock_it_out_from_every_address(client, boss, django_user_model):
+    django_user_model.objects.create_user("clerk", password="pw-654321", is_staff=True)
+    # given nine wrong passwords for boss, each from another address
+    failures = [_log_in(client, "boss", "guess", f"10.0.1.{i}").status_code for i in range(9)]
+    assert failures == [200] * 9  # the form again, with its error
+    # when the tenth fails too
+    _log_in(client, "boss", "guess", "10.0.1.9")
+    # then even the right password, from a new address, is refused with 429
+    locked = _log_in(client, "boss", "pw-123456", "10.0.2.1")
+    assert locked.status_code == 429
+    assert client.get("/admin/").status_code == 302  # not logged in
+    # and another user logs in from that address
+    assert _log_in(client, "clerk", "pw-654321", "10.0.2.1").status_code == 302
+
+
+def test_ten_failed_logins_from_an_address_lock_it_out_for_every_username(client, boss):
+    for i in range(10):
+        _log_in(client, f"user{i}", "guess", "10.0.3.1")
+
+    assert _log_in(client, "boss", "pw-123456", "10.0.3.1").status_code == 429
+    assert _log_in(client, "boss", "pw-123456", "10.0.3.2").status_code == 302
+
+
+def test_a_lockout_ends_after_15_minutes_and_its_attempts_are_deleted(client, boss):
+    from axes.models import AccessAttempt, AccessLog
+    from django.utils import timezone
+
+    # given boss locked out by failures from one address, which goes on trying
+    for _ in range(15):
+        _log_in(client, "boss", "guess", "10.0.4.1")
+    assert _log_in(client, "boss", "pw-123456", "10.0.4.1").status_code == 429
+    # then the tries during the lockout are not recorded: neither lengthen it nor grow its row
+    assert [(a.failures_since_start, len(a.post_data) < 2000) for a in AccessAttempt.objects.all()] == [
+        (10, True)
+    ]
+    # when the failures are 15 minutes old
+    AccessAttempt.objects.update(attempt_time=timezone.now() - dt.timedelta(minutes=15, seconds=1))
+    # then the right password logs in, the old attempts are gone, and no login is logged
+    assert _log_in(client, "boss", "pw-123456", "10.0.4.1").status_code == 302
+    assert not AccessAttempt.objects.exists()
+    assert not AccessLog.objects.exists()
+
+
+def test_nine_failures_do_not_lock_anyone_out(client, boss):
+    for _ in range(9):
+        _log_in(client, "boss", "guess", "10.0.5.1")
+
+    assert _log_in(client, "boss", "pw-123456", "10.0.5.1").status_code == 302
 
 
 # --- no secret committed -----------------------------------------------------------
