@@ -74,6 +74,16 @@ def test_ingest_token_refuses_an_unknown_permission_and_makes_nothing():
     assert not ApiToken.objects.exists() and not get_user_model().objects.filter(username="shop").exists()
 
 
+def test_the_first_setup_prints_an_ingest_token_once_and_it_posts_sales():
+    first, again = io.StringIO(), io.StringIO()
+    call_command("setup_site", "--no-demo", stdout=first)
+    call_command("setup_site", "--no-demo", stdout=again)
+
+    key = first.getvalue().split("ingest token (keep it; shown once): ")[1].split()[0]
+    assert _client(key).post("/v1/sales", {"events": [SALE]}, format="json").status_code == 200
+    assert "token" not in again.getvalue() and ApiToken.objects.count() == 1
+
+
 @pytest.mark.parametrize(
     "header",
     [
