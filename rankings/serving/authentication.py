@@ -14,8 +14,6 @@ class ApiTokenAuthentication(TokenAuthentication):
     otherwise any `Authorization: Token …` would skip the read limit, each costing a lookup.
     """
 
-    model = ApiToken
-
     def authenticate(self, request):
         try:
             return super().authenticate(request)
