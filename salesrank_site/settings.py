@@ -99,6 +99,8 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_DISABLE_ACCESS_LOG = True
 # The client address as the rate limits see it: X-Forwarded-For only as far as NUM_PROXIES says.
 AXES_CLIENT_IP_CALLABLE = "rankings.serving.throttling.client_address"
+# No banner at every process's start; failures and lockouts are still logged as warnings.
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "salesrank_site.urls"
 WSGI_APPLICATION = "salesrank_site.wsgi.application"
