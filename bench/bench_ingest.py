@@ -54,16 +54,9 @@ def _events(count: int, tag: str, rng: random.Random) -> list[dict]:
 
 
 def _bench_token() -> str:
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Permission
-    from rest_framework.authtoken.models import Token
+    from rankings.operations.tokens import ingest_token_create
 
-    user, created = get_user_model().objects.get_or_create(username="bench")
-    if created:
-        user.set_unusable_password()
-        user.save()
-    user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
-    return Token.objects.get_or_create(user=user)[0].key
+    return ingest_token_create(username="bench", permissions=["add_sale"])
 
 
 def bench_http(*, url: str, token: str, batches: int, batch_size: int, rng) -> float:

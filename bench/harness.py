@@ -166,15 +166,6 @@ def services(*, web_workers: int = 2, tick_seconds: float | None = None, worker:
 
 def ingest_token() -> str:
     """A token of a user allowed to post sales and engagement events, in the benchmark's database."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Permission
-    from rest_framework.authtoken.models import Token
+    from rankings.operations.tokens import ingest_token_create
 
-    user, _ = get_user_model().objects.get_or_create(username="bench")
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            codename__in=["add_sale", "add_engagement"], content_type__app_label="rankings"
-        )
-    )
-    token, _ = Token.objects.get_or_create(user=user)
-    return token.key
+    return ingest_token_create(username="bench", permissions=["add_sale", "add_engagement"])

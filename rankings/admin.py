@@ -19,7 +19,7 @@ from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layou
 from rankings.engine.split import SplitError
 from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.engine.windows import configured_windows
-from rankings.models import Engagement, IngestLog, RankingVersion, Sale, SaleId
+from rankings.models import ApiToken, Engagement, IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill
 from rankings.operations import dashboard as operations
 
@@ -140,6 +140,37 @@ class IngestLogAdmin(ReadOnlyAdmin):
     date_hierarchy = "at"
     ordering = ["-at"]
     show_full_result_count = False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens by the first characters of their key; only a hash of the rest is stored, so no page
+    can show a key. `manage.py ingest_token` makes them; here they are revoked."""
+
+    list_display = ["prefix", "user", "created", "last_used"]
+    list_select_related = ["user"]
+    search_fields = ["^prefix", "=user__username"]
+    ordering = ["-created"]
+    fields = ["prefix", "user", "created", "last_used"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def get_actions(self, request):
+        """Revoking is the one way to delete tokens in bulk."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.action(description="Revoke selected tokens", permissions=["delete"])
+    def revoke(self, request, queryset):
+        revoked, _ = queryset.delete()
+        self.message_user(request, f"Revoked {revoked} token(s): their keys no longer authenticate.")
 
 
 # --- operations: versions, rebuild, compare, switch, status -------------------------

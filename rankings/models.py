@@ -1,6 +1,12 @@
 """Raw sales (the source of truth, kept forever), the aggregation state, and its log."""
 
+import datetime as dt
+import hashlib
+import hmac
+import re
+
 import msgspec
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import connection, models
 from django.utils import timezone
@@ -440,3 +446,60 @@ class SnapshotMark(models.Model):
     pk = models.CompositePrimaryKey("shard", "at")
     shard = models.PositiveSmallIntegerField()
     at = models.DateTimeField(db_index=True)
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def of_key(self, key: str) -> "ApiToken | None":
+        """The token whose key this is, with its user; None for any other string.
+
+        Found by the key's first characters, then told apart by the hash, compared in constant
+        time. A string that cannot be a key (a NUL, a space, a megabyte) is never looked up.
+        """
+        if not ApiToken.KEY_PATTERN.fullmatch(key):
+            return None
+        digest = ApiToken.digest_of(key)
+        for token in self.filter(prefix=key[: ApiToken.PREFIX_LENGTH]).select_related("user"):
+            if hmac.compare_digest(token.digest, digest):
+                return token
+        return None
+
+
+class ApiToken(models.Model):
+    """A key for the API (`Authorization: Token <key>`), stored only as its SHA-256.
+
+    A key holds 256 random bits, so a plain hash cannot be reversed and a copy of the database
+    holds no usable key. Its first PREFIX_LENGTH characters are kept readable: they find the
+    row and tell tokens apart in the admin. Keys made before hashing (40 hex digits) hash the
+    same way.
+    """
+
+    PREFIX_LENGTH = 8
+    KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{40,64}")
+    # A request records its token's use only when the last record is older than this: one
+    # write per token and hour at most, not one per request.
+    LAST_USED_STEP = dt.timedelta(hours=1)
+
+    prefix = models.CharField(max_length=PREFIX_LENGTH, db_index=True, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    created = models.DateTimeField(default=timezone.now, editable=False)
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}…"
+
+    @staticmethod
+    def digest_of(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def used(self) -> None:
+        """Record that the token authenticated a request, to the hour."""
+        now = timezone.now()
+        if self.last_used is None or now - self.last_used >= self.LAST_USED_STEP:
+            ApiToken.objects.filter(pk=self.pk).update(last_used=now)
+            self.last_used = now

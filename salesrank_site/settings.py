@@ -1,5 +1,6 @@
 """Settings, read from the environment (django-environ); defaults suit a developer machine."""
 
+import datetime as dt
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -57,10 +58,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "csp",
+    "axes",
     "catalogue",
     "rankings",
 ]
@@ -77,7 +78,31 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: it turns a login that AxesStandaloneBackend refused into the lockout answer (429).
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Admin logins (django-axes): 10 failures within 15 minutes for one username, or from one
+# address, lock that username or address out of the login form for 15 minutes. Per username
+# stops guessing one password from many addresses; per address stops one client trying many
+# usernames. Attempts past the cool-off are deleted at the next login attempt; successful
+# logins are not logged (AXES_DISABLE_ACCESS_LOG), so neither table grows with time.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 10
+AXES_COOLOFF_TIME = dt.timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Tries during a lockout are refused without being recorded: otherwise each would restart the
+# cool-off (a client that keeps trying is never let back) and append its form to the attempt's
+# row, which would grow without bound.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_DISABLE_ACCESS_LOG = True
+# The client address as the rate limits see it: X-Forwarded-For only as far as NUM_PROXIES says.
+AXES_CLIENT_IP_CALLABLE = "rankings.serving.throttling.client_address"
+# No banner at every process's start; failures and lockouts are still logged as warnings.
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "salesrank_site.urls"
 WSGI_APPLICATION = "salesrank_site.wsgi.application"
@@ -147,7 +172,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024  # bytes
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "rankings.serving.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],

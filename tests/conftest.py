@@ -12,7 +12,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import transaction
 from redis.cluster import RedisCluster
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from rankings.conf import rankings_settings
@@ -210,9 +209,10 @@ def ingest_user(db):
 
 @pytest.fixture
 def ingest_api(ingest_user):
+    from rankings.operations.tokens import token_create
+
     client = APIClient()
-    token = Token.objects.create(user=ingest_user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=ingest_user)}")
     return client
 
 

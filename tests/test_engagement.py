@@ -8,7 +8,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from catalogue.models import Category, Product
@@ -16,6 +15,7 @@ from rankings.engine.partitions import engagement_partitions
 from rankings.engine.prune import engine_now, prune
 from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
 from rankings.operations.backfill import version_build
+from rankings.operations.tokens import token_create
 
 from .rankings_helpers import Shop
 
@@ -31,7 +31,7 @@ def engage_api(db):
         Permission.objects.get(codename="add_engagement", content_type__app_label="rankings")
     )
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=user)}")
     return client
 
 
@@ -104,7 +104,7 @@ def test_without_a_token_or_the_permission_the_batch_is_refused(api, django_user
     # given a user who may add sales but not engagement
     user = django_user_model.objects.create_user("sales-only")
     user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=user)}")
 
     reply = api.post("/v1/engagements", {"events": [view()]}, format="json")
 

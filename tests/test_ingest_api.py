@@ -5,10 +5,10 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 
 from rankings.ingest.events import json_decoded
 from rankings.models import Sale
+from rankings.operations.tokens import token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +66,7 @@ def test_a_user_without_the_add_sale_permission_is_forbidden(api, django_user_mo
     """A token proves who is sending; only users with rankings.add_sale may store sales."""
     # given a user with a token but no permission
     user = django_user_model.objects.create_user("reader")
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=user)}")
 
     # when
     reply = api.post("/v1/sales", {"events": [event()]}, format="json")

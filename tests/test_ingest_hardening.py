@@ -323,9 +323,9 @@ def test_a_return_of_an_original_resent_concurrently_counts_in_the_stored_catego
 @pytest.mark.django_db(transaction=True)
 def test_many_clients_sending_overlapping_batches_in_any_order_never_get_a_500(ingest_user):
     """Eight clients send the same events in shuffled, overlapping batches: every id is stored once."""
-    from rest_framework.authtoken.models import Token
+    from rankings.operations.tokens import token_create
 
-    token = Token.objects.create(user=ingest_user).key
+    token = token_create(user=ingest_user)
     ids = [f"e{i:03d}" for i in range(120)]
     # an event's content is fixed by its id, so a resend is a duplicate
     content = {

@@ -13,7 +13,6 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from django.urls import Resolver404, resolve
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from rest_framework.throttling import ScopedRateThrottle
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -23,6 +22,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from rankings.conf import rankings_settings
+from rankings.operations.tokens import token_create
 from rankings.serving.api import MAX_DEPTH
 from salesrank_site.wsgi import application
 
@@ -62,7 +62,7 @@ def api(shop_with_boards, monkeypatch):
 
 @pytest.fixture
 def ingest_token(ingest_user):
-    return Token.objects.create(user=ingest_user).key
+    return token_create(user=ingest_user)
 
 
 # Loaded once, at collection: /v1/schema needs neither the database nor Redis.

@@ -2,6 +2,7 @@
 throttles answer 429 with Retry-After, bodies have a size limit, admin is staff-only
 with CSRF, and no secret is committed."""
 
+import datetime as dt
 import json
 import os
 import re
@@ -13,9 +14,10 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
+
+from rankings.operations.tokens import token_create
 
 from .processes import ROOT
 from .rankings_helpers import Shop
@@ -95,7 +97,7 @@ def test_a_logged_in_session_cannot_post_sales_without_a_csrf_token(django_user_
     user = django_user_model.objects.create_user("staff", password="pw-123456", is_staff=True)
     user.user_permissions.add(Permission.objects.get(codename="add_sale", content_type__app_label="rankings"))
     client = APIClient(enforce_csrf_checks=True)
-    client.login(username="staff", password="pw-123456")
+    client.force_login(user)
 
     reply = client.post("/v1/sales", {"events": [event()]}, format="json")
 
@@ -191,6 +193,31 @@ def test_authenticated_readers_have_a_bucket_and_rate_of_their_own(api, ingest_a
     assert statuses == [200] * 5 + [429]
 
 
+@pytest.mark.parametrize("path", ["/v1/categories/all/top", "/v1/status"])
+def test_bogus_tokens_from_one_address_are_refused_with_429_over_the_read_limit(api, low_rates, path):
+    """A failed authentication is an anonymous read of its address: it counts against, and is
+    refused by, that address's read limit, rather than answering 401 for ever unthrottled."""
+    Shop().tick()
+    # given an address that sends a new invented key with every request
+    replies = [
+        api.get(path, REMOTE_ADDR="10.0.0.1", HTTP_AUTHORIZATION=f"Token {secrets.token_urlsafe(32)}")
+        for _ in range(4)
+    ]
+    # then the read limit (3) holds for it: 401 until the limit, 429 with Retry-After after it
+    assert [r.status_code for r in replies] == [401, 401, 401, 429]
+    assert int(replies[3]["Retry-After"]) >= 1 and set(replies[3].json()) == {"error"}
+    # and a malformed header, or a post to ingest, counts the same
+    assert api.get(path, REMOTE_ADDR="10.0.0.1", HTTP_AUTHORIZATION="Token").status_code == 429
+    assert (
+        api.post(
+            "/v1/sales", {}, format="json", REMOTE_ADDR="10.0.0.1", HTTP_AUTHORIZATION="Token x"
+        ).status_code
+        == 429
+    )
+    # and another address is not affected
+    assert api.get(path, REMOTE_ADDR="10.0.0.2", HTTP_AUTHORIZATION="Token nope").status_code == 401
+
+
 def test_ingest_is_counted_per_token(ingest_api, ingest_user, django_user_model, low_rates):
     # given a second user with the permission and a token of its own
     other = django_user_model.objects.create_user("ingest-other")
@@ -198,7 +225,7 @@ def test_ingest_is_counted_per_token(ingest_api, ingest_user, django_user_model,
         Permission.objects.get(codename="add_sale", content_type__app_label="rankings")
     )
     other_api = APIClient()
-    other_api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=other).key}")
+    other_api.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=other)}")
     # when the first token posts three batches
     replies = [ingest_api.post("/v1/sales", {"events": [event(id=f"t{i}")]}, format="json") for i in range(3)]
     # then the third is refused with a JSON error and Retry-After, and the other token is unaffected
@@ -315,6 +342,71 @@ def test_admin_actions_need_a_csrf_token(admin_user):
     reply = client.post("/admin/auth/user/add/", {"username": "x", "password1": "p", "password2": "p"})
 
     assert reply.status_code == 403
+
+
+# --- admin login lockout ---------------------------------------------------------
+
+
+def _log_in(client, username: str, password: str, address: str):
+    """One submission of the admin's login form, as a browser at `address` sends it."""
+    return client.post(
+        "/admin/login/?next=/admin/", {"username": username, "password": password}, REMOTE_ADDR=address
+    )
+
+
+@pytest.fixture
+def boss(django_user_model):
+    return django_user_model.objects.create_user("boss", password="pw-123456", is_staff=True)
+
+
+def test_ten_failed_logins_for_a_username_lock_it_out_from_every_address(client, boss, django_user_model):
+    django_user_model.objects.create_user("clerk", password="pw-654321", is_staff=True)
+    # given nine wrong passwords for boss, each from another address
+    failures = [_log_in(client, "boss", "guess", f"10.0.1.{i}").status_code for i in range(9)]
+    assert failures == [200] * 9  # the form again, with its error
+    # when the tenth fails too
+    _log_in(client, "boss", "guess", "10.0.1.9")
+    # then even the right password, from a new address, is refused with 429
+    locked = _log_in(client, "boss", "pw-123456", "10.0.2.1")
+    assert locked.status_code == 429
+    assert client.get("/admin/").status_code == 302  # not logged in
+    # and another user logs in from that address
+    assert _log_in(client, "clerk", "pw-654321", "10.0.2.1").status_code == 302
+
+
+def test_ten_failed_logins_from_an_address_lock_it_out_for_every_username(client, boss):
+    for i in range(10):
+        _log_in(client, f"user{i}", "guess", "10.0.3.1")
+
+    assert _log_in(client, "boss", "pw-123456", "10.0.3.1").status_code == 429
+    assert _log_in(client, "boss", "pw-123456", "10.0.3.2").status_code == 302
+
+
+def test_a_lockout_ends_after_15_minutes_and_its_attempts_are_deleted(client, boss):
+    from axes.models import AccessAttempt, AccessLog
+    from django.utils import timezone
+
+    # given boss locked out by failures from one address, which goes on trying
+    for _ in range(15):
+        _log_in(client, "boss", "guess", "10.0.4.1")
+    assert _log_in(client, "boss", "pw-123456", "10.0.4.1").status_code == 429
+    # then the tries during the lockout are not recorded: neither lengthen it nor grow its row
+    assert [(a.failures_since_start, len(a.post_data) < 2000) for a in AccessAttempt.objects.all()] == [
+        (10, True)
+    ]
+    # when the failures are 15 minutes old
+    AccessAttempt.objects.update(attempt_time=timezone.now() - dt.timedelta(minutes=15, seconds=1))
+    # then the right password logs in, the old attempts are gone, and no login is logged
+    assert _log_in(client, "boss", "pw-123456", "10.0.4.1").status_code == 302
+    assert not AccessAttempt.objects.exists()
+    assert not AccessLog.objects.exists()
+
+
+def test_nine_failures_do_not_lock_anyone_out(client, boss):
+    for _ in range(9):
+        _log_in(client, "boss", "guess", "10.0.5.1")
+
+    assert _log_in(client, "boss", "pw-123456", "10.0.5.1").status_code == 302
 
 
 # --- no secret committed -----------------------------------------------------------

@@ -8,11 +8,11 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from rankings.models import IngestLog
 from rankings.operations import status
+from rankings.operations.tokens import token_create
 
 from .rankings_helpers import Shop
 
@@ -28,7 +28,7 @@ def _token_client(*permissions, username="reader") -> APIClient:
             Permission.objects.get(codename=codename, content_type__app_label="rankings")
         )
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_create(user=user)}")
     return client
 
 

@@ -6,13 +6,12 @@ import secrets
 import psycopg
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.utils import timezone
 from psycopg import sql
-from rest_framework.authtoken.models import Token
 
 from rankings.models import Sale
+from rankings.operations.tokens import ingest_token_create
 
 
 def database_ensure() -> bool:
@@ -44,15 +43,9 @@ def site_setup(*, demo: bool, out) -> None:
         password = secrets.token_urlsafe(12)
         admin = User.objects.create_superuser("admin", "admin@example.com", password)
         out.write(f"admin user created: admin / {password}  (http://127.0.0.1:8000/admin/)")
-    ingest, created = User.objects.get_or_create(username="ingest")
-    if created:
-        ingest.set_unusable_password()
-        ingest.save()
-        ingest.user_permissions.add(
-            Permission.objects.get(codename="add_sale", content_type__app_label="rankings")
-        )
-        token = Token.objects.create(user=ingest)
-        out.write(f"ingest token (keep it; shown once): {token.key}")
+    if not User.objects.filter(username="ingest").exists():
+        key = ingest_token_create(username="ingest", permissions=["add_sale"])
+        out.write(f"ingest token (keep it; shown once): {key}")
         event = {
             "id": "ord-1-line-1",
             "ts": timezone.now().replace(microsecond=0).isoformat().replace("+00:00", "Z"),
@@ -62,6 +55,6 @@ def site_setup(*, demo: bool, out) -> None:
             "amount": "9.99",
         }
         out.write(
-            f"  curl -H 'Authorization: Token {token.key}' -H 'Content-Type: application/json' "
+            f"  curl -H 'Authorization: Token {key}' -H 'Content-Type: application/json' "
             f"http://127.0.0.1:8000/v1/sales -d '{json.dumps({'events': [event]})}'"
         )

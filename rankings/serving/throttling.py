@@ -5,7 +5,13 @@ X-Forwarded-For only as far as settings.REST_FRAMEWORK["NUM_PROXIES"] says.
 """
 
 from django.conf import settings
-from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
+from rest_framework import exceptions
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle, SimpleRateThrottle
+
+
+def client_address(request) -> str:
+    """The address a request is counted under, by the rate limits and the admin's login lockout."""
+    return BaseThrottle().get_ident(request)
 
 
 class _OptionalRate:
@@ -43,6 +49,23 @@ class ScopedThrottle(_OptionalRate, ScopedRateThrottle):
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
         return SimpleRateThrottle.allow_request(self, request, view)
+
+
+class FailedAuthenticationThrottle(_OptionalRate, SimpleRateThrottle):
+    """A request whose credentials fail is an anonymous read of its address: it counts in that
+    address's "reads" bucket (ScopedThrottle's key for it), and is refused once the bucket is full."""
+
+    scope = "reads"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+
+def authentication_failure_throttle(request) -> None:
+    """Raise Throttled when a request whose authentication failed is over its address's read limit."""
+    throttle = FailedAuthenticationThrottle()
+    if not throttle.allow_request(request, None):
+        raise exceptions.Throttled(throttle.wait())
 
 
 class PageThrottle(_OptionalRate, SimpleRateThrottle):

@@ -432,7 +432,8 @@ def show(title: str, result: dict) -> None:
 def token_for_ingest() -> str:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Permission
-    from rest_framework.authtoken.models import Token
+
+    from rankings.operations.tokens import token_create
 
     user = get_user_model().objects.create_user(f"fault-{time.monotonic_ns()}")
     user.user_permissions.add(
@@ -440,7 +441,7 @@ def token_for_ingest() -> str:
             codename__in=["add_sale", "add_engagement"], content_type__app_label="rankings"
         )
     )
-    return Token.objects.create(user=user).key
+    return token_create(user=user)
 
 
 def utcnow() -> dt.datetime:
