@@ -57,9 +57,7 @@ run: db
 # cluster node, starts a cluster of its own in the first run.
 CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
 	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py
-test: install-dev browser
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+test: lint browser
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 	PROPERTY_HISTORIES=20 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster $(CLUSTER_TESTS)
 
@@ -78,9 +76,11 @@ bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
 	$(PY) -m bench $(BENCH_ARGS)
 
+# Style, then the layers of the imports (pyproject.toml's contracts).
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: install-dev
 	$(VENV)/bin/ruff check --fix .
