@@ -650,20 +650,34 @@ def _figures(metric: str, score: int, other: int, sales: tuple[int, int] | None)
 
 
 def _sales_beside(
-    version: int, window: str, metric: str, boards: list[tuple[int, str, list[str]]]
+    version: int, layout: Layout, window: str, metric: str, boards: list[tuple[str, list[str]]]
 ) -> list[dict[str, tuple[int, int]]]:
-    """For an engagement metric, each (shard, category, product ids)'s units and revenue cents on the
-    sales boards of the same window, in one round trip; nothing to read for a sales metric."""
+    """For an engagement metric, each (category, product ids)'s units and revenue cents on the sales
+    boards of the same window (of a split category, each product's on the part that holds it), in
+    one round trip; nothing to read for a sales metric."""
     if metric not in ENGAGEMENT_METRICS:
         return [{} for _ in boards]
+    held = []  # per board asked, the boards holding its products: board -> product ids
+    for category, members in boards:
+        parts: dict[str, list[str]] = {}
+        for pid in members:
+            parts.setdefault(layout.board_of(category, pid), []).append(pid)
+        held.append(parts)
     lookups = [
-        (shard, window, m, category, members) for shard, category, members in boards for m in SALES_METRICS
+        (layout.shard_of(board), window, m, board, members)
+        for parts in held
+        for board, members in parts.items()
+        for m in SALES_METRICS
     ]
-    found = store.members_scores(version=version, lookups=lookups)
-    return [
-        {pid: (units.get(pid, 0), cents.get(pid, 0)) for pid in members}
-        for (_, _, members), units, cents in zip(boards, found[::2], found[1::2], strict=True)
-    ]
+    found = iter(store.members_scores(version=version, lookups=lookups))
+    sales = []
+    for parts in held:
+        beside = {}
+        for members in parts.values():
+            units, cents = next(found), next(found)
+            beside.update((pid, (units.get(pid, 0), cents.get(pid, 0))) for pid in members)
+        sales.append(beside)
+    return sales
 
 
 def _items(
@@ -737,10 +751,9 @@ def _board_top(*, category: str, window: str, metric: str, limit: int, offset: i
     }
     if category in layout.split:
         found = merge.board_slice(version=version, layout=layout, **ranks)
-        return _board(category, window, metric, offset, found)
-    shard = layout.shard_of(category)
-    found = store.board_slice(version=version, shard=shard, **ranks)
-    (sales,) = _sales_beside(version, window, metric, [(shard, category, [pid for pid, _, _ in found.rows])])
+    else:
+        found = store.board_slice(version=version, shard=layout.shard_of(category), **ranks)
+    (sales,) = _sales_beside(version, layout, window, metric, [(category, [pid for pid, _, _ in found.rows])])
     return _board(category, window, metric, offset, found, sales=sales)
 
 
@@ -830,8 +843,7 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     rank = found.rank + 1 if found.rank is not None else None
     sales = None
     if metric in ENGAGEMENT_METRICS:  # its sales, read beside
-        board = layout.board_of(category, product_id)  # of a split category, the product's part
-        (beside,) = _sales_beside(version, window, metric, [(layout.shard_of(board), board, [product_id])])
+        (beside,) = _sales_beside(version, layout, window, metric, [(category, [product_id])])
         sales = beside.get(product_id)
     units, revenue, *engagement = _figures(metric, found.score, found.other, sales)
     return Rank(
@@ -955,9 +967,7 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
             for c in categories
         ]
     known = [f.as_of for f in found if f.as_of]
-    sales = _sales_beside(
-        version, window, metric, [(_shard(c, version), c, [product_id]) for c in categories]
-    )
+    sales = _sales_beside(version, layout, window, metric, [(c, [product_id]) for c in categories])
     ranks = []
     for category, f, beside in zip(categories, found, sales, strict=True):
         rank = f.rank + 1 if f.rank is not None else None
@@ -1004,7 +1014,10 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         )
         if board is None:
             return Neighbors(product_id, category, window, metric, instant(found.as_of), None, ())
-        items = _items(board.rows, start + 1, metric)
+        (sales,) = _sales_beside(
+            version, layout, window, metric, [(category, [pid for pid, _, _ in board.rows])]
+        )
+        items = _items(board.rows, start + 1, metric, sales=sales)
         return Neighbors(product_id, category, window, metric, instant(board.as_of), found.rank + 1, items)
     shard = layout.shard_of(category)
     found = store.member_rank(
@@ -1027,7 +1040,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         )
         as_of = board.as_of
         (sales,) = _sales_beside(
-            version, window, metric, [(shard, category, [pid for pid, _, _ in board.rows])]
+            version, layout, window, metric, [(category, [pid for pid, _, _ in board.rows])]
         )
         then = ranks_then(category=category, window=window, metric=metric, as_of=instant(as_of))
         items = _items(board.rows, start + 1, metric, then=then, sales=sales)
