@@ -263,13 +263,18 @@ def test_product_page_queries_do_not_grow_with_its_categories(client):
     slugs = [f"c{i}" for i in range(8)]
     _catalogue(
         {s: s.upper() for s in slugs},
-        {"one": ("One", 100, ["c0"]), "many": ("Many", 100, slugs)},
+        {"one": ("One", 100, ["c0"]), "many": ("Many", 100, slugs), "other": ("Other", 100, ["c0"])},
     )
     shop = Shop(now=NOW)
-    shop.send(shop.sale("one", categories=["c0"], qty=2), shop.sale("many", categories=slugs, qty=3))
+    shop.send(
+        shop.sale("one", categories=["c0"], qty=2),
+        shop.sale("many", categories=slugs, qty=3),
+        shop.sale("other", categories=["c0"], qty=1),
+    )
     shop.tick()
     client.get("/")  # the category names, read once for a few seconds
     selectors.categories_tree()  # the tree that counts, read once per version
+    client.get("/p/other/")  # the hours snapshotted, read once per hour
 
     counts = {}
     for product_id in ("one", "many"):

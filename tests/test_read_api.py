@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 from rankings.serving.api import BoardReadApi, ReadApi
 
 from .conftest import built_once_for_the_class
@@ -318,11 +318,12 @@ class TestReadsOfOneShop:
         assert list(selectors._category_names) == ["toys"]
 
     def test_the_names_a_process_remembers_are_bounded(self, shop, monkeypatch):
-        # given a process that remembers at most 3 category names
+        # given a process that remembers the bytes of 3 category names (slug, name and bookkeeping)
+        bound = 3 * (memory.ENTRY_BYTES + memory.weight("c0") + memory.weight("C0"))
         monkeypatch.setattr(
-            selectors, "_category_names", selectors.TLRUCache(maxsize=3, ttu=lambda *_: float("inf"))
+            selectors, "_category_names", memory.WeighedTLRU(maxsize=bound, ttu=lambda *_: float("inf"))
         )
-        monkeypatch.setattr(selectors, "_category_known", selectors.LRUCache(maxsize=3))
+        monkeypatch.setattr(selectors, "_category_known", memory.WeighedLRU(maxsize=bound))
         Category.objects.bulk_create(Category(slug=f"c{i}", name=f"C{i}") for i in range(10))
         # when every category is read
         names = selectors.categories_names([f"c{i}" for i in range(10)])

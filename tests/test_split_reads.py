@@ -34,8 +34,9 @@ def catalogue(db):
 _seq = iter(range(1, 10**9))
 
 
-def _write(redis_client, board: dict[str, tuple[int, int]], parts: int) -> Layout:
-    """`board` (product -> (units, revenue)) split `parts` ways under SPLIT and whole under SINGLE."""
+def _write(redis_client, board: dict[str, tuple[int, ...]], parts: int) -> Layout:
+    """`board` (product -> (units, revenue) or (units, revenue, views, wishes)) split `parts` ways
+    under SPLIT and whole under SINGLE."""
     prefix = store.prefix()
     keys = list(redis_client.scan_iter(f"{prefix}:*"))
     if keys:
@@ -50,11 +51,11 @@ def _write(redis_client, board: dict[str, tuple[int, int]], parts: int) -> Layou
         ignore_conflicts=True,
     )
     boards: dict[int, dict] = {shard: {} for shard in range(layout.shards)}
-    for pid, (units, revenue) in board.items():
+    for pid, figures in board.items():
         for category in (SINGLE, layout.board_of(SPLIT, pid)):
             shard_boards = boards[layout.shard_of(category)]
-            shard_boards.setdefault((WINDOW, "units", category), {})[pid] = units
-            shard_boards.setdefault((WINDOW, "revenue", category), {})[pid] = revenue
+            for metric, score in zip(("units", "revenue", "views", "wishes"), figures, strict=False):
+                shard_boards.setdefault((WINDOW, metric, category), {})[pid] = score
     as_of = float(int(time.time()))  # every shard at one instant, as after a tick
     for shard, shard_boards in boards.items():
         store.shard_replace(version=1, shard=shard, seq=next(_seq), as_of=as_of, gen=gen, boards=shard_boards)
@@ -126,6 +127,40 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
         assert (climb[SPLIT] and (climb[SPLIT].more, climb[SPLIT].rank)) == (
             climb[SINGLE] and (climb[SINGLE].more, climb[SINGLE].rank)
         )
+
+
+@pytest.mark.parametrize("metric", ["views", "wishes"])
+def test_every_item_of_an_engagement_board_carries_the_products_own_sales_split_or_not(
+    redis_client, catalogue, metric
+):
+    """On a views or wishes board each product's units and revenue are read beside from the part
+    that holds it: /top, /neighbors and /ranks give the figures /rank gives, split board or not."""
+    # given: 60 products with sales and engagement, split 3 ways under SPLIT, whole under SINGLE
+    board = {f"p{i:02}": (1 + i, 100 * (7 + i), 1 + (i * 7) % 13, 1 + (i * 5) % 11) for i in range(60)}
+    _write(redis_client, board, 3)
+    for product in Product.objects.filter(product_id__in=board):
+        product.categories.set(Category.objects.filter(slug__in=(SPLIT, SINGLE)))
+    figures = {
+        pid: (units, selectors.money(cents), views, wishes)
+        for pid, (units, cents, views, wishes) in board.items()
+    }
+
+    def shown(item):
+        return (item.units, item.revenue, item.views, item.wishes)
+
+    for category in (SPLIT, SINGLE):
+        # when: the board is read whole, and around some products
+        top = selectors.board_top(category=category, window=WINDOW, metric=metric, limit=100, offset=0)
+        # then: every item carries its product's own four figures
+        assert {item.product_id: shown(item) for item in top.items} == figures
+        for pid in ("p00", "p31", "p59"):
+            args = {"product_id": pid, "window": WINDOW, "metric": metric}
+            around = selectors.product_neighbors(category=category, n=3, **args)
+            assert around.items and all(shown(item) == figures[item.product_id] for item in around.items)
+            assert shown(selectors.product_rank(category=category, **args)) == figures[pid]
+    for pid in ("p00", "p31", "p59"):
+        ranks = selectors.product_ranks(product_id=pid, window=WINDOW, metric=metric)
+        assert {r.category: shown(r) for r in ranks.ranks} == {SPLIT: figures[pid], SINGLE: figures[pid]}
 
 
 def test_each_part_holds_the_products_its_hash_names(redis_client, catalogue):

@@ -8,7 +8,6 @@ import threading
 from decimal import Decimal
 
 import msgspec
-from cachetools import LRUCache
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
@@ -37,6 +36,7 @@ from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.status import liveness_read, status_cached
 from rankings.serving import selectors
+from rankings.serving.memory import WeighedLRU
 from rankings.serving.thresholds import Thresholds, board_thresholds
 from rankings.serving.throttling import has_credentials
 
@@ -228,8 +228,8 @@ def _board_params(**extra):
 
 # Validated query strings, per parameter class: a hot board is asked the same
 # question thousands of times a second, and building a serializer costs more
-# than answering from memory.
-_valid_params: LRUCache = LRUCache(maxsize=10_000)
+# than answering from memory. Bounded in bytes: the key holds the query string as sent.
+_valid_params = WeighedLRU(maxsize=8 * 2**20)  # bytes: about 10,000 query strings
 _valid_params_lock = threading.Lock()
 
 

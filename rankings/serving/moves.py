@@ -5,12 +5,16 @@ before (PostgreSQL, remembered per process: rankings/serving/then.py). New relea
 board at read time by each product's release instant, so they are exact at any instant: a
 product leaves the moment its release is RANKINGS_NEW_DAYS behind the board's asOf, and a late
 sale with an earlier time moves its release at once, without a tick. History reads the ranks of
-one product in a board's snapshots. Every answer is remembered as the other reads are
-(selectors._served): fresh for half a second, last known while Redis is unreachable.
+one product in a board's snapshots, remembered per board until the next hour is snapshotted. Every
+other answer is remembered as the other reads are (selectors._served): fresh for half a second,
+last known while Redis is unreachable.
 """
 
 import dataclasses
 import datetime as dt
+import threading
+import time
+from array import array
 from dataclasses import dataclass
 
 from django.db import DatabaseError, connection
@@ -20,6 +24,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.models import ProductTotal, Snapshot, SnapshotMark
 from rankings.serving import selectors
+from rankings.serving.memory import WeighedLRU
 from rankings.serving.selectors import (
     Board,
     RankedProduct,
@@ -195,40 +200,106 @@ def product_history(*, product_id: str, category: str, window: str, metric: str,
     )[category]
 
 
-_HISTORY = f"""
-WITH hours AS (
-    SELECT DISTINCT at FROM {SnapshotMark._meta.db_table}
-    WHERE at > (SELECT max(at) FROM {SnapshotMark._meta.db_table}) - make_interval(days => %(days)s)
-)
-SELECT hours.at, s.category, array_position(s.products, %(product)s::varchar)
-FROM hours LEFT JOIN {Snapshot._meta.db_table} s
-  ON s.at = hours.at AND s.category = ANY(%(categories)s) AND s.window = %(window)s AND s.metric = %(metric)s
-ORDER BY hours.at
+# A rank history changes only when an hour is snapshotted: each board's history of a product is
+# remembered until then, as its ranks (4 bytes an hour), the period's hours once for every board.
+HISTORY_CACHE_BYTES = 16 * 2**20  # bytes: about 4,000 histories of 32 days
+# The latest snapshotted hour is read again after this long (one row of an index): a new hour
+# shows in histories at most this much later, a small delay beside an hour.
+LATEST_HOUR_SECONDS = 30.0  # seconds
+
+# (product, category, window, metric, days, latest hour) -> ranks, one an hour, 0 for none;
+# ("hours", days, latest hour) -> the hours snapshotted in the period, oldest first.
+_histories = WeighedLRU(maxsize=HISTORY_CACHE_BYTES)
+_latest_hour = WeighedLRU(maxsize=1024)  # bytes: "at" -> (when read, time.monotonic(); the hour)
+_history_lock = threading.Lock()
+
+_LATEST_HOUR = f"SELECT max(at) FROM {SnapshotMark._meta.db_table}"
+# The hours any shard has snapshotted in the period: read once per period and hour, for every board.
+_HOURS = f"SELECT DISTINCT at FROM {SnapshotMark._meta.db_table} WHERE at > %s AND at <= %s ORDER BY at"
+# A product's place in each of the boards' snapshots of the period: one row per board and hour,
+# through the snapshots' (category, window, metric, at) index.
+_PLACES = f"""
+SELECT at, category, array_position(products, %(product)s::varchar) FROM {Snapshot._meta.db_table}
+WHERE category = ANY(%(categories)s) AND "window" = %(window)s AND metric = %(metric)s
+  AND at > %(since)s AND at <= %(latest)s
 """
+
+
+def _hours(days: int) -> tuple[dt.datetime, ...]:
+    """The hours snapshotted in the last `days` days up to the latest: a query of one index row
+    every LATEST_HOUR_SECONDS, and one of the period's marks when a new hour is snapshotted."""
+    with _history_lock:
+        read_at, latest = _latest_hour.get("at", (float("-inf"), None))
+    if time.monotonic() - read_at >= LATEST_HOUR_SECONDS:
+        with connection.cursor() as cursor:
+            cursor.execute(_LATEST_HOUR)
+            (latest,) = cursor.fetchone()
+        with _history_lock:
+            _latest_hour["at"] = (time.monotonic(), latest)
+    if latest is None:
+        return ()
+    key = ("hours", days, latest)
+    with _history_lock:
+        hours = _histories.get(key)
+    if hours is None:
+        with connection.cursor() as cursor:
+            cursor.execute(_HOURS, [latest - dt.timedelta(days=days), latest])
+            hours = tuple(at for (at,) in cursor.fetchall())
+        with _history_lock:
+            _histories[key] = hours
+    return hours
+
+
+def _places(
+    product_id: str, categories: list[str], window: str, metric: str, days: int, hours: tuple
+) -> dict[str, array]:
+    """category -> the product's rank in each of `hours` (0 where unranked): remembered ones from
+    memory, the rest in one query. A board is remembered once its snapshot of the latest hour is
+    read (its shard snapshots the hours in order, so it has every earlier one): until then its
+    shard may not have taken it yet, and it is read again."""
+    if not hours:
+        return {category: array("I") for category in categories}
+    keys = {category: (product_id, category, window, metric, days, hours[-1]) for category in categories}
+    with _history_lock:
+        found = {category: _histories.get(key) for category, key in keys.items()}
+    missing = [category for category, ranks in found.items() if ranks is None]
+    if not missing:
+        return found
+    index = {at: i for i, at in enumerate(hours)}
+    read = {category: array("I", bytes(4 * len(hours))) for category in missing}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _PLACES,
+            {
+                "product": product_id,
+                "categories": missing,
+                "window": window,
+                "metric": metric,
+                "since": hours[-1] - dt.timedelta(days=days),
+                "latest": hours[-1],
+            },
+        )
+        complete = set()
+        for at, category, rank in cursor.fetchall():
+            if rank is not None and at in index:
+                read[category][index[at]] = rank
+            if at == hours[-1]:
+                complete.add(category)
+    with _history_lock:
+        for category in complete:
+            _histories[keys[category]] = read[category]
+    return found | read
 
 
 def product_histories(
     *, product_id: str, categories: list[str], window: str, metric: str, days: int
 ) -> dict[str, History]:
-    """product_history of several categories in one query (a product's page charts them all)."""
+    """product_history of several categories, each board's from memory until the next hour is
+    snapshotted, the others' in one query (a product's page charts them all)."""
     _product(product_id)
-    hours: dict[dt.datetime, dict[str, int]] = {}
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _HISTORY,
-                {
-                    "product": product_id,
-                    "days": days,
-                    "categories": categories,
-                    "window": window,
-                    "metric": metric,
-                },
-            )
-            for at, category, rank in cursor.fetchall():
-                ranks = hours.setdefault(at, {})
-                if category is not None and rank is not None:
-                    ranks[category] = rank
+        hours = _hours(days)
+        places = _places(product_id, categories, window, metric, days, hours)
     except DatabaseError as error:
         raise selectors.Unavailable("rank history is unavailable right now; try again shortly") from error
     return {
@@ -237,7 +308,7 @@ def product_histories(
             category,
             window,
             metric,
-            tuple(HistoryPoint(at, ranks.get(category)) for at, ranks in hours.items()),
+            tuple(HistoryPoint(at, rank or None) for at, rank in zip(hours, places[category], strict=True)),
         )
         for category in categories
     }

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 
-from cachetools import LRUCache, TLRUCache, TTLCache
+from cachetools import TTLCache
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
@@ -26,7 +26,8 @@ from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.engine.windows import configured_windows
-from rankings.serving import merge
+from rankings.serving import memory, merge
+from rankings.serving.memory import WeighedLRU, WeighedTLRU, WeighedTTL
 from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
@@ -35,15 +36,18 @@ CATEGORY_CACHE_SECONDS = 5.0  # seconds
 # flood of one made-up slug costs one a second). While PostgreSQL is unreachable,
 # the tree that counts is asked for as often.
 CATEGORY_MISS_RELOAD_SECONDS = 1.0  # seconds
-# Category names (and slugs found unknown) remembered per process: bounded, so that
-# memory does not grow with the catalogue (a shop may have a million categories).
-CATEGORY_CACHE_SIZE = 50_000  # categories
+# Category names (and slugs found unknown) remembered per process: bounded in bytes, so that
+# memory does not grow with the catalogue (a shop may have a million categories) nor with the
+# made-up slugs a client asks for: about 40,000 categories each (names; names as last read).
+CATEGORY_CACHE_BYTES = 16 * 2**20  # bytes
 # A product's name and price as last read, per process: a reader of random
 # products among many would otherwise ask PostgreSQL on every read, which costs
 # more than the Redis read that answers it. Short-lived, so that an edit shows
 # within a minute; bounded, so that memory does not grow with the catalogue.
 PRODUCT_CACHE_SECONDS = 60.0  # seconds
 PRODUCT_CACHE_SIZE = 50_000  # products
+# What they hold at most: PRODUCT_CACHE_SIZE names of up to 200 characters.
+PRODUCT_CACHE_BYTES = 40 * 2**20  # bytes
 # A reader of random products among many misses that memory on nearly every read, and one query
 # per read costs PostgreSQL and the reader more than the read itself. So once this many lookups
 # have missed it since the last copy, a catalogue of at most PRODUCT_CACHE_SIZE products is read
@@ -55,8 +59,12 @@ CATALOGUE_COPY_AFTER = 64  # product lookups that missed memory: about what one 
 # A reader process answers a repeated query from memory for this long: fresh
 # enough next to a 2-second tick, and it absorbs bursts on hot boards.
 FRESH_SECONDS = 0.5  # seconds
-# Last known answers kept per process, served (flagged stale) while Redis is down.
-LAST_KNOWN_SIZE = 20_000  # answers
+# Last known answers kept per process, served (flagged stale) while Redis is down: bounded in
+# bytes, so that a client asking every limit and offset of a board cannot fill memory with them
+# (a page of 100 products weighs 25-60 KB, a product's rank 1-2 KB).
+LAST_KNOWN_BYTES = 32 * 2**20  # bytes
+# Each product's categories as last read: a product in a few categories weighs under 1 KB.
+PRODUCT_CATEGORIES_BYTES = 8 * 2**20  # bytes
 
 # A board whose ranks are asked for many different products within FRESH_SECONDS (a reader of
 # random products: product pages of the long tail) is copied whole into the process, when it is
@@ -65,7 +73,10 @@ LAST_KNOWN_SIZE = 20_000  # answers
 # Otherwise each such read costs a Redis round trip, more than the rest of the request.
 BOARD_COPY_AFTER = 16  # uncached rank reads of one board within FRESH_SECONDS
 BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time, a few MB here
-BOARD_COPIES = 8  # boards copied at once, per process
+# Boards copied at once, per process: about 7 of the largest (6.6 MB each), more of smaller ones.
+BOARD_COPIES_BYTES = 48 * 2**20  # bytes
+# Rank reads counted per board, within FRESH_SECONDS: about 3,000 boards.
+BOARD_READS_BYTES = 2**20  # bytes
 
 # A product may be filed under any number of categories (the catalogue's editors decide): its
 # ranks are read for the first this many of them by slug, one Redis read each, and the answer
@@ -77,13 +88,13 @@ _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _UNREAD = object()  # a slug this process has not looked up (or not lately)
 # Each question's last answer, with when it was made (time.monotonic()): fresh for FRESH_SECONDS,
 # and the last known one after that.
-_answers: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
+_answers = WeighedLRU(maxsize=LAST_KNOWN_BYTES)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
-_product_categories: LRUCache = LRUCache(maxsize=LAST_KNOWN_SIZE)
-_products: TTLCache = TTLCache(maxsize=PRODUCT_CACHE_SIZE, ttl=PRODUCT_CACHE_SECONDS)
-# Each copied board's (copy, when it was last known current); None for a board too large to copy.
-_board_copies: LRUCache = LRUCache(maxsize=BOARD_COPIES)
-_board_reads: TTLCache = TTLCache(maxsize=LAST_KNOWN_SIZE, ttl=FRESH_SECONDS)
+_product_categories = WeighedLRU(maxsize=PRODUCT_CATEGORIES_BYTES)
+_products = WeighedTTL(maxsize=PRODUCT_CACHE_BYTES, ttl=PRODUCT_CACHE_SECONDS)
+# Each copied board's [copy, when it was last known current]; None for a board too large to copy.
+_board_copies = WeighedLRU(maxsize=BOARD_COPIES_BYTES)
+_board_reads = WeighedTTL(maxsize=BOARD_READS_BYTES, ttl=FRESH_SECONDS)
 _cache_lock = threading.Lock()
 # Set while an answer is computed without the catalogue (PostgreSQL did not
 # answer): names fall back to ids, and the answer is marked stale, not remembered.
@@ -239,13 +250,15 @@ def answers_forget() -> None:
 
 
 def caches_clear() -> None:
-    """Forget everything this process remembers of the read side (answers, names, status figures)."""
+    """Forget everything this process remembers of the read side (answers, names, status figures,
+    rank histories)."""
     from rankings.operations.status import status_forget
 
     answers_forget()
     categories_forget()
     status_forget()
     ranks_then_forget()
+    memory.forget_all()
 
 
 def _served(key: tuple, compute, *, boards: bool = True):
@@ -304,15 +317,15 @@ def _catalogue_unreachable() -> None:
 ALL_NAME = "All products"
 
 # Categories are looked up by slug as reads ask for them, never loaded whole: a shop may have a
-# million. Each process remembers at most CATEGORY_CACHE_SIZE names (and slugs found unknown),
+# million. Each process remembers at most CATEGORY_CACHE_BYTES of names (and slugs found unknown),
 # the way it remembers products.
-_category_names: TLRUCache = TLRUCache(
-    maxsize=CATEGORY_CACHE_SIZE,
+_category_names = WeighedTLRU(
+    maxsize=CATEGORY_CACHE_BYTES,
     ttu=lambda _slug, name, now: now + (CATEGORY_CACHE_SECONDS if name else CATEGORY_MISS_RELOAD_SECONDS),
     timer=time.monotonic,
 )
 # The names as last read, for the reads made while PostgreSQL does not answer.
-_category_known: LRUCache = LRUCache(maxsize=CATEGORY_CACHE_SIZE)
+_category_known = WeighedLRU(maxsize=CATEGORY_CACHE_BYTES)
 # The lists' totals (a count of the table each), kept as long as names.
 _category_counts: TTLCache = TTLCache(maxsize=2, ttl=CATEGORY_CACHE_SECONDS, timer=time.monotonic)
 
@@ -661,20 +674,34 @@ def _figures(metric: str, score: int, other: int, sales: tuple[int, int] | None)
 
 
 def _sales_beside(
-    version: int, window: str, metric: str, boards: list[tuple[int, str, list[str]]]
+    version: int, layout: Layout, window: str, metric: str, boards: list[tuple[str, list[str]]]
 ) -> list[dict[str, tuple[int, int]]]:
-    """For an engagement metric, each (shard, category, product ids)'s units and revenue cents on the
-    sales boards of the same window, in one round trip; nothing to read for a sales metric."""
+    """For an engagement metric, each (category, product ids)'s units and revenue cents on the sales
+    boards of the same window (of a split category, each product's on the part that holds it), in
+    one round trip; nothing to read for a sales metric."""
     if metric not in ENGAGEMENT_METRICS:
         return [{} for _ in boards]
+    held = []  # per board asked, the boards holding its products: board -> product ids
+    for category, members in boards:
+        parts: dict[str, list[str]] = {}
+        for pid in members:
+            parts.setdefault(layout.board_of(category, pid), []).append(pid)
+        held.append(parts)
     lookups = [
-        (shard, window, m, category, members) for shard, category, members in boards for m in SALES_METRICS
+        (layout.shard_of(board), window, m, board, members)
+        for parts in held
+        for board, members in parts.items()
+        for m in SALES_METRICS
     ]
-    found = store.members_scores(version=version, lookups=lookups)
-    return [
-        {pid: (units.get(pid, 0), cents.get(pid, 0)) for pid in members}
-        for (_, _, members), units, cents in zip(boards, found[::2], found[1::2], strict=True)
-    ]
+    found = iter(store.members_scores(version=version, lookups=lookups))
+    sales = []
+    for parts in held:
+        beside = {}
+        for members in parts.values():
+            units, cents = next(found), next(found)
+            beside.update((pid, (units.get(pid, 0), cents.get(pid, 0))) for pid in members)
+        sales.append(beside)
+    return sales
 
 
 def _items(
@@ -748,10 +775,9 @@ def _board_top(*, category: str, window: str, metric: str, limit: int, offset: i
     }
     if category in layout.split:
         found = merge.board_slice(version=version, layout=layout, **ranks)
-        return _board(category, window, metric, offset, found)
-    shard = layout.shard_of(category)
-    found = store.board_slice(version=version, shard=shard, **ranks)
-    (sales,) = _sales_beside(version, window, metric, [(shard, category, [pid for pid, _, _ in found.rows])])
+    else:
+        found = store.board_slice(version=version, shard=layout.shard_of(category), **ranks)
+    (sales,) = _sales_beside(version, layout, window, metric, [(category, [pid for pid, _, _ in found.rows])])
     return _board(category, window, metric, offset, found, sales=sales)
 
 
@@ -841,8 +867,7 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     rank = found.rank + 1 if found.rank is not None else None
     sales = None
     if metric in ENGAGEMENT_METRICS:  # its sales, read beside
-        board = layout.board_of(category, product_id)  # of a split category, the product's part
-        (beside,) = _sales_beside(version, window, metric, [(layout.shard_of(board), board, [product_id])])
+        (beside,) = _sales_beside(version, layout, window, metric, [(category, [product_id])])
         sales = beside.get(product_id)
     units, revenue, *engagement = _figures(metric, found.score, found.other, sales)
     return Rank(
@@ -903,7 +928,7 @@ def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None
             return copy
         if copy is not None and store.shard_stamp(version=version, shard=shard) == copy.stamp:
             with _cache_lock:
-                _board_copies[board] = (copy, now)
+                held[1] = now  # in place: a copy is weighed once, when it is stored
             return copy
         with _cache_lock:
             _board_copies.pop(board, None)
@@ -915,7 +940,7 @@ def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None
         version=version, shard=shard, window=window, metric=metric, category=category, most=BOARD_COPY_MEMBERS
     )
     with _cache_lock:
-        _board_copies[board] = (copy, now)
+        _board_copies[board] = [copy, now]
         _board_reads.pop(board, None)
     return copy
 
@@ -969,9 +994,7 @@ def _product_ranks(*, product_id: str, window: str, metric: str, categories: lis
             for c in categories
         ]
     known = [f.as_of for f in found if f.as_of]
-    sales = _sales_beside(
-        version, window, metric, [(_shard(c, version), c, [product_id]) for c in categories]
-    )
+    sales = _sales_beside(version, layout, window, metric, [(c, [product_id]) for c in categories])
     ranks = []
     for category, f, beside in zip(categories, found, sales, strict=True):
         rank = f.rank + 1 if f.rank is not None else None
@@ -1018,7 +1041,10 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         )
         if board is None:
             return Neighbors(product_id, category, window, metric, instant(found.as_of), None, ())
-        items = _items(board.rows, start + 1, metric)
+        (sales,) = _sales_beside(
+            version, layout, window, metric, [(category, [pid for pid, _, _ in board.rows])]
+        )
+        items = _items(board.rows, start + 1, metric, sales=sales)
         return Neighbors(product_id, category, window, metric, instant(board.as_of), found.rank + 1, items)
     shard = layout.shard_of(category)
     found = store.member_rank(
@@ -1041,7 +1067,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         )
         as_of = board.as_of
         (sales,) = _sales_beside(
-            version, window, metric, [(shard, category, [pid for pid, _, _ in board.rows])]
+            version, layout, window, metric, [(category, [pid for pid, _, _ in board.rows])]
         )
         then = ranks_then(category=category, window=window, metric=metric, as_of=instant(as_of))
         items = _items(board.rows, start + 1, metric, then=then, sales=sales)

@@ -9,19 +9,20 @@ arrows cost a dictionary lookup per row, not a query.
 import datetime as dt
 import threading
 
-from cachetools import LRUCache
 from django.db import DatabaseError
 
 from rankings.conf import rankings_settings
 from rankings.models import Snapshot
+from rankings.serving.memory import WeighedLRU
 
 HOUR = 3600  # seconds
 THEN_HOURS = 24  # a board is compared with its snapshot this many hours before
-# Snapshots remembered per process: every board of 100 categories at once, at a few
-# tens of kilobytes each (DEPTH members).
-THEN_CACHE_SIZE = 1024  # boards
+# Snapshots remembered per process, bounded in bytes so that a client asking for every category's
+# board cannot fill memory with them: about 380 boards of SNAPSHOT_DEPTH 1,000 members (125 KB
+# each as product -> rank), thousands of smaller ones.
+THEN_CACHE_BYTES = 48 * 2**20  # bytes
 
-_known: LRUCache = LRUCache(maxsize=THEN_CACHE_SIZE)
+_known = WeighedLRU(maxsize=THEN_CACHE_BYTES)
 _lock = threading.Lock()
 
 

@@ -1,0 +1,76 @@
+"""What a reader process remembers is bounded in bytes, whatever a client asks (DESIGN §7)."""
+
+import gc
+import time
+import tracemalloc
+
+import pytest
+
+from catalogue.models import Category, Product
+from rankings.engine import store
+from rankings.serving import selectors
+
+WINDOW = "7d"
+PRODUCTS = 300
+MiB = 2**20
+
+
+@pytest.fixture
+def board(db):
+    """`toys`: PRODUCTS products with long names, whole on one shard, as after a tick."""
+    Category.objects.create(slug="toys", name="Toys")
+    ids = [f"product-{i:05}" for i in range(PRODUCTS)]
+    Product.objects.bulk_create(
+        [Product(product_id=pid, name=f"{pid} " + "a long product name " * 7, price_cents=100) for pid in ids]
+    )
+    store.shard_layout_set(1, 1, ())
+    boards = {
+        (WINDOW, "units", "toys"): {pid: 1 + i for i, pid in enumerate(ids)},
+        (WINDOW, "revenue", "toys"): {pid: 100 * (1 + i) for i, pid in enumerate(ids)},
+    }
+    store.shard_replace(
+        version=1, shard=0, seq=1, as_of=float(int(time.time())), gen=store.generation(1), boards=boards
+    )
+    return ids
+
+
+def _pages():
+    """400 distinct pages of the board: every limit from 91 to 100 at 20 offsets, by two metrics."""
+    return [
+        {"metric": metric, "limit": limit, "offset": offset}
+        for metric in ("units", "revenue")
+        for limit in range(91, 101)
+        for offset in range(0, 200, 10)
+    ]
+
+
+def test_answers_remembered_stay_within_their_bytes_however_limit_and_offset_vary(board, monkeypatch):
+    """400 distinct pages of about 26 KB each, under a bound of 4 MiB (the cache's own kind, made
+    smaller so that a few hundred pages pass it): a cache of answers counted in entries grows by
+    about 10 MiB; one counted in bytes stays within its bound."""
+    monkeypatch.setattr(selectors, "_answers", type(selectors._answers)(maxsize=4 * MiB))
+    selectors.board_top(category="toys", window=WINDOW, metric="units", limit=100, offset=0)  # names read
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for page in _pages():
+            selectors.board_top(category="toys", window=WINDOW, **page)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown <= 4 * MiB + MiB, f"grew by {grown / MiB:.1f} MiB"
+    assert selectors._answers.currsize <= 4 * MiB
+
+
+def test_every_page_remembered_is_served_stale_while_redis_is_unreachable(board, settings):
+    """Pages of every limit and offset, read once: each is answered, flagged stale, as it was."""
+    pages = _pages()[::13]
+    fresh = [selectors.board_top(category="toys", window=WINDOW, **page) for page in pages]
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    store.reset_clients()
+    time.sleep(selectors.FRESH_SECONDS)
+    for page, known in zip(pages, fresh, strict=True):
+        stale = selectors.board_top(category="toys", window=WINDOW, **page)
+        assert stale.stale and (stale.items, stale.as_of) == (known.items, known.as_of)
