@@ -24,6 +24,10 @@ SALES_METRICS = ("units", "revenue")
 ENGAGEMENT_METRICS = ("views", "wishes")
 METRICS = SALES_METRICS + ENGAGEMENT_METRICS
 
+# The deepest rank any list of a board reads (DESIGN §4a, §7): the API refuses offset + limit past
+# it, a page past it is not found, and what a list keeps of a board stops there.
+MAX_DEPTH = 10_000  # ranks
+
 _COMPANION = {"units": "revenue", "revenue": "units", "views": "wishes", "wishes": "views"}
 
 

@@ -315,6 +315,9 @@ RANKINGS = {
     "SNAPSHOT_KEEP_SECONDS": 32 * 86400,  # seconds
     # Hot new releases: products released at most this many days before a board's asOf.
     "NEW_DAYS": env.int("RANKINGS_NEW_DAYS", default=30),  # days
+    # New releases are the latest this many of them: what one read of a board's new releases
+    # costs (one indexed statement, one Redis script) grows with it, never with the board.
+    "NEW_MOST": env.int("RANKINGS_NEW_MOST", default=10_000),  # products
     # name: (bucket size in seconds, bucket count)
     "WINDOWS": {
         "1h": (60, 60),

@@ -1126,6 +1126,50 @@ def shard_stamp(*, version: int, shard: int) -> tuple:
     return tuple(fast().hmget(state_key(version, shard), _STATE_READ))
 
 
+# Members asked for per ZMSCORE: Lua's unpack() refuses a few thousand values at once.
+MEMBERS_CHUNK = 1000  # members
+
+# KEYS: the board, the other metric's board, the shard's state. ARGV: the state's fields (3), then
+# the members. The state, then (member, score, other metric's score or false) of each member on the
+# board: one script, so the scores and the state are of one batch.
+_MEMBERS_ON_BOARD = """
+local found = {redis.call('HMGET', KEYS[3], ARGV[1], ARGV[2], ARGV[3])}
+for first = 4, #ARGV, {chunk} do
+  local last = math.min(first + {chunk} - 1, #ARGV)
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, first, last))
+  local others = redis.call('ZMSCORE', KEYS[2], unpack(ARGV, first, last))
+  for i = 1, last - first + 1 do
+    if scores[i] then
+      found[#found + 1] = {ARGV[first + i - 1], scores[i], others[i]}
+    end
+  end
+end
+return found
+""".replace("{chunk}", str(MEMBERS_CHUNK))
+
+
+@dataclass
+class MembersOnBoard:
+    stamp: tuple  # the shard's state fields as read with the scores (what shard_stamp answers)
+    as_of: float | None
+    rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score), unordered
+
+
+@_translated
+def members_on_board(
+    *, version: int, shard: int, window: str, metric: str, category: str, members: list[str]
+) -> MembersOnBoard:
+    """Those of `members` on a board, with both metrics' scores and the shard's state, all of one
+    instant: one round trip, O(len(members)) work in Redis whatever the board's size."""
+    keys = _member_keys(version, shard, window, metric, category)
+    state, *found = _script(_MEMBERS_ON_BOARD)(keys=keys, args=[*_STATE_READ, *members], client=fast())
+    return MembersOnBoard(
+        stamp=tuple(state),
+        as_of=_as_of(version, shard, state),
+        rows=[(m.decode(), int(-float(s)), int(-float(o)) if o is not None else 0) for m, s, o in found],
+    )
+
+
 # --- what it takes to climb ---------------------------------------------------------
 
 # Lua compares strings by the server's locale; ids are ordered by their bytes, so compared here.

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 
 from catalogue.models import PRODUCT_ID_PATTERN
-from rankings.conf import ENGAGEMENT_METRICS, METRICS, rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, MAX_DEPTH, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
@@ -127,6 +127,16 @@ def _page_number(request) -> int:
     if len(raw) > PAGE_DIGITS:
         raise selectors.NotFound(f"page {_shown(raw)} is past the end of the list.")
     return int(raw)
+
+
+def _board_offset(page: int) -> int:
+    """Where a board list's page starts (0-based); NotFound, before any read, for a page past the
+    deepest rank a list reads (MAX_DEPTH), as the API refuses offset + limit past it."""
+    if page * PAGE_SIZE > MAX_DEPTH:
+        raise selectors.NotFound(
+            f"page {page:,} is past the last page a list has ({MAX_DEPTH // PAGE_SIZE})."
+        )
+    return (page - 1) * PAGE_SIZE
 
 
 def _query(window: str, metric: str, **extra) -> str:

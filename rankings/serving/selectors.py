@@ -26,6 +26,7 @@ from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.serving import merge
+from rankings.serving.releases import releases_forget
 from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
@@ -228,6 +229,7 @@ def answers_forget() -> None:
         _products.clear()
         _board_copies.clear()
         _board_reads.clear()
+    releases_forget()
 
 
 def caches_clear() -> None:
