@@ -289,11 +289,10 @@ def category(request, slug):
     """A category's best sellers, PAGE_SIZE to a page, for one window and metric."""
     window, metric = _board_params(request)
     page = _page_number(request)
+    offset = _board_offset(page)
     highlight = request.GET.get("highlight") or None
     name = selectors.category_name(slug)
-    board = selectors.board_top(
-        category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-    )
+    board = selectors.board_top(category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=offset)
     pages = Paginator(range(board.total), PAGE_SIZE, allow_empty_first_page=True)
     if page > pages.num_pages:
         last = pages.num_pages
