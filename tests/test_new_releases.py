@@ -157,3 +157,13 @@ class TestPagesPastTheDepth:
         _big_board(settings, 10)
         assert api.get("/v1/categories/toys/new?offset=9990&limit=20").status_code == 400
         assert api.get("/v1/categories/toys/new?offset=9950&limit=50").json()["items"] == []
+
+
+def test_the_latest_releases_are_read_once_for_the_boards_read_together(settings):
+    """Every board of one instant has the same latest releases: reading the new releases of several
+    boards costs one statement for them, not one per board."""
+    _big_board(settings, 50)
+    with CaptureQueriesContext(connection) as queries:
+        for window, metric in [("7d", "units"), ("7d", "revenue"), ("1d", "units"), ("30d", "views")]:
+            _new(window=window, metric=metric)
+    assert sum("released_at" in q["sql"] for q in queries) == 1, [q["sql"] for q in queries]

@@ -1,18 +1,19 @@
 """Hot new releases of a board (DESIGN §2c), read in one consistent pass and kept, one answer per board.
 
-The new products are the catalogue's latest releases (at most NEW_MOST: one indexed statement);
-their scores come from the board in one script together with the shard's state, so the answer is
-exact as of that state's asOf, at a cost that grows with NEW_MOST and never with the board. A board's
-answer is kept until a tick writes its shard (one small read tells), and every page of the list is a
-slice of it; it stops at MAX_DEPTH ranks, the deepest a list reads. A release edited by an editor, or
-moved back by a late sale, shows from the next tick on.
-"""
+The new products are the catalogue's latest releases (at most NEW_MOST: one indexed statement,
+shared by the boards read within half a second); their scores come from the board in one script
+together with the shard's state, so the answer is exact as of that state's asOf, at a cost that
+grows with NEW_MOST and never with the board. A board's answer is kept until a tick writes its
+shard (one small read tells), and every page of the list is a slice of it; it stops at MAX_DEPTH
+ranks, the deepest a list reads. A release edited by an editor, or moved back by a late sale, shows
+from the next tick on."""
 
 import datetime as dt
 import threading
+import time
 from dataclasses import dataclass
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from django.db import connection
 
 from catalogue.models import Product
@@ -54,7 +55,13 @@ class NewReleases:
     ]  # (product, score, other score, released), first MAX_DEPTH
 
 
+# The latest releases are the same for every board of one instant: read once for all of them, and
+# again after this long, so that a product first sold meanwhile is among them by the next tick.
+LATEST_SECONDS = 0.5  # seconds: what any answer of the read path may lag
+
 _held: LRUCache = LRUCache(maxsize=HELD_ROWS, getsizeof=lambda held: 1 + len(held.rows))
+# (since, most) -> the latest releases read for it: two instants, at most NEW_MOST products each.
+_latest: TTLCache = TTLCache(maxsize=2, ttl=LATEST_SECONDS, timer=time.monotonic)
 _lock = threading.Lock()
 
 
@@ -64,10 +71,18 @@ def _cutoff(as_of: float) -> dt.datetime:
 
 
 def latest_releases(*, since: dt.datetime, most: int) -> dict[str, dt.datetime]:
-    """product -> release of the `most` latest products released at or after `since`."""
+    """product -> release of the `most` latest products released at or after `since`: one statement,
+    shared by every board read within LATEST_SECONDS."""
+    with _lock:
+        known = _latest.get((since, most))
+    if known is not None:
+        return known
     with connection.cursor() as cursor:
         cursor.execute(_LATEST, {"since": since, "most": most})
-        return dict(cursor.fetchall())
+        found = dict(cursor.fetchall())
+    with _lock:
+        _latest[since, most] = found
+    return found
 
 
 def new_releases(*, version: int, shard: int, window: str, metric: str, category: str) -> NewReleases:
@@ -111,3 +126,4 @@ def last_known(*, category: str, window: str, metric: str) -> NewReleases | None
 def releases_forget() -> None:
     with _lock:
         _held.clear()
+        _latest.clear()
