@@ -26,9 +26,17 @@ WINDOW = "7d"
 _seq = itertools.count(1)
 
 
-def _board(settings, units: dict[str, int], *, released: dict[str, dt.datetime], as_of: dt.datetime = NOW):
-    """A board of toys with `units` (product -> units, revenue 100 × units), as a tick would leave it
-    as of `as_of`, and the catalogue's products with the editor's `released` dates."""
+def _board(
+    settings,
+    units: dict[str, int],
+    *,
+    released: dict[str, dt.datetime],
+    as_of: dt.datetime = NOW,
+    categories=("toys",),
+):
+    """A board of each of `categories` with `units` (product -> units, revenue 100 × units), as a
+    tick would leave it as of `as_of`, and the catalogue's products with the editor's `released`
+    dates; the shard of the first category."""
     Category.objects.get_or_create(slug="toys", defaults={"name": "Toys"})
     Product.objects.bulk_create(
         [Product(product_id=pid, name=f"name {pid}", released_at=released.get(pid, OLD)) for pid in units],
@@ -36,27 +44,29 @@ def _board(settings, units: dict[str, int], *, released: dict[str, dt.datetime],
     )
     layout = Layout(settings.RANKINGS["SHARDS"])
     store.shard_layout_set(1, layout.shards, layout.pinned)
-    boards = {
-        (WINDOW, "units", "toys"): dict(units),
-        (WINDOW, "revenue", "toys"): {pid: 100 * n for pid, n in units.items()},
-    }
-    store.shard_replace(
-        version=1,
-        shard=layout.shard_of("toys"),
-        seq=next(_seq),
-        as_of=as_of.timestamp(),
-        gen=store.generation(1),
-        boards=boards,
-    )
-    return layout.shard_of("toys")
+    shards: dict[int, dict] = {}
+    for category in categories:
+        boards = shards.setdefault(layout.shard_of(category), {})
+        boards[WINDOW, "units", category] = dict(units)
+        boards[WINDOW, "revenue", category] = {pid: 100 * n for pid, n in units.items()}
+    for shard, boards in shards.items():
+        store.shard_replace(
+            version=1,
+            shard=shard,
+            seq=next(_seq),
+            as_of=as_of.timestamp(),
+            gen=store.generation(1),
+            boards=boards,
+        )
+    return layout.shard_of(categories[0])
 
 
-def _big_board(settings, size: int):
+def _big_board(settings, size: int, **options):
     """`size` products on toys, of which the three released two days ago are new: n3 > n2 > n1."""
     units = {f"p{i:05}": 1 + i % 50 for i in range(size)}
     units |= {"n1": 7, "n2": 30, "n3": 900}
     recent = NOW - dt.timedelta(days=2)
-    return _board(settings, units, released={"n1": recent, "n2": recent, "n3": recent})
+    return _board(settings, units, released={"n1": recent, "n2": recent, "n3": recent}, **options)
 
 
 def _new(**params):
@@ -167,3 +177,15 @@ def test_the_latest_releases_are_read_once_for_the_boards_read_together(settings
         for window, metric in [("7d", "units"), ("7d", "revenue"), ("1d", "units"), ("30d", "views")]:
             _new(window=window, metric=metric)
     assert sum("released_at" in q["sql"] for q in queries) == 1, [q["sql"] for q in queries]
+
+
+def test_a_badge_deeper_than_any_page_links_to_the_boards_first_page(settings, client):
+    """Ranked last of 10,053: no page holds the rank, so the badge links to the board, not to a 404."""
+    _big_board(settings, 10_050, categories=("toys", "all"))
+    Product.objects.get(product_id="p10000").categories.set([Category.objects.get(slug="toys")])
+    page = client.get("/p/p10000/")
+    assert page.status_code == 200
+    (badge,) = [b for b in page.context["badges"] if b["category"] == "toys"]
+    assert badge["rank"] > 10_000
+    assert badge["url"] == "/c/toys/"
+    assert client.get(badge["url"]).status_code == 200

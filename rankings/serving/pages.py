@@ -153,6 +153,8 @@ def _query(window: str, metric: str, **extra) -> str:
 def category_url(
     slug: str, *, window: str, metric: str, page: int | None = None, highlight: str | None = None
 ):
+    if page is not None and page * PAGE_SIZE > MAX_DEPTH:  # a rank no page holds: the board's first
+        page = highlight = None
     url = reverse("category", args=[slug]) + _query(window, metric, page=page, highlight=highlight)
     return url + f"#{row_id(highlight)}" if highlight else url
 
