@@ -18,7 +18,7 @@ product is in exactly one part. So:
 
 Each read costs one or two round trips (one per node on a Redis Cluster where scripts are
 involved) and O(K × (log n + limit)) work in Redis, K the number of parts; a deep page
-O(K × (sqrt(offset) + limit)), and when the parts are very uneven O(log offset) round trips more
+O(K × (sqrt(offset) + limit)), and when the parts are very uneven O(K log offset) round trips more
 and O(K² log² n log offset) work (offset being at most 10,000); the thresholds, such a page of one
 rank for each of 1,000 and 10,000.
 """
