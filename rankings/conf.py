@@ -215,6 +215,13 @@ DEFAULTS: dict[str, Setting] = {
         1,
         "RANKINGS_NEW_DAYS",
     ),
+    "NEW_MOST": Setting(
+        10_000,
+        int,
+        "hot new releases are at most this many latest releases of the catalogue: what one read of a"
+        " board's new releases costs grows with it, never with the board",
+        1,
+    ),
     "WINDOWS": Setting(
         {"1h": (60, 60), "1d": (3600, 24), "7d": (3600, 168), "30d": (3600, 720)},
         dict,
@@ -275,6 +282,10 @@ def environment_values(env: environ.Env) -> dict[str, Any]:
 SALES_METRICS = ("units", "revenue")
 ENGAGEMENT_METRICS = ("views", "wishes")
 METRICS = SALES_METRICS + ENGAGEMENT_METRICS
+
+# The deepest rank any list of a board reads: the API refuses offset + limit past it, a page past
+# it is not found, and what a list keeps of a board stops there.
+MAX_DEPTH = 10_000  # ranks
 
 _COMPANION = {"units": "revenue", "revenue": "units", "views": "wishes", "wishes": "views"}
 

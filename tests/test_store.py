@@ -73,6 +73,7 @@ CALLS = {
     "wake_release": lambda: store.wake_release(0),
     "board_copy": lambda: store.board_copy(**BOARD, most=10),
     "member_rank": lambda: store.member_rank(**BOARD, product_id="p1"),
+    "members_on_board": lambda: store.members_on_board(**BOARD, members=["p1"]),
     "members_ranks": lambda: store.members_ranks(
         version=1, window="7d", metric="units", product_id="p1", boards=[(0, "toys")]
     ),

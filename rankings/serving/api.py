@@ -30,7 +30,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from catalogue.money import cents_text, to_cents
-from rankings.conf import METRICS, rankings_settings
+from rankings.conf import MAX_DEPTH, METRICS, rankings_settings
 from rankings.engine.shards import ShardCountMismatch
 from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
@@ -213,8 +213,6 @@ class SalesIngestApi(BatchIngestApi):
 
 
 # --- the read path ------------------------------------------------------------------
-
-MAX_DEPTH = 10_000
 
 
 def _board_params(**extra):

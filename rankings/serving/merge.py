@@ -7,8 +7,7 @@ product is in exactly one part. So:
   then product id ascending by bytes): the first 100 ranks from the parts' top-100 blobs (each
   part's first 100 hold every member of the merged first 100 it contributes), deeper pages from a
   window of each part around its expected place (offset / K, give or take a few times
-  sqrt(offset)), checked to hold the page exactly, else from each part's first offset + limit
-  members;
+  sqrt(offset)), checked to hold the page exactly, else from each part's place found by halves;
 - the size is the sum of the parts' sizes;
 - a product's rank is 1 + the members ordered before it in every part: its own rank in its part,
   plus, in each other part, the members with a higher score or the same score and a smaller id
@@ -19,8 +18,9 @@ product is in exactly one part. So:
 
 Each read costs one or two round trips (one per node on a Redis Cluster where scripts are
 involved) and O(K × (log n + limit)) work in Redis, K the number of parts; a deep page
-O(K × (sqrt(offset) + limit)) (O(K × (offset + limit)) when the parts are very uneven), offset
-being at most 10,000.
+O(K × (sqrt(offset) + limit)), and when the parts are very uneven O(K log offset) round trips more
+and O(K² log² n log offset) work (offset being at most 10,000); the thresholds, such a page of one
+rank for each of 1,000 and 10,000.
 """
 
 import heapq
@@ -96,7 +96,8 @@ def _deep_page(
     A product lands in a part by a hash, so about start/K of the members before `start` lie in each
     part: each part is read in a window of _deep_slack(start) ranks either side of that guess, and
     the merge of those windows is checked to hold the page exactly (see _window_holds). Should it
-    not (parts of very different sizes), each part's first stop + 1 members are read instead."""
+    not (parts far from even), each part's place is found by halves (_places) and the page read
+    from there: never every member before the page."""
     guess, slack = start // len(parts), _deep_slack(start)
     ranges = [(*p, max(0, guess - slack), guess + slack + stop - start) for p in parts]
     read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=False)
@@ -108,10 +109,50 @@ def _deep_page(
     page = merged[first : first + stop - start + 1] if first >= 0 else []
     if first >= 0 and _window_holds(read, [low for _, _, low, _ in ranges], page, want=stop - start + 1):
         return page, read
-    read = store.parts_ranges(
-        version=version, window=window, metric=metric, ranges=[(*p, 0, stop) for p in parts], others=False
+    places = _places(
+        version=version, window=window, metric=metric, parts=parts, sizes=[f.total for f in read], rank=start
     )
-    return _merged(read)[start : stop + 1], read
+    ranges = [(*p, place, place + stop - start) for p, place in zip(parts, places, strict=True)]
+    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=False)
+    return _merged(read)[: stop - start + 1], read
+
+
+def _places(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], sizes: list[int], rank: int
+) -> list[int]:
+    """Where the merged board's rank `rank` (0-based) begins in each part: how many of its members
+    are ordered before it. Found by halves in every part at once: a member's merged rank is its
+    place in its own part plus the members ordered before it in the others (store.parts_before), so
+    each step is one read of a member per part and one count per part, and there are at most
+    log2(rank) steps: O(K² log² n × log rank) work, never a read of the members before `rank`."""
+    bounds = [[max(0, rank - (sum(sizes) - size)), min(size, rank)] for size in sizes]
+    while any(low < high for low, high in bounds):
+        probes = [(low + high) // 2 if low < high else None for low, high in bounds]
+        read = store.parts_ranges(
+            version=version,
+            window=window,
+            metric=metric,
+            ranges=[
+                (*p, -1, -2) if at is None else (*p, at, at) for p, at in zip(parts, probes, strict=True)
+            ],
+            others=False,
+        )
+        for i, (at, found) in enumerate(zip(probes, read, strict=True)):
+            if at is None:
+                continue
+            if not found.rows:  # the part shrank under a tick: its place is before the probe
+                bounds[i][1] = at
+                continue
+            pid, score, _ = found.rows[0]
+            others = [p for k, p in enumerate(parts) if k != i]
+            before = store.parts_before(
+                version=version, window=window, metric=metric, parts=others, score=score, product_id=pid
+            )
+            if at + sum(b.before for b in before) < rank:
+                bounds[i][0] = at + 1
+            else:
+                bounds[i][1] = at
+    return [low for low, _ in bounds]
 
 
 def _deep_slack(start: int) -> int:
@@ -253,31 +294,39 @@ def thresholds(
     edges: list[int],
 ) -> store.Thresholds:
     """store.board_thresholds of a split board: the parts' histograms summed, the members at `ranks`
-    from the merge of the parts' heads."""
+    within the blobs from the merge of the parts' heads, deeper ones each as a page of one rank
+    (_deep_page: a window about each part's place, or its place found by halves)."""
     parts = _parts(layout, category)
     histograms = store.parts_histogram(
         version=version, window=window, metric=metric, parts=parts, edges=edges
     )
     total = sum(h.total for h in histograms)
-    deepest = min(max(ranks, default=0), total)
-    rows = []
-    as_of = _as_of(histograms)
-    if deepest:
-        read = store.parts_ranges(
+    reads, found = [*histograms], {}
+    shallow = [rank for rank in ranks if rank <= min(total, store.BLOB_SIZE)]
+    if shallow:
+        head = board_slice(
             version=version,
+            layout=layout,
             window=window,
             metric=metric,
-            ranges=[(*p, 0, deepest - 1) for p in parts],
-            others=False,
+            category=category,
+            start=0,
+            stop=max(shallow) - 1,
         )
-        rows = [row for _, row in _merged(read)]
-        as_of = _as_of([*histograms, *read])
+        reads.append(head)
+        found.update({rank: head.rows[rank - 1] for rank in shallow if rank <= len(head.rows)})
+    for rank in ranks:
+        if store.BLOB_SIZE < rank <= total:
+            page, read = _deep_page(
+                version=version, window=window, metric=metric, parts=parts, start=rank - 1, stop=rank - 1
+            )
+            reads.extend(read)
+            if page:
+                found[rank] = page[0][1]
     return store.Thresholds(
-        as_of=as_of,
+        as_of=_as_of(reads),
         total=total,
-        ranks=[
-            (rank, rows[rank - 1][0], rows[rank - 1][1]) for rank in ranks if rank <= min(total, len(rows))
-        ],
+        ranks=[(rank, found[rank][0], found[rank][1]) for rank in ranks if rank in found],
         counts=[sum(counts) for counts in zip(*(h.counts for h in histograms), strict=True)],
     )
 

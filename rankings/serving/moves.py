@@ -1,13 +1,13 @@
 """What moves (docs/api.md, "What moves"): movers and shakers, hot new releases and a product's rank history.
 
 Movers compare a board's first SNAPSHOT_DEPTH ranks now (Redis) with the snapshot 24 hours
-before (PostgreSQL, remembered per process: rankings/serving/then.py). New releases filter a
-board at read time by each product's release instant, so they are exact at any instant: a
-product leaves the moment its release is RANKINGS_NEW_DAYS behind the board's asOf, and a late
-sale with an earlier time moves its release at once, without a tick. History reads the ranks of
-one product in a board's snapshots, remembered per board until the next hour is snapshotted. Every
-other answer is remembered as the other reads are (selectors._served): fresh for half a second,
-last known while Redis is unreachable.
+before (PostgreSQL, remembered per process: rankings/serving/then.py). New releases are the
+board restricted to the latest releases, read in one consistent pass and kept, one answer per
+board, until a tick writes its shard (rankings/serving/releases.py): a product leaves the moment
+its release is RANKINGS_NEW_DAYS behind the board's asOf. History reads the ranks of one product
+in a board's snapshots, remembered per board until the next hour is snapshotted. Every other
+answer is remembered as the other reads are (selectors._served): fresh for half a second, last
+known while Redis is unreachable.
 """
 
 import dataclasses
@@ -19,11 +19,10 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError, connection
 
-from catalogue.models import Product
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.models import ProductTotal, Snapshot, SnapshotMark
-from rankings.serving import selectors
+from rankings.models import Snapshot, SnapshotMark
+from rankings.serving import releases, selectors
 from rankings.serving.memory import WeighedLRU
 from rankings.serving.selectors import (
     Board,
@@ -39,8 +38,6 @@ from rankings.serving.selectors import (
 )
 from rankings.serving.then import gain_percent, ranks_then, then_of
 
-# A new-releases board reads its board this many members at a time, until it has what it needs.
-NEW_READ_CHUNK = 2000  # members
 HOUR = 3600  # seconds
 
 
@@ -124,66 +121,37 @@ def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Mov
 
 # --- hot new releases ------------------------------------------------------------------
 
-_RELEASED = f"""
-SELECT p.product_id, COALESCE(p.released_at, t.first_sold_at)
-FROM {Product._meta.db_table} p LEFT JOIN {ProductTotal._meta.db_table} t ON t.product_id = p.product_id
-WHERE p.product_id = ANY(%s)
-"""
-
-
-def releases(product_ids: list[str]) -> dict[str, dt.datetime]:
-    """product -> release instant: the catalogue's where an editor set it, else its first sale's ts."""
-    if not product_ids:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(_RELEASED, [product_ids])
-        return {product_id: at for product_id, at in cursor.fetchall() if at is not None}
-
 
 @_reading
 def board_new(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
-    """The board restricted to the products released at most NEW_DAYS days before its asOf."""
+    """Ranks offset+1 … offset+limit of the board restricted to the products released at most
+    NEW_DAYS days before its asOf (the NEW_MOST latest of them): a slice of the board's one answer
+    (rankings/serving/releases.py); its last known while Redis or the catalogue is away."""
     selectors.split_refused(category)
     category_name(category)
-    return _served(
-        ("new", category, window, metric, limit, offset),
-        lambda: _board_new(category=category, window=window, metric=metric, limit=limit, offset=offset),
-    )
-
-
-def _board_new(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
-    """Reads the whole board a chunk at a time (the total is the number of new products on it);
-    each chunk's releases are one query."""
-    rows: list[tuple[str, int, int, dt.datetime]] = []
-    as_of = None
-    start = 0
-    while True:
-        found = _depth_slice(category, window, metric, start, start + NEW_READ_CHUNK - 1)
-        if as_of is None:
-            as_of = found.as_of
-        elif found.as_of != as_of:  # a tick between two chunks: read again, all of one instant
-            rows, start, as_of = [], 0, None
-            continue
-        if as_of is None:
-            break
-        cutoff = instant(as_of) - dt.timedelta(days=rankings_settings.NEW_DAYS)
-        try:
-            released = releases([row[0] for row in found.rows])
-        except DatabaseError as error:
-            raise store.Unreachable("the catalogue did not answer") from error
-        rows.extend(
-            (pid, score, other, released[pid])
-            for pid, score, other in found.rows
-            if released.get(pid, cutoff - dt.timedelta(1)) >= cutoff
+    stale = False
+    try:
+        version, shard = _placed(category)
+        found = releases.new_releases(
+            version=version, shard=shard, window=window, metric=metric, category=category
         )
-        start += NEW_READ_CHUNK
-        if start >= found.total:
-            break
-    at = instant(as_of)
-    page = rows[offset : offset + limit]
+    except (store.StoreError, DatabaseError) as error:
+        found, stale = releases.last_known(category=category, window=window, metric=metric), True
+        if found is None:
+            raise selectors.Unavailable("rankings are unavailable right now; try again shortly") from error
+    page = found.rows[offset : offset + limit]
     items = _items([(pid, score, other) for pid, score, other, _ in page], offset + 1, metric)
-    items = tuple(dataclasses.replace(item, released_at=page[i][3]) for i, item in enumerate(items))
-    return Board(category=category, window=window, metric=metric, as_of=at, total=len(rows), items=items)
+    return Board(
+        category=category,
+        window=window,
+        metric=metric,
+        as_of=instant(found.as_of),
+        total=found.total,
+        items=tuple(
+            dataclasses.replace(item, released_at=row[3]) for item, row in zip(items, page, strict=True)
+        ),
+        stale=stale or selectors._catalogue_failed.get(),
+    )
 
 
 # --- a product's rank history ----------------------------------------------------------

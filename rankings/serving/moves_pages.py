@@ -17,6 +17,7 @@ from rankings.serving.pages import (
     PAGE_SIZE,
     WINDOW_CHOICES,
     WINDOW_LABELS,
+    _board_offset,
     _choice,
     _freshness,
     _links,
@@ -97,10 +98,9 @@ def new_releases(request, slug):
     window = _choice(request, "window", list(rankings_settings.WINDOWS), DEFAULT_WINDOW)
     metric = _choice(request, "metric", METRICS, DEFAULT_METRIC)
     page = _page_number(request)
+    offset = _board_offset(page)
     name = selectors.category_name(slug)
-    board = moves.board_new(
-        category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-    )
+    board = moves.board_new(category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=offset)
     pages = Paginator(range(board.total), PAGE_SIZE, allow_empty_first_page=True)
     if page > pages.num_pages:
         raise selectors.NotFound(f"page {page} is past the end of the new releases of {name}.")

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 
 from catalogue.models import PRODUCT_ID_PATTERN
-from rankings.conf import ENGAGEMENT_METRICS, METRICS, rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, MAX_DEPTH, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
@@ -129,6 +129,16 @@ def _page_number(request) -> int:
     return int(raw)
 
 
+def _board_offset(page: int) -> int:
+    """Where a board list's page starts (0-based); NotFound, before any read, for a page past the
+    deepest rank a list reads (MAX_DEPTH), as the API refuses offset + limit past it."""
+    if page * PAGE_SIZE > MAX_DEPTH:
+        raise selectors.NotFound(
+            f"page {page:,} is past the last page a list has ({MAX_DEPTH // PAGE_SIZE})."
+        )
+    return (page - 1) * PAGE_SIZE
+
+
 def _query(window: str, metric: str, **extra) -> str:
     """A query string that leaves out the defaults, so links stay short and shareable."""
     params = {}
@@ -143,6 +153,8 @@ def _query(window: str, metric: str, **extra) -> str:
 def category_url(
     slug: str, *, window: str, metric: str, page: int | None = None, highlight: str | None = None
 ):
+    if page is not None and page * PAGE_SIZE > MAX_DEPTH:  # a rank no page holds: the board's first
+        page = highlight = None
     url = reverse("category", args=[slug]) + _query(window, metric, page=page, highlight=highlight)
     return url + f"#{row_id(highlight)}" if highlight else url
 
@@ -279,11 +291,10 @@ def category(request, slug):
     """A category's best sellers, PAGE_SIZE to a page, for one window and metric."""
     window, metric = _board_params(request)
     page = _page_number(request)
+    offset = _board_offset(page)
     highlight = request.GET.get("highlight") or None
     name = selectors.category_name(slug)
-    board = selectors.board_top(
-        category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-    )
+    board = selectors.board_top(category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=offset)
     pages = Paginator(range(board.total), PAGE_SIZE, allow_empty_first_page=True)
     if page > pages.num_pages:
         last = pages.num_pages

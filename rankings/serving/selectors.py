@@ -28,6 +28,7 @@ from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.engine.windows import configured_windows
 from rankings.serving import memory, merge
 from rankings.serving.memory import WeighedLRU, WeighedTLRU, WeighedTTL
+from rankings.serving.releases import releases_forget
 from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
 
 # Category names change rarely; a reader may see a new category this much later.
@@ -247,6 +248,7 @@ def answers_forget() -> None:
         _products.clear()
         _board_copies.clear()
         _board_reads.clear()
+    releases_forget()
 
 
 def caches_clear() -> None:

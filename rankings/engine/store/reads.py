@@ -207,6 +207,29 @@ def shard_stamp(*, version: int, shard: int) -> tuple:
 # --- what it takes to climb ---------------------------------------------------------
 
 
+@dataclass
+class MembersOnBoard:
+    stamp: tuple  # the shard's state fields as read with the scores (what shard_stamp answers)
+    as_of: float | None
+    rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score), unordered
+
+
+@translated
+def members_on_board(
+    *, version: int, shard: int, window: str, metric: str, category: str, members: list[str]
+) -> MembersOnBoard:
+    """Those of `members` on a board, with both metrics' scores and the shard's state, all of one
+    instant (lua/members_on_board.lua): one round trip, O(len(members)) work in Redis whatever the
+    board's size."""
+    keys = member_keys(version, shard, window, metric, category)
+    state, *found = script("members_on_board")(keys=keys, args=[*STATE_READ, *members], client=fast())
+    return MembersOnBoard(
+        stamp=tuple(state),
+        as_of=state_as_of(version, shard, state),
+        rows=[(m.decode(), int(-float(s)), int(-float(o)) if o is not None else 0) for m, s, o in found],
+    )
+
+
 @translated
 def ordered_before(
     *, version: int, shard: int, window: str, metric: str, category: str, score: int, product_id: str
