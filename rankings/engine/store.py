@@ -1297,23 +1297,64 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
     return out
 
 
+# Keys the status figures survey at most (SCAN steps of SCAN_COUNT): a status read costs the same
+# at a million categories (tens of millions of keys) as at ten. Past it, the figures are
+# extrapolated from the share of the keyspace seen, which SCAN's hash order spreads evenly.
+SURVEY_KEYS = 20_000  # keys
+
+
+@dataclass
+class BoardsSurvey:
+    """The board keys of a version among the keys surveyed, and how many keys there are in Redis
+    per key surveyed (1.0: every key was seen, and the figures are exact)."""
+
+    keys: list[str]
+    scale: float
+
+    @property
+    def estimated(self) -> bool:
+        return self.scale != 1.0
+
+
+def _boards_survey(r: Client, version: int) -> BoardsSurvey:
+    """The version's board keys among the first SURVEY_KEYS keys SCAN visits (other prefixes'
+    included: they are the share of the keyspace seen)."""
+    head, keys = f"{prefix()}:v{version}:", []
+    for seen, raw in enumerate(r.scan_iter(count=SCAN_COUNT), start=1):
+        key = raw.decode()
+        if key.startswith(head) and ":b:" in key and TEMP_MARK not in key:
+            keys.append(key)
+        if seen >= SURVEY_KEYS:
+            # A cluster client asks one node unless told otherwise; SCAN visited every primary.
+            every = {"target_nodes": RedisCluster.PRIMARIES} if isinstance(r, RedisCluster) else {}
+            return BoardsSurvey(keys, max(1.0, r.dbsize(**every) / seen))
+    return BoardsSurvey(keys, 1.0)
+
+
 @_translated
-def boards_summary(version: int) -> dict[str, dict[str, int]]:
-    """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
+def boards_summary(version: int) -> dict[str, dict[str, int | bool]]:
+    """Per window: how many boards and members the version holds, and whether that is estimated
+    from a survey of part of the keyspace (one bounded SCAN, one pipeline)."""
     r = fast()
-    keys = [k.decode() for k in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=SCAN_COUNT)]
-    keys = [k for k in keys if TEMP_MARK not in k]
+    survey = _boards_survey(r, version)
     pipe = r.pipeline(transaction=False)
-    for key in keys:
+    for key in survey.keys:
         pipe.zcard(key)
-    summary: dict[str, dict[str, int]] = {}
-    for key, members in zip(keys, pipe.execute(), strict=True):
+    found: dict[str, list[int]] = {}
+    for key, members in zip(survey.keys, pipe.execute() if survey.keys else [], strict=True):
         window, _, category = key.split(":b:", 1)[1].split(":", 2)
-        entry = summary.setdefault(window, {"boards": 0, "members": 0})
+        entry = found.setdefault(window, [0, 0])
         # A split board counts once, with its first part.
-        entry["boards"] += 1 if not is_part(category) or category.endswith(f"{PART_MARK}0") else 0
-        entry["members"] += members
-    return summary
+        entry[0] += 1 if not is_part(category) or category.endswith(f"{PART_MARK}0") else 0
+        entry[1] += members
+    return {
+        window: {
+            "boards": round(boards * survey.scale),
+            "members": round(members * survey.scale),
+            "estimated": survey.estimated,
+        }
+        for window, (boards, members) in found.items()
+    }
 
 
 @_translated
@@ -1367,19 +1408,25 @@ def boards_heads(
 
 
 @_translated
-def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, float]]:
+def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, float | bool]]:
     """Per window: board keys and their memory, measured with MEMORY USAGE … SAMPLES 0 on up to
-    `samples` keys and extrapolated to the rest (exact when there are no more keys than that)."""
+    `samples` keys of a bounded survey (_boards_survey) and extrapolated to the rest (exact when
+    the survey saw every key and there are no more board keys than `samples`)."""
     r = patient()
-    keys: dict[str, list[bytes]] = {}
-    for key in r.scan_iter(match=f"{prefix()}:v{version}:*:b:*", count=SCAN_COUNT):
-        window = key.decode().split(":b:", 1)[1].split(":", 1)[0]
-        keys.setdefault(window, []).append(key)
+    survey = _boards_survey(r, version)
+    keys: dict[str, list[str]] = {}
+    for key in survey.keys:
+        keys.setdefault(key.split(":b:", 1)[1].split(":", 1)[0], []).append(key)
     out = {}
     for window, window_keys in keys.items():
         sample = window_keys[:samples]
         used = [r.memory_usage(k, samples=0) or 0 for k in sample]
-        out[window] = {"keys": len(window_keys), "bytes": sum(used) / len(sample) * len(window_keys)}
+        count = len(window_keys) * survey.scale
+        out[window] = {
+            "keys": round(count),
+            "bytes": sum(used) / len(sample) * count,
+            "estimated": survey.estimated,
+        }
     return out
 
 

@@ -106,6 +106,12 @@ def _tick_summary(last: TickLog | None) -> dict | None:
     }
 
 
+def _no_boards(surveyed: dict) -> dict:
+    """A window the survey of the boards found no key of: none, or none seen of an estimated few."""
+    estimated = any(entry["estimated"] for entry in surveyed.values())
+    return {"boards": 0, "members": 0, "estimated": estimated}
+
+
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
@@ -140,9 +146,7 @@ def status_read() -> dict:
         "failingShards": shards_failing(),
         "activeVersion": version,
         "redis": "ok" if redis_ok else "unreachable",
-        "windows": {
-            name: boards.get(name, {"boards": 0, "members": 0}) for name in rankings_settings.WINDOWS
-        },
+        "windows": {name: boards.get(name, _no_boards(boards)) for name in rankings_settings.WINDOWS},
         "engagement": engagement_status(now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN),
         "snapshots": snapshots_summary(),
     }
