@@ -28,10 +28,11 @@ def _oldest_pending(shards: int) -> dt.datetime | None:
 
 
 def engagement_status(
-    *, now: dt.datetime, layout: Layout, rate_span: dt.timedelta, totals_span: dt.timedelta
+    *, now: dt.datetime, layout: Layout, rate_span: dt.timedelta, totals_span: dt.timedelta, counted: int
 ) -> dict:
     """Engagement's part of status_read: events per second over `rate_span`, what waits for a tick
-    and since when, the totals over `totals_span`, and how far back raw events are kept."""
+    (in at most `counted` queue rows) and since when, the totals over `totals_span`, and how far
+    back raw events are kept."""
     logged = IngestLog.objects.filter(source__startswith=SOURCE_PREFIX)
     recent = logged.filter(at__gte=now - rate_span).aggregate(n=Sum("accepted"))["n"] or 0
     totals = logged.filter(at__gte=now - totals_span).aggregate(
@@ -44,7 +45,7 @@ def engagement_status(
     days = [day for _, day in engagement_partitions() if day is not None]
     return {
         "eventsPerSecond": round(recent / rate_span.total_seconds(), 2),
-        "pending": PendingEngagement.objects.filter(shard=layout.shard_of(ALL)).aggregate(
+        "pending": PendingEngagement.objects.filter(shard=layout.shard_of(ALL))[:counted].aggregate(
             n=Sum(F("views") + F("wishes"))
         )["n"]
         or 0,

@@ -27,6 +27,10 @@ TOTALS_SPAN = dt.timedelta(days=1)
 # date longer ago than this: ticks run every few seconds, so a minute without
 # one means the write path has stopped.
 STALE_AFTER = 60  # seconds
+# Queue rows a status read counts at most, of the sales and of the engagement waiting for a tick:
+# a backlog of millions (a large import) shows as at least this many, and the lag says how far
+# behind it is, for the cost of counting this many (a few milliseconds) once a second per process.
+PENDING_COUNTED = 100_000  # queue rows
 # The figures cost a handful of queries and a SCAN of Redis: one computation a
 # second per process serves any number of callers.
 FIGURES_CACHE_SECONDS = 1.0  # seconds
@@ -118,7 +122,7 @@ def status_read() -> dict:
     layout = active_layout()[1]
     # Every sale is queued once on `all`'s shard (on one of its parts' when it is split): its queue
     # counts the sales not yet counted.
-    pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))
+    pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))[:PENDING_COUNTED]
     oldest = _oldest_pending(layout.shards)
     # Sales only: engagement has figures of its own (engagement_status).
     sales_log = IngestLog.objects.exclude(source__startswith=ENGAGEMENT_SOURCE)
@@ -147,6 +151,8 @@ def status_read() -> dict:
         "activeVersion": version,
         "redis": "ok" if redis_ok else "unreachable",
         "windows": {name: boards.get(name, _no_boards(boards)) for name in rankings_settings.WINDOWS},
-        "engagement": engagement_status(now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN),
+        "engagement": engagement_status(
+            now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN, counted=PENDING_COUNTED
+        ),
         "snapshots": snapshots_summary(),
     }
