@@ -5,6 +5,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.db.models.expressions import RawSQL
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -179,6 +180,13 @@ class IngestLogAdmin(ReadOnlyAdmin):
 # --- operations: versions, rebuild, compare, switch, status -------------------------
 
 
+# Pending tree moves (and the categories they affect) listed on the versions page: an import that
+# moves half a million categories is a count and a page, not a page of half a million rows.
+MOVES_SHOWN = 50  # categories
+# Categories under a parent in a version's tree; none worked out for a deleted version.
+_TREE_ENTRIES = "CASE WHEN state = %s THEN NULL ELSE (SELECT count(*) FROM jsonb_object_keys(tree)) END"
+
+
 def _require(request, permission: str) -> None:
     if not request.user.has_perm(f"rankings.{permission}"):
         raise PermissionDenied
@@ -203,12 +211,26 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             path("<int:number>/switch/", view(self.switch_view), name="rankings_rankingversion_switch"),
         ] + super().get_urls()
 
+    def get_queryset(self, request):
+        # A version's tree holds every category under a parent (tens of megabytes at a million
+        # categories), and every rebuild leaves a row: its size is counted in PostgreSQL, and only
+        # for the versions that can still serve.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("tree")
+            .annotate(tree_entries=RawSQL(_TREE_ENTRIES, [RankingVersion.State.DELETED]))
+        )
+
     def changelist_view(self, request, extra_context=None):
         building = RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).exists()
         number, live = active_layout()
+        # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
+        pending = tree_pending()
         context = {
-            # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
-            "tree_change": tree_pending(),
+            "tree_change": pending,
+            "moves_shown": pending.moved[:MOVES_SHOWN],
+            "affected_shown": pending.affected[:MOVES_SHOWN],
             "boards_per_category": len(rankings_settings.windows) * len(METRICS),
             "building": building,
             "active_number": number,
@@ -222,7 +244,9 @@ class RankingVersionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="tree")
     def tree_size(self, obj):
-        return f"{len(obj.tree)} under a parent" if obj.tree else "flat"
+        if obj.tree_entries is None:
+            return "–"
+        return f"{obj.tree_entries} under a parent" if obj.tree_entries else "flat"
 
     @admin.display(description="shards")
     def layout(self, obj):
@@ -301,7 +325,11 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             "comparisons": comparisons,
             "differing": [_side_by_side(c) for c in differing[:50]],
             "differing_count": len(differing),
-            "tree_change": tree_change(version_tree(RankingVersion.active_number()), version_tree(number)),
+            "tree_change": (
+                change := tree_change(version_tree(RankingVersion.active_number()), version_tree(number))
+            ),
+            "moves_shown": change.moved[:MOVES_SHOWN],
+            "affected_shown": change.affected[:MOVES_SHOWN],
             "can_switch": request.user.has_perm("rankings.switch_rankings"),
         }
         return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)

@@ -73,3 +73,38 @@ def test_the_ingest_log_reads_a_page_not_the_table(admin_client, capped):
     assert reply.context["cl"].result_count == 200
     assert filtered.context["cl"].result_count == 200
     assert not _unbounded(statements + more)
+
+
+def test_the_versions_list_reads_no_tree_of_a_deleted_version_and_a_page_of_pending_moves(
+    admin_client, monkeypatch
+):
+    """At a million categories a version's tree is tens of megabytes and every rebuild leaves a
+    row: the list reads the trees of the live versions only (none of the deleted ones, and none
+    into Python), and shows a page of the pending moves, not every one."""
+    from catalogue.models import Category
+    from rankings.models import RankingVersion
+
+    # given the first version active, twenty deleted versions that counted with a tree each
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(shop.sale("p1"))
+    shop.tick()
+    tree = {f"c{i}": "root" for i in range(500)}
+    RankingVersion.objects.bulk_create(
+        [RankingVersion(number=n, state="deleted", shards=4, tree=tree) for n in range(2, 22)]
+    )
+    # and 120 categories moved under a parent in the catalogue, pending a rebuild
+    root = Category.objects.create(slug="root", name="Root")
+    Category.objects.bulk_create([Category(slug=f"c{i}", name=f"C {i}", parent=root) for i in range(120)])
+    # when the list is shown
+    with CaptureQueriesContext(connection) as queries:
+        reply = admin_client.get(reverse("admin:rankings_rankingversion_changelist"))
+    # then no version's tree came into Python, and only a deleted version's size is not worked out
+    assert reply.status_code == 200
+    listed = reply.context["cl"].result_list
+    assert len(listed) == 21 and all("tree" in v.get_deferred_fields() for v in listed)
+    sizes = [q["sql"] for q in queries if "jsonb_object_keys" in q["sql"]]
+    assert sizes and all("deleted" in sql for sql in sizes)
+    # and the pending moves are shown a page at a time, with how many there are
+    page = reply.content.decode()
+    assert page.count("<td>c") == rankings_admin.MOVES_SHOWN
+    assert "120 categories moved" in page
