@@ -225,3 +225,19 @@ def test_a_backlog_is_counted_up_to_a_bound(monkeypatch):
     # then each backlog shows as the bound: at least that many
     assert figures["pendingSales"] == 100
     assert figures["engagement"]["pending"] == 100
+
+
+def test_the_lag_costs_one_statement_per_queue_whatever_the_number_of_shards(settings):
+    """Up to 256 shards: the oldest pending sale and event of each are found in one statement per
+    queue (each shard's first row through the queue's key), not one per shard, once a second."""
+    # given sales and views waiting on every one of the shards
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(*(shop.sale(f"p{i}", categories=[f"c{i}"]) for i in range(40)))
+    shop.engage(*(shop.engagement(f"p{i}", categories=[f"c{i}"]) for i in range(40)))
+    # when the figures are read
+    with CaptureQueriesContext(connection) as queries:
+        figures = status.status_read()
+    # then
+    assert figures["lagSeconds"] >= 0 and figures["engagement"]["lagSeconds"] >= 0
+    for queue in ("rankings_pendingsale", "rankings_pendingengagement"):
+        assert len([q for q in queries if queue in q["sql"]]) <= 2, queue  # the lag, the backlog

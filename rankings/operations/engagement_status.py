@@ -2,6 +2,7 @@
 
 import datetime as dt
 
+from django.db import connection
 from django.db.models import F, Sum
 
 from rankings.conf import engagement_retention_seconds
@@ -13,18 +14,22 @@ from rankings.models import IngestLog, PendingEngagement
 SOURCE_PREFIX = "engage"
 
 
+# Each shard's first queued entry, through the queue's primary key (shard, entry): one statement
+# however many shards there are.
+_FIRST_QUEUED = f"""
+SELECT min(first.queued_at) FROM generate_series(0, %s - 1) AS s (shard)
+CROSS JOIN LATERAL (
+    SELECT queued_at FROM {PendingEngagement._meta.db_table} p WHERE p.shard = s.shard ORDER BY p.entry LIMIT 1
+) AS first
+"""
+
+
 def _oldest_pending(shards: int) -> dt.datetime | None:
     """When the oldest engagement event that some shard has yet to count was queued: each shard's
     lowest entry, through the queue's primary key (to within a commit's reordering)."""
-    firsts = [
-        PendingEngagement.objects.filter(shard=shard)
-        .order_by("entry")
-        .values_list("queued_at", flat=True)
-        .first()
-        for shard in range(shards)
-    ]
-    known = [first for first in firsts if first is not None]
-    return min(known) if known else None
+    with connection.cursor() as cursor:
+        cursor.execute(_FIRST_QUEUED, [shards])
+        return cursor.fetchone()[0]
 
 
 def engagement_status(

@@ -5,6 +5,7 @@ import threading
 import time
 
 from cachetools import TTLCache, cached
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -79,6 +80,16 @@ def status_forget() -> None:
     status_cached.cache_clear()
 
 
+# Each shard's lowest queued sale, through the queue's primary key (shard, sale): one statement
+# however many shards there are.
+_FIRST_PENDING = f"""
+SELECT min(first.sale_id) FROM generate_series(0, %s - 1) AS s (shard)
+CROSS JOIN LATERAL (
+    SELECT sale_id FROM {PendingSale._meta.db_table} p WHERE p.shard = s.shard ORDER BY p.sale_id LIMIT 1
+) AS first
+"""
+
+
 def _oldest_pending(shards: int) -> dt.datetime | None:
     """When the oldest sale that some shard has yet to count was received.
 
@@ -86,14 +97,12 @@ def _oldest_pending(shards: int) -> dt.datetime | None:
     sales that `all` has counted. Each shard's lowest sale id is its oldest sale to within a
     commit's reordering, found through the queue's primary key, not a scan of it.
     """
-    firsts = [
-        PendingSale.objects.filter(shard=shard).order_by("sale").values_list("sale", flat=True).first()
-        for shard in range(shards)
-    ]
-    ids = [sale for sale in firsts if sale is not None]
-    if not ids:
+    with connection.cursor() as cursor:
+        cursor.execute(_FIRST_PENDING, [shards])
+        (first,) = cursor.fetchone()
+    if first is None:
         return None
-    return Sale.objects.filter(id=min(ids)).values_list("received_at", flat=True).first()
+    return Sale.objects.filter(id=first).values_list("received_at", flat=True).first()
 
 
 def _tick_summary(last: TickLog | None) -> dict | None:
