@@ -1366,26 +1366,40 @@ def head_read(version: int, shard: int, window: str, metric: str, category: str)
 
 
 @_translated
-def boards_read_with_heads(
-    version: int, shard: int, boards: list[tuple[str, str, str]]
-) -> list[tuple[list[tuple[str, int]], dict | None]]:
-    """Each board (window, metric, category) of one shard as board_read_all and head_read give it:
-    (every member in ranking order with its score, its head). One round trip on one server; on a
-    Redis Cluster, whose pipelines refuse scripts, the boards in one and each head in one of its own."""
+def boards_spot_read(
+    version: int, shard: int, boards: list[tuple[str, str, str]], spot: int
+) -> list[tuple[int, list[tuple[str, int]], dict | None]]:
+    """Each board (window, metric, category) of one shard: (its size, `spot` of its members drawn
+    at random with their scores (every member of a board of at most `spot`), its head as head_read
+    gives it). One round trip on one server; on a Redis Cluster, whose pipelines refuse scripts,
+    the boards in one and each head in one of its own."""
     r = patient()
     pipe = r.pipeline(transaction=False)
     for board in boards:
-        pipe.zrange(board_key(version, shard, *board), 0, -1, withscores=True)
+        pipe.zcard(board_key(version, shard, *board))
+        pipe.zrandmember(board_key(version, shard, *board), spot, withscores=True)
     script, calls = _script(_HEAD), [list(_board_keys(version, shard, *board)) for board in boards]
     if clustered():
-        members = pipe.execute() if boards else []
+        values = pipe.execute() if boards else []
         heads = [script(keys=keys, args=[BLOB_SIZE], client=r) for keys in calls]
     else:
         for keys in calls:
             script(keys=keys, args=[BLOB_SIZE], client=pipe)
         values = pipe.execute() if boards else []
-        members, heads = values[: len(boards)], values[len(boards) :]
-    return [(_scored(rows), _head(head)) for rows, head in zip(members, heads, strict=True)]
+        values, heads = values[: 2 * len(boards)], values[2 * len(boards) :]
+    return [
+        (size, _scored(_pairs(drawn)), _head(head))
+        for size, drawn, head in zip(values[::2], values[1::2], heads, strict=True)
+    ]
+
+
+def _pairs(drawn: list | None) -> list[tuple[bytes, float]]:
+    """ZRANDMEMBER … WITHSCORES as (member, score) pairs: flat under RESP2, pairs under RESP3."""
+    if not drawn:
+        return []
+    if isinstance(drawn[0], list | tuple):
+        return [(member, float(score)) for member, score in drawn]
+    return [(drawn[i], float(drawn[i + 1])) for i in range(0, len(drawn), 2)]
 
 
 @_translated
