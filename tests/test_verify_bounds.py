@@ -93,3 +93,21 @@ def test_a_damaged_board_is_found_and_rebuilt(large, damage):
     # then the board's shard is rebuilt, and the boards are exact again
     assert report.repaired == [shard]
     large.assert_exact()
+
+
+def test_the_sample_is_drawn_through_the_index_not_by_sorting_every_category():
+    """A million categories: a sample of 20 is 20 probes of the key, not a random order of the table."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from catalogue.models import Category
+
+    # given 300 categories
+    Category.objects.bulk_create([Category(slug=f"c{i:03}", name=f"C {i:03}") for i in range(300)])
+    # when three are drawn, many times
+    with CaptureQueriesContext(connection) as queries:
+        draws = [verify.sample_categories(3) for _ in range(20)]
+    # then no statement sorted the table, and the draws differ, three categories each
+    assert not [q["sql"] for q in queries if "RANDOM()" in q["sql"].upper()]
+    assert all(len(set(draw)) == 3 for draw in draws)
+    assert len({tuple(draw) for draw in draws}) > 1
