@@ -309,10 +309,13 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         _require(request, "rebuild_rankings")
         version = get_object_or_404(RankingVersion, number=number)
         form = CompareForm(request.POST or None)
-        comparisons = None
+        comparisons, sampled, categories = None, None, 0
         if request.method == "POST" and form.is_valid():
+            sampled, categories = backfill.compare_sample()
             try:
-                comparisons = backfill.versions_compare(number=number, top_n=form.cleaned_data["top_n"])
+                comparisons = backfill.versions_compare(
+                    number=number, top_n=form.cleaned_data["top_n"], categories=sampled
+                )
             except backfill.VersionError as error:
                 self.message_user(request, str(error), messages.ERROR)
         differing = [c for c in comparisons or [] if not c.equal]
@@ -325,6 +328,9 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             "comparisons": comparisons,
             "differing": [_side_by_side(c) for c in differing[:50]],
             "differing_count": len(differing),
+            # Categories drawn at random besides `all` (none: every board was compared), of how many.
+            "sampled": len(sampled) - 1 if sampled else 0,
+            "categories": categories,
             "tree_change": (
                 change := tree_change(version_tree(RankingVersion.active_number()), version_tree(number))
             ),

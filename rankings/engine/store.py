@@ -1404,21 +1404,23 @@ def _pairs(drawn: list | None) -> list[tuple[bytes, float]]:
 
 @_translated
 def boards_heads(
-    version: int, shard: int, n: int
+    version: int, shard: int, n: int, boards: list[tuple[str, str, str]] | None = None
 ) -> dict[tuple[str, str, str], tuple[int, list[tuple[str, int]]]]:
-    """Every board of a shard: (window, metric, category) -> (size, first n members with scores)."""
-    keys = shard_board_keys(version, shard)
+    """Boards of a shard, every one or those of `boards` (window, metric, category): each one's
+    (size, first n members with scores); an empty board is left out."""
+    if boards is None:
+        boards = [tuple(key.split(":b:", 1)[1].split(":", 2)) for key in shard_board_keys(version, shard)]
     pipe = patient().pipeline(transaction=False)
-    for key in keys:
+    for board in boards:
+        key = board_key(version, shard, *board)
         pipe.zcard(key)
         pipe.zrange(key, 0, n - 1, withscores=True)
-    values = pipe.execute()
-    heads = {}
-    for i, key in enumerate(keys):
-        window, metric, category = key.split(":b:", 1)[1].split(":", 2)
-        total, rows = values[2 * i], values[2 * i + 1]
-        heads[(window, metric, category)] = (total, [(m.decode(), int(-s)) for m, s in rows])
-    return heads
+    values = pipe.execute() if boards else []
+    return {
+        board: (total, [(m.decode(), int(-s)) for m, s in rows])
+        for board, total, rows in zip(boards, values[::2], values[1::2], strict=True)
+        if total
+    }
 
 
 @_translated
