@@ -150,3 +150,40 @@ def test_a_thousand_categories_with_their_paths_cost_a_fixed_number_of_queries(a
     items = reply.json()["items"]
     assert len(items) == 1000 and max(len(item["path"]) for item in items) == 6
     assert len(queries) <= 3  # the page, the count, the tree
+
+
+def test_movers_of_a_large_board_read_its_first_ranks_only(api, redis_client, monkeypatch):
+    """Movers compare the first RANKINGS_SNAPSHOT_DEPTH ranks with the snapshot a day before."""
+    import datetime as dt
+
+    from rankings.conf import rankings_settings
+
+    from .rankings_helpers import START
+
+    # given a snapshot a day before, and now 20,000 products on the 1-day board of `toys`
+    shop = Shop()
+    shop.send(shop.sale("p1", qty=2))
+    shop.tick()
+    shop.now = START + dt.timedelta(hours=24, minutes=30)
+    shop.send(shop.sale("p1", qty=2))
+    shop.tick()
+    version = store.active_version(fresh=True)
+    shard = selectors._shard("toys", version)
+    pipe = redis_client.pipeline(transaction=False)
+    for metric in ("units", "revenue"):
+        key = store.board_key(version, shard, "1d", metric, "toys")
+        for start in range(0, MEMBERS, 5000):
+            pipe.zadd(key, {f"m{i:05}": -(1 + i % 3) for i in range(start, start + 5000)})
+    pipe.execute()
+    selectors.caches_clear()
+    api.get("/v1/categories/toys/top?window=1d&limit=1")
+    selectors.answers_forget()
+    replies = RedisReplies(monkeypatch)
+    # when the movers are read
+    reply = api.get("/v1/categories/toys/movers?window=1d&limit=100")
+    # then only the first ranks came back from Redis
+    assert reply.status_code == 200
+    assert len(reply.json()["items"]) == 100
+    depth = rankings_settings.SNAPSHOT_DEPTH
+    assert replies.trips <= 3
+    assert replies.values <= 3 * depth + 20  # members with scores, the other metric's, the state
