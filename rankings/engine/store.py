@@ -1300,7 +1300,7 @@ def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -
 # Keys the status figures survey at most (SCAN steps of SCAN_COUNT): a status read costs the same
 # at a million categories (tens of millions of keys) as at ten. Past it, the figures are
 # extrapolated from the share of the keyspace seen, which SCAN's hash order spreads evenly.
-SURVEY_KEYS = 20_000  # keys
+SURVEY_KEYS = 5_000  # keys
 
 
 @dataclass
@@ -1320,7 +1320,7 @@ def _boards_survey(r: Client, version: int) -> BoardsSurvey:
     """The version's board keys among the first SURVEY_KEYS keys SCAN visits (other prefixes'
     included: they are the share of the keyspace seen)."""
     head, keys = f"{prefix()}:v{version}:", []
-    for seen, raw in enumerate(r.scan_iter(count=SCAN_COUNT), start=1):
+    for seen, raw in enumerate(r.scan_iter(count=min(SCAN_COUNT, SURVEY_KEYS)), start=1):
         key = raw.decode()
         if key.startswith(head) and ":b:" in key and TEMP_MARK not in key:
             keys.append(key)
