@@ -3,12 +3,15 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db import transaction
+from django.db.models.expressions import RawSQL
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
@@ -35,6 +38,35 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+# Rows a list of facts counts at most: its pages reach that deep, and older rows are found by
+# narrowing by date or search. A count of a table of hundreds of millions of rows would cost more
+# than every page a person reads.
+LIST_ROWS_COUNTED = 10_000  # rows
+
+
+class CappedPaginator(Paginator):
+    """Django's paginator counting at most LIST_ROWS_COUNTED rows of the list (the changelist
+    counts the rows it lists: otherwise a count(*) of the whole table on every page)."""
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[:LIST_ROWS_COUNTED].count()
+
+
+class SourceFilter(admin.SimpleListFilter):
+    """The ingest log's sources, named here rather than read from the log (a DISTINCT over it)."""
+
+    title = "source"
+    parameter_name = "source"
+    SOURCES = ["api", "import", "demo", "engage-api", "engage-import", "engage-demo"]
+
+    def lookups(self, request, model_admin):
+        return [(source, source) for source in self.SOURCES]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(source=self.value()) if self.value() else queryset
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -65,9 +97,13 @@ class EngagementAdmin(ReadOnlyAdmin):
     # Exact matches only: the partitioned table's one index is its key, and days are read whole.
     search_fields = ["=product_id"]
     search_help_text = "A product id."
-    date_hierarchy = "ts"
-    list_filter = ["kind"]
-    ordering = ["-ts"]
+    # Dates as ranges (which days' partitions to read), not a date hierarchy: its links are a
+    # DISTINCT over every event of the period shown.
+    list_filter = [("ts", admin.DateFieldListFilter), "kind"]
+    # Newest first by the key each day's partition is indexed on: a page reads a page of each day,
+    # where an order by time would sort every event kept.
+    ordering = ["-id"]
+    paginator = CappedPaginator
     show_full_result_count = False
     list_per_page = 100
 
@@ -136,9 +172,9 @@ class SaleAdmin(ReadOnlyAdmin):
 @admin.register(IngestLog)
 class IngestLogAdmin(ReadOnlyAdmin):
     list_display = ["at", "source", "accepted", "duplicates", "rejected"]
-    list_filter = ["source"]
-    date_hierarchy = "at"
+    list_filter = [("at", admin.DateFieldListFilter), SourceFilter]
     ordering = ["-at"]
+    paginator = CappedPaginator
     show_full_result_count = False
 
 
@@ -176,6 +212,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
 # --- operations: versions, rebuild, compare, switch, status -------------------------
 
 
+# Pending tree moves (and the categories they affect) listed on the versions page: an import that
+# moves half a million categories is a count and a page, not a page of half a million rows.
+MOVES_SHOWN = 50  # categories
+# Categories under a parent in a version's tree; none worked out for a deleted version.
+_TREE_ENTRIES = "CASE WHEN state = %s THEN NULL ELSE (SELECT count(*) FROM jsonb_object_keys(tree)) END"
+
+
 def _require(request, permission: str) -> None:
     if not request.user.has_perm(f"rankings.{permission}"):
         raise PermissionDenied
@@ -200,12 +243,26 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             path("<int:number>/switch/", view(self.switch_view), name="rankings_rankingversion_switch"),
         ] + super().get_urls()
 
+    def get_queryset(self, request):
+        # A version's tree holds every category under a parent (tens of megabytes at a million
+        # categories), and every rebuild leaves a row: its size is counted in PostgreSQL, and only
+        # for the versions that can still serve.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("tree")
+            .annotate(tree_entries=RawSQL(_TREE_ENTRIES, [RankingVersion.State.DELETED]))
+        )
+
     def changelist_view(self, request, extra_context=None):
         building = RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).exists()
         number, live = active_layout()
+        # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
+        pending = tree_pending()
         context = {
-            # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
-            "tree_change": tree_pending(),
+            "tree_change": pending,
+            "moves_shown": pending.moved[:MOVES_SHOWN],
+            "affected_shown": pending.affected[:MOVES_SHOWN],
             "boards_per_category": len(configured_windows()) * len(METRICS),
             "building": building,
             "active_number": number,
@@ -219,7 +276,9 @@ class RankingVersionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="tree")
     def tree_size(self, obj):
-        return f"{len(obj.tree)} under a parent" if obj.tree else "flat"
+        if obj.tree_entries is None:
+            return "–"
+        return f"{obj.tree_entries} under a parent" if obj.tree_entries else "flat"
 
     @admin.display(description="shards")
     def layout(self, obj):
@@ -282,10 +341,13 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         _require(request, "rebuild_rankings")
         version = get_object_or_404(RankingVersion, number=number)
         form = CompareForm(request.POST or None)
-        comparisons = None
+        comparisons, sampled, categories = None, None, 0
         if request.method == "POST" and form.is_valid():
+            sampled, categories = backfill.compare_sample()
             try:
-                comparisons = backfill.versions_compare(number=number, top_n=form.cleaned_data["top_n"])
+                comparisons = backfill.versions_compare(
+                    number=number, top_n=form.cleaned_data["top_n"], categories=sampled
+                )
             except backfill.VersionError as error:
                 self.message_user(request, str(error), messages.ERROR)
         differing = [c for c in comparisons or [] if not c.equal]
@@ -298,7 +360,14 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             "comparisons": comparisons,
             "differing": [_side_by_side(c) for c in differing[:50]],
             "differing_count": len(differing),
-            "tree_change": tree_change(version_tree(RankingVersion.active_number()), version_tree(number)),
+            # Categories drawn at random besides `all` (none: every board was compared), of how many.
+            "sampled": len(sampled) - 1 if sampled else 0,
+            "categories": categories,
+            "tree_change": (
+                change := tree_change(version_tree(RankingVersion.active_number()), version_tree(number))
+            ),
+            "moves_shown": change.moved[:MOVES_SHOWN],
+            "affected_shown": change.affected[:MOVES_SHOWN],
             "can_switch": request.user.has_perm("rankings.switch_rankings"),
         }
         return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)

@@ -1,5 +1,5 @@
 """A product's rank history costs one bounded query per board and hour, then nothing until the next
-hour is snapshotted (DESIGN §7)."""
+hour is snapshotted."""
 
 import datetime as dt
 import re

@@ -1,4 +1,4 @@
-"""What a reader process remembers is bounded in bytes, whatever a client asks (DESIGN §7)."""
+"""What a reader process remembers is bounded in bytes, whatever a client asks."""
 
 import gc
 import time

@@ -141,3 +141,106 @@ def test_the_lag_counts_a_shard_whose_ticks_stopped_though_all_has_counted_its_s
     # and once that shard ticks too, there is no lag
     tick(now=shop.now)
     assert status.status_read()["lagSeconds"] == 0.0
+
+
+class RedisCommands:
+    """Counts the commands sent to the ranking store by name, pipelined ones included."""
+
+    def __init__(self, monkeypatch):
+        import redis
+
+        self.sent: dict[str, int] = {}
+        counter = self
+        original_command = redis.Redis.execute_command
+        original_pipeline = redis.client.Pipeline.execute
+
+        def execute_command(self, *args, **options):
+            counter.add(args[0])
+            return original_command(self, *args, **options)
+
+        def execute(self, *args, **options):
+            for command, _ in self.command_stack:
+                counter.add(command[0])
+            return original_pipeline(self, *args, **options)
+
+        monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
+        monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+
+    def add(self, name) -> None:
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        self.sent[name.upper()] = self.sent.get(name.upper(), 0) + 1
+
+
+def test_the_board_figures_survey_a_bounded_share_of_redis(monkeypatch, redis_client):
+    """At a million categories the boards are tens of millions of keys: the figures read a bounded
+    number of them and extrapolate, never a ZCARD per board."""
+    from rankings.engine import store
+
+    # given 4,000 boards of the active version, one member each
+    _ticked_now()
+    boards = 4000
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(boards):
+        pipe.zadd(store.board_key(1, 0, "30d", "units", f"c{i}"), {"p1": -1})
+    pipe.execute()
+    # and a survey bounded at a quarter of the keyspace
+    monkeypatch.setattr(store.survey, "SCAN_COUNT", 100)
+    monkeypatch.setattr(store.survey, "SURVEY_KEYS", sum(1 for _ in redis_client.scan_iter(count=1000)) // 4)
+    commands = RedisCommands(monkeypatch)
+    # when the figures are read
+    figures = status.status_read()["windows"]["30d"]
+    # then a share of the boards was read, and the rest estimated from it
+    assert commands.sent.get("ZCARD", 0) < boards / 2
+    assert (
+        commands.sent.get("SCAN", 0) * store.survey.SCAN_COUNT
+        <= store.survey.SURVEY_KEYS + 2 * store.survey.SCAN_COUNT
+    )
+    assert figures["estimated"] is True
+    assert 0.7 * boards < figures["boards"] < 1.3 * boards
+    assert 0.7 * boards < figures["members"] < 1.3 * boards
+
+
+def test_the_board_figures_are_exact_when_the_survey_sees_every_key(redis_client):
+    from rankings.engine import store
+
+    _ticked_now()
+    keys = list(redis_client.scan_iter(f"{store.prefix()}:v1:*:b:7d:*"))
+
+    figures = status.status_read()["windows"]["7d"]
+
+    assert keys and figures == {
+        "boards": len(keys),
+        "members": sum(redis_client.zcard(key) for key in keys),
+        "estimated": False,
+    }
+
+
+def test_a_backlog_is_counted_up_to_a_bound(monkeypatch):
+    """A backlog of millions (a large import before the ticks catch up) is when the operator polls
+    the figures most: each read counts at most PENDING_COUNTED queue rows, never the whole queue."""
+    # given 300 sales and 300 views received and not yet counted
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(*(shop.sale(f"p{i}") for i in range(300)))
+    shop.engage(*(shop.engagement(f"p{i}") for i in range(300)))
+    monkeypatch.setattr(status, "PENDING_COUNTED", 100, raising=False)
+    # when the figures are read
+    figures = status.status_read()
+    # then each backlog shows as the bound: at least that many
+    assert figures["pendingSales"] == 100
+    assert figures["engagement"]["pending"] == 100
+
+
+def test_the_lag_costs_one_statement_per_queue_whatever_the_number_of_shards(settings):
+    """Up to 256 shards: the oldest pending sale and event of each are found in one statement per
+    queue (each shard's first row through the queue's key), not one per shard, once a second."""
+    # given sales and views waiting on every one of the shards
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(*(shop.sale(f"p{i}", categories=[f"c{i}"]) for i in range(40)))
+    shop.engage(*(shop.engagement(f"p{i}", categories=[f"c{i}"]) for i in range(40)))
+    # when the figures are read
+    with CaptureQueriesContext(connection) as queries:
+        figures = status.status_read()
+    # then
+    assert figures["lagSeconds"] >= 0 and figures["engagement"]["lagSeconds"] >= 0
+    for queue in ("rankings_pendingsale", "rankings_pendingengagement"):
+        assert len([q for q in queries if queue in q["sql"]]) <= 2, queue  # the lag, the backlog

@@ -82,7 +82,7 @@ CALLS = {
     "board_heads": lambda: store.board_heads(version=1, boards=[(0, "7d", "units", "toys", 10)]),
     "boards_summary": lambda: store.boards_summary(1),
     "head_read": lambda: store.head_read(1, 0, "7d", "units", "toys"),
-    "boards_read_with_heads": lambda: store.boards_read_with_heads(1, 0, [("7d", "units", "toys")]),
+    "boards_spot_read": lambda: store.boards_spot_read(1, 0, [("7d", "units", "toys")], 10),
     "boards_heads": lambda: store.boards_heads(1, 0, 10),
     "memory_by_window": lambda: store.memory_by_window(1),
     "shard_stamp": lambda: store.shard_stamp(version=1, shard=0),

@@ -41,7 +41,7 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
-from rankings.conf import rankings_settings
+from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
 from rankings.engine.relayout import state_rekey
@@ -657,24 +657,46 @@ def _switch_relayout(
         ) from error
 
 
-def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
-    """Each board's top-N and size in the active version against version `number`, at the same batch."""
+# Categories the admin's compare draws at random (besides `all`) from a catalogue larger than this:
+# one request compares their boards, not the sixteen million of a million categories; a catalogue
+# of at most this many is compared whole.
+COMPARE_CATEGORIES = 1_000  # categories
+
+
+def compare_sample() -> tuple[list[str] | None, int]:
+    """(the categories a compare reads: `all` and COMPARE_CATEGORIES drawn at random, or None for
+    every one when the catalogue has no more than that; how many categories the catalogue has)."""
+    from catalogue.models import Category
+    from rankings.operations.verify import sample_categories
+
+    total = Category.objects.count()
+    if total <= COMPARE_CATEGORIES:
+        return None, total
+    drawn = [c for c in sample_categories(COMPARE_CATEGORIES + 1) if c != ALL]
+    return [ALL, *drawn[:COMPARE_CATEGORIES]], total
+
+
+def versions_compare(
+    *, number: int, top_n: int = 100, categories: list[str] | None = None
+) -> list[BoardComparison]:
+    """Each board's top-N and size in the active version against version `number`, at the same
+    batch: every board, or those of `categories`."""
     live_number, live = active_layout()
     layout = version_layout(number)
     _era_check(number)
     if layout == live:
         live_heads, new_heads = {}, {}
-        for shard in range(layout.shards):
+        for shard in _shards_of(layout, categories):
             with locks.shard_lock(shard):
                 _catch_up(number, shard)
-                live_heads.update(store.boards_heads(live_number, shard, top_n))
-                new_heads.update(store.boards_heads(number, shard, top_n))
+                live_heads.update(_shard_heads(live_number, live, shard, top_n, categories))
+                new_heads.update(_shard_heads(number, layout, shard, top_n, categories))
     else:
         # Laid out otherwise: the boards of one shard are spread over several of the other's.
         with locks.version_change_lock(), locks.all_shards_lock(live.shards):
             _catch_up_version(number)
-            live_heads = _heads(live_number, live.shards, top_n)
-            new_heads = _heads(number, layout.shards, top_n)
+            live_heads = _heads(live_number, live, top_n, categories)
+            new_heads = _heads(number, layout, top_n, categories)
     # Boards are compared whole: a split board's parts merged, whichever version splits it.
     live_heads, new_heads = _merged_heads(live_heads, top_n), _merged_heads(new_heads, top_n)
     comparisons = []
@@ -683,6 +705,28 @@ def versions_compare(*, number: int, top_n: int = 100) -> list[BoardComparison]:
         new_total, new_top = new_heads.get(board, (0, []))
         comparisons.append(BoardComparison(*board, live_total, new_total, live_top, new_top))
     return comparisons
+
+
+def _shards_of(layout: Layout, categories: list[str] | None) -> list[int]:
+    """The shards holding the boards of `categories` (their parts, when split); None: every shard."""
+    if categories is None:
+        return list(range(layout.shards))
+    return sorted({layout.shard_of(part) for c in categories for part in layout.boards_of(c)})
+
+
+def _shard_heads(version: int, layout: Layout, shard: int, top_n: int, categories: list[str] | None) -> dict:
+    """The heads of the shard's boards: every one, or those of `categories`."""
+    if categories is None:
+        return store.boards_heads(version, shard, top_n)
+    boards = [
+        (window, metric, part)
+        for c in categories
+        for part in layout.boards_of(c)
+        if layout.shard_of(part) == shard
+        for window in configured_windows()
+        for metric in METRICS
+    ]
+    return store.boards_heads(version, shard, top_n, boards)
 
 
 def _merged_heads(heads: dict, top_n: int) -> dict:
@@ -696,10 +740,10 @@ def _merged_heads(heads: dict, top_n: int) -> dict:
     return merged
 
 
-def _heads(version: int, shards: int, top_n: int) -> dict:
+def _heads(version: int, layout: Layout, top_n: int, categories: list[str] | None) -> dict:
     heads = {}
-    for shard in range(shards):
-        heads.update(store.boards_heads(version, shard, top_n))
+    for shard in _shards_of(layout, categories):
+        heads.update(_shard_heads(version, layout, shard, top_n, categories))
     return heads
 
 

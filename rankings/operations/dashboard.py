@@ -31,7 +31,10 @@ def operations_read() -> dict:
         "status": status,
         "windows": windows,
         "ticks": list(TickLog.objects.all()[:20]),
-        "versions": list(RankingVersion.objects.exclude(state=RankingVersion.State.DELETED)[:20]),
+        # Not their trees: tens of megabytes each at a million categories, and not shown.
+        "versions": list(
+            RankingVersion.objects.exclude(state=RankingVersion.State.DELETED).defer("tree")[:20]
+        ),
         "hourly": units_per_hour(),
         "redis_safety": redis_safety(),
     }

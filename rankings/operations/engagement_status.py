@@ -2,6 +2,7 @@
 
 import datetime as dt
 
+from django.db import connection
 from django.db.models import F, Sum
 
 from rankings.conf import engagement_retention_seconds
@@ -13,25 +14,30 @@ from rankings.models import IngestLog, PendingEngagement
 SOURCE_PREFIX = "engage"
 
 
+# Each shard's first queued entry, through the queue's primary key (shard, entry): one statement
+# however many shards there are.
+_FIRST_QUEUED = f"""
+SELECT min(first.queued_at) FROM generate_series(0, %s - 1) AS s (shard)
+CROSS JOIN LATERAL (
+    SELECT queued_at FROM {PendingEngagement._meta.db_table} p WHERE p.shard = s.shard ORDER BY p.entry LIMIT 1
+) AS first
+"""
+
+
 def _oldest_pending(shards: int) -> dt.datetime | None:
     """When the oldest engagement event that some shard has yet to count was queued: each shard's
     lowest entry, through the queue's primary key (to within a commit's reordering)."""
-    firsts = [
-        PendingEngagement.objects.filter(shard=shard)
-        .order_by("entry")
-        .values_list("queued_at", flat=True)
-        .first()
-        for shard in range(shards)
-    ]
-    known = [first for first in firsts if first is not None]
-    return min(known) if known else None
+    with connection.cursor() as cursor:
+        cursor.execute(_FIRST_QUEUED, [shards])
+        return cursor.fetchone()[0]
 
 
 def engagement_status(
-    *, now: dt.datetime, layout: Layout, rate_span: dt.timedelta, totals_span: dt.timedelta
+    *, now: dt.datetime, layout: Layout, rate_span: dt.timedelta, totals_span: dt.timedelta, counted: int
 ) -> dict:
     """Engagement's part of status_read: events per second over `rate_span`, what waits for a tick
-    and since when, the totals over `totals_span`, and how far back raw events are kept."""
+    (in at most `counted` queue rows) and since when, the totals over `totals_span`, and how far
+    back raw events are kept."""
     logged = IngestLog.objects.filter(source__startswith=SOURCE_PREFIX)
     recent = logged.filter(at__gte=now - rate_span).aggregate(n=Sum("accepted"))["n"] or 0
     totals = logged.filter(at__gte=now - totals_span).aggregate(
@@ -44,7 +50,7 @@ def engagement_status(
     days = [day for _, day in engagement_partitions() if day is not None]
     return {
         "eventsPerSecond": round(recent / rate_span.total_seconds(), 2),
-        "pending": PendingEngagement.objects.filter(shard=layout.shard_of(ALL)).aggregate(
+        "pending": PendingEngagement.objects.filter(shard=layout.shard_of(ALL))[:counted].aggregate(
             n=Sum(F("views") + F("wishes"))
         )["n"]
         or 0,

@@ -5,6 +5,7 @@ import threading
 import time
 
 from cachetools import TTLCache, cached
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -27,6 +28,10 @@ TOTALS_SPAN = dt.timedelta(days=1)
 # date longer ago than this: ticks run every few seconds, so a minute without
 # one means the write path has stopped.
 STALE_AFTER = 60  # seconds
+# Queue rows a status read counts at most, of the sales and of the engagement waiting for a tick:
+# a backlog of millions (a large import) shows as at least this many, and the lag says how far
+# behind it is, for the cost of counting this many (a few milliseconds) once a second per process.
+PENDING_COUNTED = 100_000  # queue rows
 # The figures cost a handful of queries and a SCAN of Redis: one computation a
 # second per process serves any number of callers.
 FIGURES_CACHE_SECONDS = 1.0  # seconds
@@ -75,6 +80,16 @@ def status_forget() -> None:
     status_cached.cache_clear()
 
 
+# Each shard's lowest queued sale, through the queue's primary key (shard, sale): one statement
+# however many shards there are.
+_FIRST_PENDING = f"""
+SELECT min(first.sale_id) FROM generate_series(0, %s - 1) AS s (shard)
+CROSS JOIN LATERAL (
+    SELECT sale_id FROM {PendingSale._meta.db_table} p WHERE p.shard = s.shard ORDER BY p.sale_id LIMIT 1
+) AS first
+"""
+
+
 def _oldest_pending(shards: int) -> dt.datetime | None:
     """When the oldest sale that some shard has yet to count was received.
 
@@ -82,14 +97,12 @@ def _oldest_pending(shards: int) -> dt.datetime | None:
     sales that `all` has counted. Each shard's lowest sale id is its oldest sale to within a
     commit's reordering, found through the queue's primary key, not a scan of it.
     """
-    firsts = [
-        PendingSale.objects.filter(shard=shard).order_by("sale").values_list("sale", flat=True).first()
-        for shard in range(shards)
-    ]
-    ids = [sale for sale in firsts if sale is not None]
-    if not ids:
+    with connection.cursor() as cursor:
+        cursor.execute(_FIRST_PENDING, [shards])
+        (first,) = cursor.fetchone()
+    if first is None:
         return None
-    return Sale.objects.filter(id=min(ids)).values_list("received_at", flat=True).first()
+    return Sale.objects.filter(id=first).values_list("received_at", flat=True).first()
 
 
 def _tick_summary(last: TickLog | None) -> dict | None:
@@ -106,13 +119,19 @@ def _tick_summary(last: TickLog | None) -> dict | None:
     }
 
 
+def _no_boards(surveyed: dict) -> dict:
+    """A window the survey of the boards found no key of: none, or none seen of an estimated few."""
+    estimated = any(entry["estimated"] for entry in surveyed.values())
+    return {"boards": 0, "members": 0, "estimated": estimated}
+
+
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
     layout = active_layout()[1]
     # Every sale is queued once on `all`'s shard (on one of its parts' when it is split): its queue
     # counts the sales not yet counted.
-    pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))
+    pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))[:PENDING_COUNTED]
     oldest = _oldest_pending(layout.shards)
     # Sales only: engagement has figures of its own (engagement_status).
     sales_log = IngestLog.objects.exclude(source__startswith=ENGAGEMENT_SOURCE)
@@ -140,9 +159,9 @@ def status_read() -> dict:
         "failingShards": shards_failing(),
         "activeVersion": version,
         "redis": "ok" if redis_ok else "unreachable",
-        "windows": {
-            name: boards.get(name, {"boards": 0, "members": 0}) for name in rankings_settings.WINDOWS
-        },
-        "engagement": engagement_status(now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN),
+        "windows": {name: boards.get(name, _no_boards(boards)) for name in rankings_settings.WINDOWS},
+        "engagement": engagement_status(
+            now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN, counted=PENDING_COUNTED
+        ),
         "snapshots": snapshots_summary(),
     }

@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.db import connection
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from catalogue.models import Category
@@ -149,19 +150,41 @@ def _blob_compare(shard, board, want, expected, blob: dict | None) -> Difference
     return Difference((window, f"{metric} (top-{store.BLOB_SIZE} blob)", category), shard, head, got)
 
 
-# Every metric's board of one category in each window (a row of `w`), from the buckets, as the
-# tick's rebuild computes it: cheap, because the buckets are few per product.
-_CATEGORY_BUCKET_SUMS = """
-SELECT w.name, q.*
-FROM unnest(%s::text[], %s::integer[], %s::bigint[], %s::bigint[]) AS w (name, size, first, last)
-CROSS JOIN LATERAL (
-    SELECT product_id, sum(units)::bigint, sum(revenue_cents)::bigint, sum(views)::bigint,
-           sum(wishes)::bigint
-    FROM rankings_bucket
-    WHERE shard = %s AND size = w.size AND category = %s AND start BETWEEN w.first AND w.last
-    GROUP BY product_id
-) AS q
-"""
+# Members of each board whose scores the sampled verify compares, drawn at random: every member of a
+# board of at most this many; of a larger one (the board of every sale of ten million products),
+# these, beside its size and its first ranks. So a check costs the worker the same whatever the
+# board's size; rankings_verify compares every member.
+VERIFY_SPOT_MEMBERS = 1_000  # members
+
+_METRIC_SUMS = {"units": "units", "revenue": "revenue_cents", "views": "views", "wishes": "wishes"}
+# One category's buckets in one window, per product: what each of its boards holds.
+_CATEGORY_SUMS = (
+    "SELECT product_id, "
+    + ", ".join(f"sum({column})::bigint AS {metric}" for metric, column in _METRIC_SUMS.items())
+    + " FROM rankings_bucket WHERE shard = %(shard)s AND size = %(size)s AND category = %(category)s"
+    " AND start BETWEEN %(first)s AND %(last)s"
+)
+
+
+def _head_of(metric: str) -> str:
+    """A board's size and its first ranks as its blob holds them ([product, score, other score]), in
+    ranking order (score descending, then product id by bytes), from the per-product sums `s`."""
+    other = other_metric(metric)
+    ranked = f"s.{metric} DESC, convert_to(s.product_id, 'UTF8')"
+    return (
+        f"(SELECT count(*) FROM s WHERE s.{metric} > 0), "
+        f"(SELECT coalesce(json_agg(json_build_array(t.product_id, t.{metric}, greatest(t.{other}, 0))"
+        f" ORDER BY t.n), '[]') FROM (SELECT s.*, row_number() OVER (ORDER BY {ranked}) AS n FROM s"
+        f" WHERE s.{metric} > 0 ORDER BY {ranked} LIMIT %(top)s) AS t)"
+    )
+
+
+# Every board of one category in one window: each metric's size and first ranks, one row.
+_CATEGORY_HEADS = f"WITH s AS MATERIALIZED ({_CATEGORY_SUMS} GROUP BY product_id) SELECT " + ", ".join(
+    _head_of(metric) for metric in METRICS
+)
+# Chosen products' sums in one window, through the buckets' index by product.
+_PRODUCT_SUMS = f"{_CATEGORY_SUMS} AND product_id = ANY(%(products)s) GROUP BY product_id"
 
 
 @dataclass
@@ -177,10 +200,24 @@ def sample_categories(n: int) -> list[str]:
     total = Category.objects.count() + 1
     if n >= total:
         return [ALL, *Category.objects.values_list("slug", flat=True)]
-    picked = list(Category.objects.order_by("?").values_list("slug", flat=True)[:n])
+    picked = _categories_drawn(n)
     if random.random() < n / total:
         picked[-1] = ALL
     return picked
+
+
+def _categories_drawn(n: int) -> list[str]:
+    """n categories, each the first at or after a key drawn at random: n probes of the key where an
+    ORDER BY random() would sort the whole table (a category after a gap in the keys is drawn a
+    little more often)."""
+    keys = Category.objects.aggregate(low=Min("pk"), high=Max("pk"))
+    picked: dict[str, None] = {}
+    for _ in range(4 * n):  # draws that find a category already drawn are retried, a few times over
+        at = random.randint(keys["low"], keys["high"])
+        picked[Category.objects.filter(pk__gte=at).order_by("pk").values_list("slug", flat=True)[0]] = None
+        if len(picked) == n:
+            break
+    return list(picked)
 
 
 def verify_sampled(*, sample: int | None = None, categories: list[str] | None = None) -> SampleReport:
@@ -211,51 +248,50 @@ def verify_sampled(*, sample: int | None = None, categories: list[str] | None = 
 
 
 def _sample_check(report: SampleReport, version: int, shard: int, category: str) -> list[Difference]:
-    """Every window's and metric's board of one category, and its blob, against the buckets."""
+    """Every window's and metric's board of one category against the buckets: its size, its blob
+    (its first ranks with both metrics) and the scores of up to VERIFY_SPOT_MEMBERS members."""
     as_of = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
-    expected = _category_boards(shard, category, as_of) if as_of is not None else {}
     boards = [(w.name, metric, category) for w in configured_windows().values() for metric in METRICS]
+    read = store.boards_spot_read(version, shard, boards, VERIFY_SPOT_MEMBERS)
+    spots = {board: drawn for board, (_, drawn, _) in zip(boards, read, strict=True)}
+    expected = _category_expected(shard, category, as_of, spots) if as_of is not None else {}
     differences = []
-    for board, (got, blob) in zip(boards, store.boards_read_with_heads(version, shard, boards), strict=True):
-        want = expected.get(board, [])
+    for board, (size, drawn, blob) in zip(boards, read, strict=True):
         report.boards += 1
-        if want != got:
-            differences.append(Difference(board, shard, want, got))
-            continue
-        blob_difference = _blob_compare(shard, board, want, expected, blob)
-        if blob_difference:
-            differences.append(blob_difference)
+        total, head, scores = expected.get(board, (0, [], {}))
+        want_blob = {"total": total, "rows": head}
+        if size != total or (blob or {"total": 0, "rows": []}) != want_blob:
+            shown = [(row[0], row[1]) for row in (blob or {"rows": []})["rows"]]
+            differences.append(Difference(board, shard, [(row[0], row[1]) for row in head], shown))
+        elif any(scores.get(product_id, 0) != score for product_id, score in drawn):
+            want = [(product_id, scores.get(product_id, 0)) for product_id, _ in drawn]
+            differences.append(Difference(board, shard, want, drawn))
     return differences
 
 
-def _category_boards(
-    shard: int, category: str, as_of: dt.datetime
-) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
-    """Every window's and metric's board of one category as of `as_of`, from the buckets, in ranking
-    order ((window, metric, category) -> scores); a board with no positive score is absent."""
-    windows = list(configured_windows().values())
-    bounds = [w.bounds(int(as_of.timestamp())) for w in windows]
+def _category_expected(
+    shard: int, category: str, as_of: dt.datetime, spots: dict[tuple[str, str, str], list]
+) -> dict[tuple[str, str, str], tuple[int, list, dict[str, int]]]:
+    """Each board of one category as of `as_of`, from the buckets: (its size, its blob's rows, the
+    positive scores of the members drawn from it in `spots`). Per window, one statement for the
+    sizes and heads (PostgreSQL adds up the category's buckets; only the heads come back) and one
+    for the drawn members' sums."""
+    expected = {}
     with connection.cursor() as cursor:
-        cursor.execute(
-            _CATEGORY_BUCKET_SUMS,
-            [
-                [w.name for w in windows],
-                [w.bucket_seconds for w in windows],
-                [first for first, _ in bounds],
-                [last for _, last in bounds],
-                shard,
-                category,
-            ],
-        )
-        rows = cursor.fetchall()
-    scores: dict[tuple[str, str, str], list[tuple[str, int]]] = defaultdict(list)
-    for name, product_id, *values in rows:
-        for metric, value in zip(METRICS, values, strict=True):
-            if value > 0:
-                scores[(name, metric, category)].append((product_id, int(value)))
-    return {
-        board: sorted(found, key=lambda row: (-row[1], row[0].encode())) for board, found in scores.items()
-    }
+        for w in configured_windows().values():
+            first, last = w.bounds(int(as_of.timestamp()))
+            params = {"shard": shard, "size": w.bucket_seconds, "category": category, "first": first}
+            params |= {"last": last, "top": store.BLOB_SIZE}
+            cursor.execute(_CATEGORY_HEADS, params)
+            row = cursor.fetchone()
+            drawn = sorted({pid for m in METRICS for pid, _ in spots.get((w.name, m, category), [])})
+            cursor.execute(_PRODUCT_SUMS, {**params, "products": drawn})
+            sums = {product_id: values for product_id, *values in cursor.fetchall()}
+            for i, metric in enumerate(METRICS):
+                total, head = row[2 * i], row[2 * i + 1]
+                scores = {pid: values[i] for pid, values in sums.items() if values[i] > 0}
+                expected[(w.name, metric, category)] = (total, [list(r) for r in head], scores)
+    return expected
 
 
 def redis_safety() -> dict:

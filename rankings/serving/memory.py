@@ -1,4 +1,4 @@
-"""What a reader process remembers, bounded in bytes (DESIGN §7): caches whose entries weigh their
+"""What a reader process remembers, bounded in bytes: caches whose entries weigh their
 key and their value, so that no client fills one by varying what it asks."""
 
 import dataclasses

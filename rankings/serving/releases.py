@@ -1,4 +1,4 @@
-"""Hot new releases of a board (DESIGN §2c), read in one consistent pass and kept, one answer per board.
+"""Hot new releases of a board, read in one consistent pass and kept, one answer per board.
 
 The new products are the catalogue's latest releases (at most NEW_MOST: one indexed statement,
 shared by the boards read within half a second); their scores come from the board in one script

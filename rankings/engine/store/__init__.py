@@ -109,7 +109,7 @@ from rankings.engine.store.reads import (
 from rankings.engine.store.survey import (
     board_read_all,
     boards_heads,
-    boards_read_with_heads,
+    boards_spot_read,
     boards_summary,
     head_read,
     memory_by_window,
@@ -185,7 +185,7 @@ __all__ = [
     "board_slice",
     "board_thresholds",
     "boards_heads",
-    "boards_read_with_heads",
+    "boards_spot_read",
     "boards_summary",
     "boards_swap",
     "clustered",

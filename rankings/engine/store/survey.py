@@ -1,16 +1,19 @@
 """The operators' reads: what a version holds, board by board (status pages, verify, rebuild checks)."""
 
 import json
+from dataclasses import dataclass
+
+from redis.cluster import RedisCluster
 
 from rankings.engine.split import PART_MARK, is_part
-from rankings.engine.store.client import clustered, fast, patient, script, translated
+from rankings.engine.store.client import Client, clustered, fast, patient, script, translated
 from rankings.engine.store.keys import (
     BLOB_SIZE,
     TEMP_MARK,
     board_key,
     board_keys,
     board_of_key,
-    boards_pattern,
+    version_pattern,
 )
 from rankings.engine.store.versions import SCAN_COUNT
 from rankings.engine.store.writes import shard_board_keys
@@ -32,23 +35,64 @@ def _head(raw: bytes | None) -> dict | None:
     return json.loads(raw) if raw else None
 
 
+# Keys the status figures survey at most (SCAN steps of SCAN_COUNT): a status read costs the same
+# at a million categories (tens of millions of keys) as at ten. Past it, the figures are
+# extrapolated from the share of the keyspace seen, which SCAN's hash order spreads evenly.
+SURVEY_KEYS = 5_000  # keys
+
+
+@dataclass
+class BoardsSurvey:
+    """The board keys of a version among the keys surveyed, and how many keys there are in Redis
+    per key surveyed (1.0: every key was seen, and the figures are exact)."""
+
+    keys: list[str]
+    scale: float
+
+    @property
+    def estimated(self) -> bool:
+        return self.scale != 1.0
+
+
+def _boards_survey(r: Client, version: int) -> BoardsSurvey:
+    """The version's board keys among the first SURVEY_KEYS keys SCAN visits (other prefixes'
+    included: they are the share of the keyspace seen)."""
+    head, keys = version_pattern(version)[:-1], []
+    for seen, raw in enumerate(r.scan_iter(count=min(SCAN_COUNT, SURVEY_KEYS)), start=1):
+        key = raw.decode()
+        if key.startswith(head) and ":b:" in key and TEMP_MARK not in key:
+            keys.append(key)
+        if seen >= SURVEY_KEYS:
+            # A cluster client asks one node unless told otherwise; SCAN visited every primary.
+            every = {"target_nodes": RedisCluster.PRIMARIES} if isinstance(r, RedisCluster) else {}
+            return BoardsSurvey(keys, max(1.0, r.dbsize(**every) / seen))
+    return BoardsSurvey(keys, 1.0)
+
+
 @translated
-def boards_summary(version: int) -> dict[str, dict[str, int]]:
-    """Per window: how many boards and members the version holds (one SCAN, one pipeline)."""
+def boards_summary(version: int) -> dict[str, dict[str, int | bool]]:
+    """Per window: how many boards and members the version holds, and whether that is estimated
+    from a survey of part of the keyspace (one bounded SCAN, one pipeline)."""
     r = fast()
-    keys = [k.decode() for k in r.scan_iter(match=boards_pattern(version), count=SCAN_COUNT)]
-    keys = [k for k in keys if TEMP_MARK not in k]
+    survey = _boards_survey(r, version)
     pipe = r.pipeline(transaction=False)
-    for key in keys:
+    for key in survey.keys:
         pipe.zcard(key)
-    summary: dict[str, dict[str, int]] = {}
-    for key, members in zip(keys, pipe.execute(), strict=True):
+    found: dict[str, list[int]] = {}
+    for key, members in zip(survey.keys, pipe.execute() if survey.keys else [], strict=True):
         window, _, category = board_of_key(key)
-        entry = summary.setdefault(window, {"boards": 0, "members": 0})
+        entry = found.setdefault(window, [0, 0])
         # A split board counts once, with its first part.
-        entry["boards"] += 1 if not is_part(category) or category.endswith(f"{PART_MARK}0") else 0
-        entry["members"] += members
-    return summary
+        entry[0] += 1 if not is_part(category) or category.endswith(f"{PART_MARK}0") else 0
+        entry[1] += members
+    return {
+        window: {
+            "boards": round(boards * survey.scale),
+            "members": round(members * survey.scale),
+            "estimated": survey.estimated,
+        }
+        for window, (boards, members) in found.items()
+    }
 
 
 @translated
@@ -60,59 +104,81 @@ def head_read(version: int, shard: int, window: str, metric: str, category: str)
 
 
 @translated
-def boards_read_with_heads(
-    version: int, shard: int, boards: list[tuple[str, str, str]]
-) -> list[tuple[list[tuple[str, int]], dict | None]]:
-    """Each board (window, metric, category) of one shard as board_read_all and head_read give it:
-    (every member in ranking order with its score, its head). One round trip on one server; on a
-    Redis Cluster, whose pipelines refuse scripts, the boards in one and each head in one of its own."""
+def boards_spot_read(
+    version: int, shard: int, boards: list[tuple[str, str, str]], spot: int
+) -> list[tuple[int, list[tuple[str, int]], dict | None]]:
+    """Each board (window, metric, category) of one shard: (its size, `spot` of its members drawn
+    at random with their scores (every member of a board of at most `spot`), its head as head_read
+    gives it). One round trip on one server; on a Redis Cluster, whose pipelines refuse scripts,
+    the boards in one and each head in one of its own."""
     r = patient()
     pipe = r.pipeline(transaction=False)
     for board in boards:
-        pipe.zrange(board_key(version, shard, *board), 0, -1, withscores=True)
+        pipe.zcard(board_key(version, shard, *board))
+        pipe.zrandmember(board_key(version, shard, *board), spot, withscores=True)
     head, calls = script("head"), [list(board_keys(version, shard, *board)) for board in boards]
     if clustered():
-        members = pipe.execute() if boards else []
+        values = pipe.execute() if boards else []
         heads = [head(keys=keys, args=[BLOB_SIZE], client=r) for keys in calls]
     else:
         for keys in calls:
             head(keys=keys, args=[BLOB_SIZE], client=pipe)
         values = pipe.execute() if boards else []
-        members, heads = values[: len(boards)], values[len(boards) :]
-    return [(_scored(rows), _head(head)) for rows, head in zip(members, heads, strict=True)]
+        values, heads = values[: 2 * len(boards)], values[2 * len(boards) :]
+    return [
+        (size, _scored(_pairs(drawn)), _head(head))
+        for size, drawn, head in zip(values[::2], values[1::2], heads, strict=True)
+    ]
+
+
+def _pairs(drawn: list | None) -> list[tuple[bytes, float]]:
+    """ZRANDMEMBER … WITHSCORES as (member, score) pairs: flat under RESP2, pairs under RESP3."""
+    if not drawn:
+        return []
+    if isinstance(drawn[0], list | tuple):
+        return [(member, float(score)) for member, score in drawn]
+    return [(drawn[i], float(drawn[i + 1])) for i in range(0, len(drawn), 2)]
 
 
 @translated
 def boards_heads(
-    version: int, shard: int, n: int
+    version: int, shard: int, n: int, boards: list[tuple[str, str, str]] | None = None
 ) -> dict[tuple[str, str, str], tuple[int, list[tuple[str, int]]]]:
-    """Every board of a shard: (window, metric, category) -> (size, first n members with scores)."""
-    keys = shard_board_keys(version, shard)
+    """Boards of a shard, every one or those of `boards` (window, metric, category): each one's
+    (size, first n members with scores); an empty board is left out."""
+    if boards is None:
+        boards = [tuple(board_of_key(key)) for key in shard_board_keys(version, shard)]
     pipe = patient().pipeline(transaction=False)
-    for key in keys:
+    for board in boards:
+        key = board_key(version, shard, *board)
         pipe.zcard(key)
         pipe.zrange(key, 0, n - 1, withscores=True)
-    values = pipe.execute()
-    heads = {}
-    for i, key in enumerate(keys):
-        window, metric, category = board_of_key(key)
-        total, rows = values[2 * i], values[2 * i + 1]
-        heads[(window, metric, category)] = (total, [(m.decode(), int(-s)) for m, s in rows])
-    return heads
+    values = pipe.execute() if boards else []
+    return {
+        board: (total, [(m.decode(), int(-s)) for m, s in rows])
+        for board, total, rows in zip(boards, values[::2], values[1::2], strict=True)
+        if total
+    }
 
 
 @translated
-def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, float]]:
+def memory_by_window(version: int, samples: int = 20) -> dict[str, dict[str, float | bool]]:
     """Per window: board keys and their memory, measured with MEMORY USAGE … SAMPLES 0 on up to
-    `samples` keys and extrapolated to the rest (exact when there are no more keys than that)."""
+    `samples` keys of a bounded survey (_boards_survey) and extrapolated to the rest (exact when
+    the survey saw every key and there are no more board keys than `samples`)."""
     r = patient()
-    keys: dict[str, list[bytes]] = {}
-    for key in r.scan_iter(match=boards_pattern(version), count=SCAN_COUNT):
-        window = board_of_key(key.decode())[0]
-        keys.setdefault(window, []).append(key)
+    survey = _boards_survey(r, version)
+    keys: dict[str, list[str]] = {}
+    for key in survey.keys:
+        keys.setdefault(board_of_key(key)[0], []).append(key)
     out = {}
     for window, window_keys in keys.items():
         sample = window_keys[:samples]
         used = [r.memory_usage(k, samples=0) or 0 for k in sample]
-        out[window] = {"keys": len(window_keys), "bytes": sum(used) / len(sample) * len(window_keys)}
+        count = len(window_keys) * survey.scale
+        out[window] = {
+            "keys": round(count),
+            "bytes": sum(used) / len(sample) * count,
+            "estimated": survey.estimated,
+        }
     return out
