@@ -14,7 +14,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
 
-from catalogue.models import PRODUCT_ID_PATTERN
 from rankings.conf import ENGAGEMENT_METRICS, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
@@ -458,8 +457,6 @@ def _rank_charts(product_id: str, ranked, names: dict, window: str, metric: str)
 @page_view
 def product(request, product_id):
     """A product's name and price, its rank in each of its categories, its neighbours and daily sales."""
-    if not re.fullmatch(PRODUCT_ID_PATTERN, product_id):
-        raise selectors.NotFound("no product has that id.")
     window, metric = _board_params(request)
     detail = selectors.product_detail(product_id=product_id)
     overall, ranks = _product_ranks(product_id, window, metric)
