@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import path, register_converter
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from rankings.serving import api, engagement_api, moves_api, moves_pages, pages, paths
+from rankings.serving import api, engagement_api, moves_api, moves_pages, pages, paths, schema_api
 
 register_converter(paths.CategorySlug, "category")
 register_converter(paths.ProductId, "product")
@@ -30,7 +30,7 @@ urlpatterns = [
     path("v1/status", api.StatusApi.as_view(), name="status"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/engagements", engagement_api.EngagementsIngestApi.as_view(), name="engagements-ingest"),
-    path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("v1/schema", schema_api.SchemaApi.as_view(), name="schema"),
     # The split view serves its start-up script as a file of its own (?script):
     # the Content-Security-Policy refuses inline scripts.
     path("v1/docs", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),

@@ -5,6 +5,8 @@ children paged."""
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from drf_spectacular.generators import SchemaGenerator
+from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
 
 from .rankings_helpers import Shop
 
@@ -62,3 +64,39 @@ def test_a_page_of_a_segment_that_cannot_be_a_slug_or_an_id_is_a_404_before_any_
         reply = client.get(path)
     assert reply.status_code == 404
     assert len(queries) == 0
+
+
+# --- the schema ---------------------------------------------------------------------------
+
+
+def test_the_schema_is_made_once_per_process(api, monkeypatch):
+    """Making the schema costs a tenth of a second of CPU or more: it is made once and its bytes served
+    again, in YAML and in JSON alike."""
+    # given a count of the schemas made
+    made = []
+    original = SchemaGenerator.get_schema
+
+    def counted(self, *args, **kwargs):
+        made.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counted)
+    # when it is asked for five times, in both formats
+    yaml = [api.get("/v1/schema") for _ in range(3)]
+    json = [api.get("/v1/schema?format=json") for _ in range(2)]
+    # then every reply is the same schema, made at most once
+    assert {r.status_code for r in yaml + json} == {200}
+    assert len({r.content for r in yaml}) == len({r.content for r in json}) == 1
+    assert yaml[0]["Content-Type"].startswith("application/vnd.oai.openapi")
+    assert json[0].json()["paths"]["/v1/categories"]
+    assert len(made) <= 1
+
+
+def test_the_schema_is_throttled_like_the_reads(api, monkeypatch):
+    rates = {"reads": "3/min", "pages": "3/min"}
+    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", rates)
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", rates)
+
+    statuses = [api.get("/v1/schema").status_code for _ in range(4)]
+
+    assert statuses == [200, 200, 200, 429]
