@@ -2,7 +2,16 @@ from django.contrib import admin
 from django.urls import path, register_converter
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from rankings.serving import api, engagement_api, moves_api, moves_pages, pages, paths, schema_api
+from rankings.serving import (
+    api,
+    categories_api,
+    engagement_api,
+    moves_api,
+    moves_pages,
+    pages,
+    paths,
+    schema_api,
+)
 
 register_converter(paths.CategorySlug, "category")
 register_converter(paths.ProductId, "product")
@@ -26,7 +35,7 @@ urlpatterns = [
         moves_api.ProductHistoryApi.as_view(),
         name="product-history",
     ),
-    path("v1/categories", api.CategoryListApi.as_view(), name="categories"),
+    path("v1/categories", categories_api.CategoryListApi.as_view(), name="categories"),
     path("v1/status", api.StatusApi.as_view(), name="status"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/engagements", engagement_api.EngagementsIngestApi.as_view(), name="engagements-ingest"),

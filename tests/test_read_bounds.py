@@ -2,11 +2,16 @@
 schema made once per process and throttled, lists paged by cursor past their depth, a category's
 children paged."""
 
+import json
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
+
+from catalogue.models import Category
+from rankings.serving import selectors
 
 from .rankings_helpers import Shop
 
@@ -100,3 +105,165 @@ def test_the_schema_is_throttled_like_the_reads(api, monkeypatch):
     statuses = [api.get("/v1/schema").status_code for _ in range(4)]
 
     assert statuses == [200, 200, 200, 429]
+
+
+# --- deep lists ----------------------------------------------------------------------------
+
+
+def _categories(count: int, *, parent: Category | None = None, prefix: str = "c") -> list[str]:
+    """`count` categories, slug c00000… named "Category 00000…", in one statement."""
+    made = [
+        Category(slug=f"{prefix}{i:05}", name=f"Category {prefix}{i:05}", parent=parent) for i in range(count)
+    ]
+    Category.objects.bulk_create(made, batch_size=5000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE catalogue_category")
+    selectors.categories_forget()
+    return [c.slug for c in made]
+
+
+def _rows_read(sql: str) -> int:
+    """How many rows the statement's scans returned, as PostgreSQL's EXPLAIN ANALYZE counts them."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+        (plan,) = cursor.fetchone()
+
+    def walk(node) -> int:
+        own = node["Actual Rows"] * node.get("Actual Loops", 1) if "Scan" in node["Node Type"] else 0
+        return own + sum(walk(child) for child in node.get("Plans", []))
+
+    return walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
+
+
+def _category_queries(captured) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if "catalogue_category" in q["sql"]]
+
+
+@pytest.mark.parametrize("offset", ["10001", "2147483647"])
+def test_the_category_list_refuses_an_offset_past_ten_thousand(api, offset):
+    reply = api.get(f"/v1/categories?offset={offset}")
+
+    assert reply.status_code == 400
+    assert "offset" in reply.json()["error"] or "10000" in reply.json()["error"]
+
+
+def test_the_category_list_pages_by_cursor_to_its_end(api):
+    """after=<slug> reads the page that follows that category; next names the cursor of the page
+    after, null on the last; walking it gives every category once, `all` first, then by name."""
+    # given 150 categories
+    slugs = _categories(150)
+    Shop().tick()
+    # when the list is walked 40 at a time
+    seen, pages, after = [], 0, None
+    while True:
+        reply = api.get("/v1/categories?limit=40" + (f"&after={after}" if after else ""))
+        assert reply.status_code == 200
+        body = reply.json()
+        seen += [item["slug"] for item in body["items"]]
+        pages, after = pages + 1, body["next"]
+        if after is None:
+            break
+    # then
+    assert seen == ["all", *slugs]
+    assert pages == 4 and body["total"] == 151
+    assert api.get("/v1/categories?limit=151").json()["next"] is None
+    assert api.get("/v1/categories?limit=150").json()["next"] == slugs[-2]
+
+
+@pytest.mark.parametrize("query", ["after=nope", "after=%00", "after=c00001&offset=3"])
+def test_a_bad_cursor_is_400(api, query):
+    _categories(3)
+
+    reply = api.get(f"/v1/categories?{query}")
+
+    assert reply.status_code == 400
+    assert reply.json()["error"]
+
+
+def test_a_page_after_a_category_reads_its_rows_only(api):
+    """A page deep in a long list is one walk of the index from the cursor: its rows, not those before."""
+    # given 3,000 categories
+    slugs = _categories(3000)
+    Shop().tick()
+    # when the page after the 2,500th is read
+    with CaptureQueriesContext(connection) as captured:
+        body = api.get(f"/v1/categories?limit=10&after={slugs[2499]}").json()
+    # then it holds the ten that follow, and its query read at most eleven rows
+    assert [i["slug"] for i in body["items"]] == slugs[2500:2510]
+    (page,) = [sql for sql in _category_queries(captured) if "ORDER BY" in sql]
+    assert _rows_read(page) <= 11
+
+
+def test_the_home_page_pages_past_ten_thousand_categories_by_cursor(client):
+    """Pages 1 to 100 by number; the next after page 100 follows its last category (?after=), so no
+    page is read by an offset past 10,000 rows."""
+    # given 10,050 categories at the top of the tree
+    slugs = _categories(10_050)
+    Shop().tick()
+    # when
+    hundredth = client.get("/?page=100")
+    past = client.get("/?page=101")
+    # then page 100 shows the rows 9,901 to 10,000, and its next follows the last of them
+    assert [c["slug"] for c in hundredth.context["categories"]] == slugs[9900:10000]
+    assert hundredth.context["pages"]["next"] == f"/?after={slugs[9999]}"
+    assert past.status_code == 404
+    # and that page shows the last fifty, with no next
+    with CaptureQueriesContext(connection) as captured:
+        after = client.get(hundredth.context["pages"]["next"])
+    assert [c["slug"] for c in after.context["categories"]] == slugs[10000:]
+    assert after.context["pages"]["next"] is None
+    assert not any("OFFSET 10" in sql for sql in _category_queries(captured))
+
+
+def test_the_home_page_reads_the_top_of_the_tree_through_an_index(client):
+    """A catalogue of a few top categories over thousands of others: the home page reads the top ones,
+    not every category to find them (nor the tree, per row)."""
+    # given 10 top categories and 3,000 under them
+    tops = _categories(10, prefix="top")
+    _categories(3000, parent=Category.objects.get(slug=tops[0]))
+    Shop().tick()
+    # when
+    with CaptureQueriesContext(connection) as captured:
+        reply = client.get("/")
+    # then
+    assert [c["slug"] for c in reply.context["categories"]] == tops
+    assert sum(_rows_read(sql) for sql in _category_queries(captured)) <= 50
+
+
+@pytest.mark.parametrize("path", ["/c/all/?page=201", "/c/all/new/?page=201"])
+def test_a_board_page_past_ten_thousand_rows_is_404_before_any_read(client, monkeypatch, path):
+    from .test_pages import RedisRoundTrips
+
+    Shop().tick()
+    trips = RedisRoundTrips(monkeypatch)
+    with CaptureQueriesContext(connection) as queries:
+        reply = client.get(path)
+
+    assert reply.status_code == 404
+    assert trips.count == 0 and len(queries) == 0
+
+
+@pytest.mark.parametrize("read", ["top", "new"])
+def test_a_board_list_past_ten_thousand_rows_is_400(api, read):
+    Shop().tick()
+
+    reply = api.get(f"/v1/categories/all/{read}?offset=9990&limit=20")
+
+    assert reply.status_code == 400
+    assert "10000" in reply.json()["error"]
+
+
+def test_a_board_page_offers_no_page_past_the_depth(client, monkeypatch):
+    """The pager's last page is the last within the depth, however long the board."""
+    # given a board of 120 products, and a depth of 100 rows (two pages of 50)
+    shop = Shop()
+    shop.send(*[shop.sale(f"t{i}", categories=["toys"], qty=i + 1) for i in range(120)])
+    shop.tick()
+    monkeypatch.setattr(selectors, "MAX_DEPTH", 100)
+    # when
+    second = client.get("/c/toys/?page=2")
+    third = client.get("/c/toys/?page=3")
+    # then
+    assert second.status_code == 200
+    assert (second.context["pages"]["last"], second.context["pages"]["next"]) == (2, None)
+    assert third.status_code == 404

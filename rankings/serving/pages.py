@@ -18,6 +18,7 @@ from rankings.conf import ENGAGEMENT_METRICS, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
+from rankings.serving.paths import CategorySlug
 from rankings.serving.then import move_of
 from rankings.serving.throttling import PageThrottle
 
@@ -119,13 +120,30 @@ def _board_params(request) -> tuple[str, str]:
     return window, metric
 
 
-def _page_number(request) -> int:
+def _page_number(request, *, size: int = PAGE_SIZE) -> int:
+    """The page asked for, of `size` rows each: a 404 past the end of any list (MAX_DEPTH rows)
+    before anything is read."""
     raw = request.GET.get("page", "1")
     if not re.fullmatch(r"[1-9][0-9]*", raw):
         raise BadRequest(f"page must be a whole number from 1, not “{_shown(raw)}”.")
-    if len(raw) > PAGE_DIGITS:
-        raise selectors.NotFound(f"page {_shown(raw)} is past the end of the list.")
+    if len(raw) > PAGE_DIGITS or int(raw) * size > selectors.MAX_DEPTH:
+        raise selectors.NotFound(
+            f"page {_shown(raw)} is past the end of the list: lists are shown to their "
+            f"{selectors.MAX_DEPTH:,}th row."
+        )
     return int(raw)
+
+
+def _cursor(request) -> str | None:
+    """The category a page of categories follows (?after=), never given with a page number."""
+    after = request.GET.get("after")
+    if after is None:
+        return None
+    if "page" in request.GET:
+        raise BadRequest("give page or after, not both.")
+    if not re.fullmatch(CategorySlug.regex, after):
+        raise selectors.NotFound("no category has that slug.")
+    return after
 
 
 def _query(window: str, metric: str, **extra) -> str:
@@ -224,13 +242,34 @@ def _ranked(items, *, window: str, metric: str, highlight: str | None = None) ->
 
 
 def _links(number: int, pages: Paginator, link) -> dict:
-    """Where page `number` of `pages` stands, and the links to the pages beside it."""
-    shown = pages.page(number)
+    """Where page `number` of `pages` stands, and the links to the pages beside it; the last page is
+    the last within MAX_DEPTH rows, however long the list."""
+    last = min(pages.num_pages, selectors.MAX_DEPTH // pages.per_page)
     return {
         "number": number,
-        "last": pages.num_pages,
-        "previous": link(number - 1) if shown.has_previous() else None,
-        "next": link(number + 1) if shown.has_next() else None,
+        "last": last,
+        "previous": link(number - 1) if number > 1 else None,
+        "next": link(number + 1) if number < last else None,
+    }
+
+
+def _home_links(number: int | None, shown: selectors.CategoriesPage) -> dict:
+    """Pages numbered as far as MAX_DEPTH rows; from there on (and for a page found by cursor, which
+    has no number), the next page follows the last category of the one before."""
+    home = reverse("home")
+    if shown.next is None:
+        following = None
+    elif number is not None and number * HOME_CATEGORIES < selectors.MAX_DEPTH:
+        following = f"{home}?page={number + 1}"
+    else:
+        following = f"{home}?{urlencode({'after': shown.next})}"
+    counted = shown.total is not None and shown.total <= selectors.MAX_DEPTH
+    return {
+        "number": number,
+        "last": math.ceil(shown.total / HOME_CATEGORIES) if counted else None,
+        "previous": (home + (f"?page={number - 1}" if number > 2 else "")) if number and number > 1 else None,
+        "first": home if number is None else None,
+        "next": following,
     }
 
 
@@ -241,13 +280,15 @@ def _links(number: int, pages: Paginator, link) -> dict:
 def home(request):
     """The overall leaders and the first three of each category, HOME_CATEGORIES to a page, over 7 days by units."""
     window, metric = DEFAULT_WINDOW, DEFAULT_METRIC
-    number = _page_number(request)
     # The top of the tree: a category under another counts in it, and shows on its parent's page.
-    pages = Paginator(selectors.CategoryRows(top_level=True), HOME_CATEGORIES, allow_empty_first_page=True)
-    if number > pages.num_pages:
+    after = _cursor(request)
+    number = None if after else _page_number(request, size=HOME_CATEGORIES)
+    shown = selectors.top_categories(
+        limit=HOME_CATEGORIES, offset=(number - 1) * HOME_CATEGORIES if number else 0, after=after
+    )
+    if number and number > 1 and not shown.items:
         raise selectors.NotFound(f"page {number} is past the end of the categories.")
-    shown = pages.page(number)
-    limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug, _ in shown}
+    limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug, _ in shown.items}
     boards = selectors.boards_top_many(limits=limits, window=window, metric=metric)
     overall = boards.pop(ALL)
 
@@ -266,8 +307,8 @@ def home(request):
         {
             "window_label": WINDOW_LABELS.get(window, window),
             "overall": card(ALL, selectors.category_name(ALL), overall),
-            "categories": [card(slug, name, boards[slug]) for slug, name in shown],
-            "pages": _links(number, pages, lambda p: reverse("home") + (f"?page={p}" if p > 1 else "")),
+            "categories": [card(slug, name, boards[slug]) for slug, name in shown.items],
+            "pages": _home_links(number, shown),
             "freshness": _freshness(overall, *boards.values()),
         },
     )
