@@ -45,6 +45,7 @@ urlpatterns = [
     path("v1/docs", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("", pages.home, name="home"),
     path("c/<category:slug>/", pages.category, name="category"),
+    path("c/<category:slug>/categories/", pages.subcategories, name="subcategories"),
     path("c/<category:slug>/movers/", moves_pages.movers, name="movers"),
     path("c/<category:slug>/new/", moves_pages.new_releases, name="new-releases"),
     path("p/<product:product_id>/", pages.product, name="product"),

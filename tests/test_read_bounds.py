@@ -267,3 +267,59 @@ def test_a_board_page_offers_no_page_past_the_depth(client, monkeypatch):
     assert second.status_code == 200
     assert (second.context["pages"]["last"], second.context["pages"]["next"]) == (2, None)
     assert third.status_code == 404
+
+
+# --- a category's children ------------------------------------------------------------------
+
+
+def test_a_category_page_shows_its_first_children_and_pages_the_rest_by_cursor(client, monkeypatch):
+    """600 categories under one: its page shows the first CHILDREN_SHOWN, by name, with their leaders,
+    and links to a page of them all, CHILDREN_PAGE at a time, each page after the last one shown."""
+    from rankings.operations import backfill
+    from rankings.serving.pages import CHILDREN_PAGE, CHILDREN_SHOWN
+
+    from .test_pages import RedisRoundTrips
+
+    # given 600 categories under "big", in the tree that counts
+    big = Category.objects.create(slug="big", name="Big")
+    slugs = _categories(600, parent=big)
+    backfill.version_build(activate=True)
+    Shop().tick()
+    names = [f"Category {slug}" for slug in slugs]
+    client.get("/c/big/")  # the active version and the names, read once
+    # when
+    trips = RedisRoundTrips(monkeypatch)
+    page = client.get("/c/big/")
+    # then the page shows the first twenty, their leaders read in one round trip
+    assert [s["name"] for s in page.context["subcategories"]] == names[:CHILDREN_SHOWN]
+    assert trips.count <= 6
+    assert len(page.content) < 40_000
+    # and the page of them all walks every one, a hundred at a time
+    seen, pages, url = [], 0, page.context["more_subcategories"]
+    assert url == "/c/big/categories/"
+    while url:
+        reply = client.get(url)
+        assert reply.status_code == 200
+        seen += [s["name"] for s in reply.context["subcategories"]]
+        pages, url = pages + 1, reply.context["pages"]["next"]
+    assert seen == names
+    assert pages == 600 // CHILDREN_PAGE
+
+
+def test_a_category_with_few_children_shows_them_all_without_a_link(client):
+    big = Category.objects.create(slug="big", name="Big")
+    _categories(3, parent=big)
+    Shop().tick()
+
+    page = client.get("/c/big/")
+
+    assert len(page.context["subcategories"]) == 3
+    assert page.context["more_subcategories"] is None
+
+
+@pytest.mark.parametrize("query", ["after=nope", "after=%00", "after=" + TOO_LONG_SLUG])
+def test_a_page_of_children_after_no_category_is_404(client, query):
+    Category.objects.create(slug="big", name="Big")
+    Shop().tick()
+
+    assert client.get(f"/c/big/categories/?{query}").status_code == 404

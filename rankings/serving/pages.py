@@ -32,6 +32,10 @@ HOME_PER_CATEGORY = 3
 # Categories per home page: a page stays one screenful of cards and one Redis
 # round trip however many categories the catalogue holds.
 HOME_CATEGORIES = 100
+# A category's page shows the first of the categories right under it, each with its leader; a page
+# of their own lists them all, this many at a time (one pipelined Redis read of their leaders).
+CHILDREN_SHOWN = 20
+CHILDREN_PAGE = 100
 # Products shown on either side of a product on its page.
 NEIGHBOURS = 2
 CHART_DAYS = 30
@@ -333,7 +337,9 @@ def category(request, slug):
     links = _links(
         page, pages, lambda p: category_url(slug, window=window, metric=metric, page=p if p > 1 else None)
     )
-    crumbs, subcategories = _tree_context(slug, window=window, metric=metric)
+    crumbs = _crumbs(slug, window=window, metric=metric)
+    children = selectors.category_children(slug, limit=CHILDREN_SHOWN)
+    subcategories, _ = _subcategories(children, window=window, metric=metric)
     return render(
         request,
         "rankings/category.html",
@@ -341,6 +347,7 @@ def category(request, slug):
             "category": {"slug": slug, "name": name},
             "crumbs": crumbs,
             "subcategories": subcategories,
+            "more_subcategories": _children_url(slug, window, metric) if children.next else None,
             "window": window,
             "metric": metric,
             "window_label": WINDOW_LABELS.get(window, window),
@@ -360,25 +367,56 @@ def category(request, slug):
     )
 
 
-def _tree_context(slug: str, *, window: str, metric: str) -> tuple[list[dict], list[dict]]:
-    """The category's ancestors (root first) as breadcrumbs, and the categories right under it, each
-    with its leader, in the tree the boards count with."""
+def _crumbs(slug: str, *, window: str, metric: str) -> list[dict]:
+    """The category's ancestors (root first), in the tree the boards count with."""
     above = selectors.categories_tree().path(slug)[:-1]
     names = selectors.categories_names(above)
-    crumbs = [{"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)} for s in above]
-    children = selectors.category_children(slug)
-    if not children:
-        return crumbs, []
-    boards = selectors.boards_top_many(limits={c: 1 for c, _ in children}, window=window, metric=metric)
-    subcategories = [
+    return [{"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)} for s in above]
+
+
+def _children_url(slug: str, window: str, metric: str, after: str | None = None) -> str:
+    return reverse("subcategories", args=[slug]) + _query(window, metric, after=after)
+
+
+def _subcategories(children: selectors.CategoriesPage, *, window: str, metric: str) -> tuple[list, list]:
+    """The categories of `children`, each with its leader (one pipelined read), and the boards read."""
+    if not children.items:
+        return [], []
+    boards = selectors.boards_top_many(limits={c: 1 for c, _ in children.items}, window=window, metric=metric)
+    rows = [
         {
             "name": child_name,
             "url": category_url(child, window=window, metric=metric),
             "leader": (_ranked(boards[child].items, window=window, metric=metric) or [None])[0],
         }
-        for child, child_name in children
+        for child, child_name in children.items
     ]
-    return crumbs, subcategories
+    return rows, list(boards.values())
+
+
+@page_view
+def subcategories(request, slug):
+    """The categories right under a category, by name, CHILDREN_PAGE to a page, each with its leader."""
+    window, metric = _board_params(request)
+    after = _cursor(request)
+    name = selectors.category_name(slug)
+    children = selectors.category_children(slug, limit=CHILDREN_PAGE, after=after)
+    rows, boards = _subcategories(children, window=window, metric=metric)
+    return render(
+        request,
+        "rankings/subcategories.html",
+        {
+            "category": {"slug": slug, "name": name, "url": category_url(slug, window=window, metric=metric)},
+            "subcategories": rows,
+            "window_label": WINDOW_LABELS.get(window, window),
+            "metric_noun": METRIC_NOUNS.get(metric, metric),
+            "pages": {
+                "first": _children_url(slug, window, metric) if after else None,
+                "next": _children_url(slug, window, metric, after=children.next) if children.next else None,
+            },
+            "freshness": _freshness(*boards),
+        },
+    )
 
 
 def _percent(percentile: float | None) -> str | None:

@@ -325,6 +325,7 @@ _CATEGORY_NAMES = f"SELECT slug, name FROM {Category._meta.db_table} WHERE slug 
 # sort of the table.
 _CATEGORY_ROWS = f"SELECT c.slug, c.name FROM {Category._meta.db_table} c {{where}} ORDER BY c.name, c.slug LIMIT %s OFFSET %s"
 _TOP_LEVEL = "c.parent_id IS NULL"
+_UNDER = f"c.parent_id = (SELECT id FROM {Category._meta.db_table} WHERE slug = %s)"
 _AFTER = "(c.name, c.slug) > (%s, %s)"
 # The top of the catalogue's tree, counted only as far as the home page numbers its pages.
 _TOP_LEVEL_COUNT = (
@@ -433,6 +434,13 @@ def top_categories(*, limit: int, offset: int = 0, after: str | None = None) -> 
     return _paged(rows, limit, total=_count(_TOP_LEVEL_COUNT, [MAX_DEPTH + 1]))
 
 
+def category_children(slug: str, *, limit: int, after: str | None = None) -> CategoriesPage:
+    """The categories right under `slug` in the catalogue's tree, by name, `limit` after the child
+    `after`; their total is not counted (a category may have a million)."""
+    rows = _category_rows((_UNDER, [slug]), limit=limit + 1, after=after)
+    return _paged(rows, limit, total=None)
+
+
 def categories_tree() -> Tree:
     """The tree the boards count with: the active version's, read once per version (the version
     is the one this process reads boards of); as last read while PostgreSQL or Redis is away."""
@@ -449,13 +457,6 @@ def categories_tree() -> Tree:
     with _categories_lock:
         _tree_held[:] = [number, tree]
     return tree
-
-
-def category_children(slug: str) -> list[tuple[str, str]]:
-    """(slug, name) of the categories right under `slug` in the tree that counts, by name."""
-    children = categories_tree().children(slug)
-    names = categories_names(children)
-    return sorted(((child, names.get(child, child)) for child in children), key=lambda row: (row[1], row[0]))
 
 
 def categories_forget() -> None:
