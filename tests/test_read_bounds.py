@@ -168,15 +168,21 @@ def test_the_category_list_pages_by_cursor_to_its_end(api):
     assert pages == 4 and body["total"] == 151
     assert api.get("/v1/categories?limit=151").json()["next"] is None
     assert api.get("/v1/categories?limit=150").json()["next"] == slugs[-2]
+    # and an offset counts from the cursor
+    assert [
+        i["slug"] for i in api.get(f"/v1/categories?limit=2&after={slugs[9]}&offset=3").json()["items"]
+    ] == (slugs[13:15])
 
 
-@pytest.mark.parametrize("query", ["after=nope", "after=%00", "after=c00001&offset=3"])
-def test_a_bad_cursor_is_400(api, query):
+@pytest.mark.parametrize("query, status", [("after=nope", 404), ("after=%00", 400)])
+def test_a_bad_cursor_is_refused(api, query, status):
+    """A cursor that is no category's slug is a 404, as any unknown category; one that cannot be a
+    slug, a 400."""
     _categories(3)
 
     reply = api.get(f"/v1/categories?{query}")
 
-    assert reply.status_code == 400
+    assert reply.status_code == status
     assert reply.json()["error"]
 
 

@@ -1,6 +1,6 @@
 """The list of categories under /v1/: by name, `all` first, by offset to MAX_DEPTH and by cursor past it."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 
@@ -14,11 +14,6 @@ class CategoryListParams(serializers.Serializer):
     after = serializers.SlugField(
         max_length=50, required=False, help_text="the page that follows this category (a reply's next)"
     )
-
-    def validate(self, attrs):
-        if "after" in attrs and attrs["offset"]:
-            raise serializers.ValidationError("give offset or after, not both")
-        return attrs
 
 
 class CategoryItemReply(serializers.Serializer):
@@ -76,11 +71,17 @@ class CategoryListApi(ReadApi):
     @extend_schema(
         operation_id="categories_list",
         parameters=[CategoryListParams],
-        responses={200: CategoryListReply, 304: _READ_ERRORS[304], 400: _Error, 429: _THROTTLED},
+        responses={
+            200: CategoryListReply,
+            304: _READ_ERRORS[304],
+            400: _Error,
+            404: OpenApiResponse(_Error, description="no category has the slug given as after"),
+            429: _THROTTLED,
+        },
     )
     def get(self, request):
         try:
             page = selectors.categories_page(**_params(CategoryListParams, request))
-        except selectors.NotFound as unknown:
-            raise exceptions.ValidationError({"after": str(unknown)}) from unknown
+        except selectors.NotFound as unknown:  # no category has the slug given as after
+            raise exceptions.NotFound(str(unknown)) from unknown
         return Response(CategoryListReply(page, context={"request": request}).data)

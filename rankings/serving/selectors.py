@@ -419,12 +419,19 @@ def _count(sql: str, params: list) -> int:
 
 
 def categories_page(*, limit: int, offset: int = 0, after: str | None = None) -> CategoriesPage:
-    """`limit` categories from `offset` (at most MAX_DEPTH) or after the category `after`, `all`
-    first: one query for the page, and the table's count at most every CATEGORY_COUNT_SECONDS."""
-    first = [(ALL, ALL_NAME)] if offset == 0 and after is None else []
-    rows = _category_rows(limit=limit + 1 - len(first), offset=max(0, offset - 1), after=after)
-    total = _count(f"SELECT count(*) FROM {Category._meta.db_table}", []) + 1
-    return _paged([*first, *rows], limit, total=total)
+    """`limit` categories from `offset` (at most MAX_DEPTH) of the list, `all` first, or of those
+    after the category `after`: one query for the page, and the table's count at most every
+    CATEGORY_COUNT_SECONDS."""
+    if after is not None:
+        rows = _category_rows(limit=limit + 1, offset=offset, after=after)
+        return _paged(rows, limit, total=_categories_count())
+    first = [(ALL, ALL_NAME)] if offset == 0 else []
+    rows = _category_rows(limit=limit + 1 - len(first), offset=max(0, offset - 1))
+    return _paged([*first, *rows], limit, total=_categories_count())
+
+
+def _categories_count() -> int:
+    return _count(f"SELECT count(*) FROM {Category._meta.db_table}", []) + 1  # `all` included
 
 
 def top_categories(*, limit: int, offset: int = 0, after: str | None = None) -> CategoriesPage:
