@@ -63,9 +63,13 @@ class Category(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "categories"
-        # The lists page through the categories by name (a million of them): each page is a walk
-        # of this index, never a sort of the table.
-        indexes = [models.Index(fields=["name", "slug"], name="category_by_name")]
+        # The lists page through the categories by name (a million of them), all of them or those
+        # under one parent (None: the top of the tree): each page is a walk of one of these
+        # indexes, never a sort of the table.
+        indexes = [
+            models.Index(fields=["name", "slug"], name="category_by_name"),
+            models.Index(fields=["parent", "name", "slug"], name="category_by_parent_name"),
+        ]
 
     def __str__(self):
         return self.name

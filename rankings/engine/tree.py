@@ -15,7 +15,6 @@ each once.
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from catalogue.models import Category, path_of
 
@@ -44,17 +43,6 @@ class Tree:
         for slug in given:
             expanded.update(dict.fromkeys(self.ancestors(slug)))
         return tuple(expanded)
-
-    @cached_property
-    def _children(self) -> dict[str, list[str]]:
-        below: dict[str, list[str]] = {}
-        for child, parent in self.parents.items():
-            below.setdefault(parent, []).append(child)
-        return below
-
-    def children(self, slug: str) -> list[str]:
-        """The slugs right under `slug` (an index built once per tree)."""
-        return self._children.get(slug, [])
 
     def path(self, slug: str) -> list[str]:
         """The slugs from `slug`'s root down to `slug`."""

@@ -602,66 +602,6 @@ class BoardReadApi(ReadApi):
         return drf
 
 
-class CategoryListParams(serializers.Serializer):
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
-    offset = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
-
-
-class CategoryItemReply(serializers.Serializer):
-    slug = serializers.CharField()
-    name = serializers.CharField()
-    url = serializers.URLField()
-    parent = serializers.CharField(
-        allow_null=True, help_text="the category above it in the tree the boards count with; null at the top"
-    )
-    path = serializers.ListField(
-        child=serializers.CharField(), help_text="slugs from the top of the tree down to the category itself"
-    )
-
-    class Meta:
-        ref_name = "CategoryItem"
-
-
-class CategoryListReply(serializers.Serializer):
-    """A page of categories; each item's url is where its best sellers are read."""
-
-    total = serializers.IntegerField()
-    items = CategoryItemReply(many=True)
-
-    def to_representation(self, instance: selectors.CategoriesPage) -> dict:
-        request = self.context["request"]
-        tree = selectors.categories_tree()
-        return {
-            "total": instance.total,
-            "items": [
-                {
-                    "slug": slug,
-                    "name": name,
-                    "url": request.build_absolute_uri(f"/v1/categories/{slug}/top"),
-                    "parent": tree.parents.get(slug),
-                    "path": tree.path(slug),
-                }
-                for slug, name in instance.items
-            ],
-        }
-
-    class Meta:
-        ref_name = "CategoryList"
-
-
-class CategoryListApi(ReadApi):
-    """The categories, `limit` from `offset`, with `all` (the board of every sale) first."""
-
-    @extend_schema(
-        operation_id="categories_list",
-        parameters=[CategoryListParams],
-        responses={200: CategoryListReply, 304: _READ_ERRORS[304], 400: _Error, 429: _THROTTLED},
-    )
-    def get(self, request):
-        page = selectors.categories_page(**_params(CategoryListParams, request))
-        return Response(CategoryListReply(page, context={"request": request}).data)
-
-
 class TopParams(_board_params()):
     limit = serializers.IntegerField(min_value=1, max_value=100, default=50)
     offset = serializers.IntegerField(min_value=0, max_value=MAX_DEPTH - 1, default=0)

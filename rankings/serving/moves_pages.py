@@ -17,7 +17,6 @@ from rankings.serving.pages import (
     PAGE_SIZE,
     WINDOW_CHOICES,
     WINDOW_LABELS,
-    _board_offset,
     _choice,
     _freshness,
     _links,
@@ -98,7 +97,7 @@ def new_releases(request, slug):
     window = _choice(request, "window", list(rankings_settings.WINDOWS), DEFAULT_WINDOW)
     metric = _choice(request, "metric", METRICS, DEFAULT_METRIC)
     page = _page_number(request)
-    offset = _board_offset(page)
+    offset = (page - 1) * PAGE_SIZE
     name = selectors.category_name(slug)
     board = moves.board_new(category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=offset)
     pages = Paginator(range(board.total), PAGE_SIZE, allow_empty_first_page=True)

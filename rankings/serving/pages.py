@@ -14,11 +14,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
 
-from catalogue.models import PRODUCT_ID_PATTERN
 from rankings.conf import ENGAGEMENT_METRICS, MAX_DEPTH, METRICS, rankings_settings
 from rankings.engine.shards import ALL
 from rankings.serving import selectors, thresholds
 from rankings.serving.charts import bar_chart
+from rankings.serving.paths import CategorySlug
 from rankings.serving.then import move_of
 from rankings.serving.throttling import PageThrottle
 
@@ -32,6 +32,10 @@ HOME_PER_CATEGORY = 3
 # Categories per home page: a page stays one screenful of cards and one Redis
 # round trip however many categories the catalogue holds.
 HOME_CATEGORIES = 100
+# A category's page shows the first of the categories right under it, each with its leader; a page
+# of their own lists them all, this many at a time (one pipelined Redis read of their leaders).
+CHILDREN_SHOWN = 20
+CHILDREN_PAGE = 100
 # Products shown on either side of a product on its page.
 NEIGHBOURS = 2
 CHART_DAYS = 30
@@ -120,23 +124,29 @@ def _board_params(request) -> tuple[str, str]:
     return window, metric
 
 
-def _page_number(request) -> int:
+def _page_number(request, *, size: int = PAGE_SIZE) -> int:
+    """The page asked for, of `size` rows each: a 404 past the end of any list (MAX_DEPTH rows)
+    before anything is read."""
     raw = request.GET.get("page", "1")
     if not re.fullmatch(r"[1-9][0-9]*", raw):
         raise BadRequest(f"page must be a whole number from 1, not “{_shown(raw)}”.")
-    if len(raw) > PAGE_DIGITS:
-        raise selectors.NotFound(f"page {_shown(raw)} is past the end of the list.")
+    if len(raw) > PAGE_DIGITS or int(raw) * size > MAX_DEPTH:
+        raise selectors.NotFound(
+            f"page {_shown(raw)} is past the end of the list: lists are shown to their {MAX_DEPTH:,}th row."
+        )
     return int(raw)
 
 
-def _board_offset(page: int) -> int:
-    """Where a board list's page starts (0-based); NotFound, before any read, for a page past the
-    deepest rank a list reads (MAX_DEPTH), as the API refuses offset + limit past it."""
-    if page * PAGE_SIZE > MAX_DEPTH:
-        raise selectors.NotFound(
-            f"page {page:,} is past the last page a list has ({MAX_DEPTH // PAGE_SIZE})."
-        )
-    return (page - 1) * PAGE_SIZE
+def _cursor(request) -> str | None:
+    """The category a page of categories follows (?after=), never given with a page number."""
+    after = request.GET.get("after")
+    if after is None:
+        return None
+    if "page" in request.GET:
+        raise BadRequest("give page or after, not both.")
+    if not re.fullmatch(CategorySlug.regex, after):
+        raise selectors.NotFound("no category has that slug.")
+    return after
 
 
 def _query(window: str, metric: str, **extra) -> str:
@@ -237,13 +247,34 @@ def _ranked(items, *, window: str, metric: str, highlight: str | None = None) ->
 
 
 def _links(number: int, pages: Paginator, link) -> dict:
-    """Where page `number` of `pages` stands, and the links to the pages beside it."""
-    shown = pages.page(number)
+    """Where page `number` of `pages` stands, and the links to the pages beside it; the last page is
+    the last within MAX_DEPTH rows, however long the list."""
+    last = min(pages.num_pages, MAX_DEPTH // pages.per_page)
     return {
         "number": number,
-        "last": pages.num_pages,
-        "previous": link(number - 1) if shown.has_previous() else None,
-        "next": link(number + 1) if shown.has_next() else None,
+        "last": last,
+        "previous": link(number - 1) if number > 1 else None,
+        "next": link(number + 1) if number < last else None,
+    }
+
+
+def _home_links(number: int | None, shown: selectors.CategoriesPage) -> dict:
+    """Pages numbered as far as MAX_DEPTH rows; from there on (and for a page found by cursor, which
+    has no number), the next page follows the last category of the one before."""
+    home = reverse("home")
+    if shown.next is None:
+        following = None
+    elif number is not None and number * HOME_CATEGORIES < MAX_DEPTH:
+        following = f"{home}?page={number + 1}"
+    else:
+        following = f"{home}?{urlencode({'after': shown.next})}"
+    counted = shown.total is not None and shown.total <= MAX_DEPTH
+    return {
+        "number": number,
+        "last": math.ceil(shown.total / HOME_CATEGORIES) if counted else None,
+        "previous": (home + (f"?page={number - 1}" if number > 2 else "")) if number and number > 1 else None,
+        "first": home if number is None else None,
+        "next": following,
     }
 
 
@@ -254,13 +285,15 @@ def _links(number: int, pages: Paginator, link) -> dict:
 def home(request):
     """The overall leaders and the first three of each category, HOME_CATEGORIES to a page, over 7 days by units."""
     window, metric = DEFAULT_WINDOW, DEFAULT_METRIC
-    number = _page_number(request)
     # The top of the tree: a category under another counts in it, and shows on its parent's page.
-    pages = Paginator(selectors.CategoryRows(top_level=True), HOME_CATEGORIES, allow_empty_first_page=True)
-    if number > pages.num_pages:
+    after = _cursor(request)
+    number = None if after else _page_number(request, size=HOME_CATEGORIES)
+    shown = selectors.top_categories(
+        limit=HOME_CATEGORIES, offset=(number - 1) * HOME_CATEGORIES if number else 0, after=after
+    )
+    if number and number > 1 and not shown.items:
         raise selectors.NotFound(f"page {number} is past the end of the categories.")
-    shown = pages.page(number)
-    limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug, _ in shown}
+    limits = {ALL: HOME_OVERALL} | {slug: HOME_PER_CATEGORY for slug, _ in shown.items}
     boards = selectors.boards_top_many(limits=limits, window=window, metric=metric)
     overall = boards.pop(ALL)
 
@@ -279,8 +312,8 @@ def home(request):
         {
             "window_label": WINDOW_LABELS.get(window, window),
             "overall": card(ALL, selectors.category_name(ALL), overall),
-            "categories": [card(slug, name, boards[slug]) for slug, name in shown],
-            "pages": _links(number, pages, lambda p: reverse("home") + (f"?page={p}" if p > 1 else "")),
+            "categories": [card(slug, name, boards[slug]) for slug, name in shown.items],
+            "pages": _home_links(number, shown),
             "freshness": _freshness(overall, *boards.values()),
         },
     )
@@ -291,7 +324,7 @@ def category(request, slug):
     """A category's best sellers, PAGE_SIZE to a page, for one window and metric."""
     window, metric = _board_params(request)
     page = _page_number(request)
-    offset = _board_offset(page)
+    offset = (page - 1) * PAGE_SIZE
     highlight = request.GET.get("highlight") or None
     name = selectors.category_name(slug)
     board = selectors.board_top(category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=offset)
@@ -304,7 +337,9 @@ def category(request, slug):
     links = _links(
         page, pages, lambda p: category_url(slug, window=window, metric=metric, page=p if p > 1 else None)
     )
-    crumbs, subcategories = _tree_context(slug, window=window, metric=metric)
+    crumbs = _crumbs(slug, window=window, metric=metric)
+    children = selectors.category_children(slug, limit=CHILDREN_SHOWN)
+    subcategories, _ = _subcategories(children, window=window, metric=metric)
     return render(
         request,
         "rankings/category.html",
@@ -312,6 +347,7 @@ def category(request, slug):
             "category": {"slug": slug, "name": name},
             "crumbs": crumbs,
             "subcategories": subcategories,
+            "more_subcategories": _children_url(slug, window, metric) if children.next else None,
             "window": window,
             "metric": metric,
             "window_label": WINDOW_LABELS.get(window, window),
@@ -331,25 +367,56 @@ def category(request, slug):
     )
 
 
-def _tree_context(slug: str, *, window: str, metric: str) -> tuple[list[dict], list[dict]]:
-    """The category's ancestors (root first) as breadcrumbs, and the categories right under it, each
-    with its leader, in the tree the boards count with."""
+def _crumbs(slug: str, *, window: str, metric: str) -> list[dict]:
+    """The category's ancestors (root first), in the tree the boards count with."""
     above = selectors.categories_tree().path(slug)[:-1]
     names = selectors.categories_names(above)
-    crumbs = [{"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)} for s in above]
-    children = selectors.category_children(slug)
-    if not children:
-        return crumbs, []
-    boards = selectors.boards_top_many(limits={c: 1 for c, _ in children}, window=window, metric=metric)
-    subcategories = [
+    return [{"name": names.get(s, s), "url": category_url(s, window=window, metric=metric)} for s in above]
+
+
+def _children_url(slug: str, window: str, metric: str, after: str | None = None) -> str:
+    return reverse("subcategories", args=[slug]) + _query(window, metric, after=after)
+
+
+def _subcategories(children: selectors.CategoriesPage, *, window: str, metric: str) -> tuple[list, list]:
+    """The categories of `children`, each with its leader (one pipelined read), and the boards read."""
+    if not children.items:
+        return [], []
+    boards = selectors.boards_top_many(limits={c: 1 for c, _ in children.items}, window=window, metric=metric)
+    rows = [
         {
             "name": child_name,
             "url": category_url(child, window=window, metric=metric),
             "leader": (_ranked(boards[child].items, window=window, metric=metric) or [None])[0],
         }
-        for child, child_name in children
+        for child, child_name in children.items
     ]
-    return crumbs, subcategories
+    return rows, list(boards.values())
+
+
+@page_view
+def subcategories(request, slug):
+    """The categories right under a category, by name, CHILDREN_PAGE to a page, each with its leader."""
+    window, metric = _board_params(request)
+    after = _cursor(request)
+    name = selectors.category_name(slug)
+    children = selectors.category_children(slug, limit=CHILDREN_PAGE, after=after)
+    rows, boards = _subcategories(children, window=window, metric=metric)
+    return render(
+        request,
+        "rankings/subcategories.html",
+        {
+            "category": {"slug": slug, "name": name, "url": category_url(slug, window=window, metric=metric)},
+            "subcategories": rows,
+            "window_label": WINDOW_LABELS.get(window, window),
+            "metric_noun": METRIC_NOUNS.get(metric, metric),
+            "pages": {
+                "first": _children_url(slug, window, metric) if after else None,
+                "next": _children_url(slug, window, metric, after=children.next) if children.next else None,
+            },
+            "freshness": _freshness(*boards),
+        },
+    )
 
 
 def _percent(percentile: float | None) -> str | None:
@@ -469,8 +536,6 @@ def _rank_charts(product_id: str, ranked, names: dict, window: str, metric: str)
 @page_view
 def product(request, product_id):
     """A product's name and price, its rank in each of its categories, its neighbours and daily sales."""
-    if not re.fullmatch(PRODUCT_ID_PATTERN, product_id):
-        raise selectors.NotFound("no product has that id.")
     window, metric = _board_params(request)
     detail = selectors.product_detail(product_id=product_id)
     overall, ranks = _product_ranks(product_id, window, metric)

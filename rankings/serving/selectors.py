@@ -21,7 +21,7 @@ from cachetools import TTLCache
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
-from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS
+from rankings.conf import ENGAGEMENT_METRICS, MAX_DEPTH, SALES_METRICS
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree, version_tree
@@ -223,8 +223,9 @@ class ProductDetail:
 
 @dataclass(frozen=True, slots=True)
 class CategoriesPage:
-    total: int  # categories, `all` included
+    total: int | None  # categories, `all` included; None where they are not counted
     items: list[tuple[str, str]]  # (slug, name)
+    next: str | None = None  # the cursor (after=) of the page that follows; None on the last
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,24 +329,28 @@ _category_names = WeighedTLRU(
 )
 # The names as last read, for the reads made while PostgreSQL does not answer.
 _category_known = WeighedLRU(maxsize=CATEGORY_CACHE_BYTES)
-# The lists' totals (a count of the table each), kept as long as names.
-_category_counts: TTLCache = TTLCache(maxsize=2, ttl=CATEGORY_CACHE_SECONDS, timer=time.monotonic)
+# The lists' totals, each a count of the table (at a million categories, a tenth of a second):
+# counted at most this often per process, whatever the requests.
+CATEGORY_COUNT_SECONDS = 60.0  # seconds
+_category_counts: TTLCache = TTLCache(maxsize=2, ttl=CATEGORY_COUNT_SECONDS, timer=time.monotonic)
 
 
 # The tree that counts, as [the version whose tree it is, the tree].
 _tree_held: list = [None, EMPTY]
 _categories_lock = threading.Lock()
 
-# The tree the boards count with: the active version's, or the first's before any switch.
-_TREE = """(
-    SELECT v.tree FROM rankings_rankingversion v
-    WHERE v.state = 'active' OR v.number = 1 ORDER BY v.state = 'active' DESC LIMIT 1
-)"""
 _CATEGORY_NAMES = f"SELECT slug, name FROM {Category._meta.db_table} WHERE slug = ANY(%s)"
-# The categories by name (the index of migration catalogue 0006), all of them or only the top of
-# the tree that counts (those its version's tree gives no parent).
-_CATEGORY_ROWS = f"SELECT slug, name FROM {Category._meta.db_table} c {{where}} ORDER BY name, slug"
-_TOP_LEVEL = f"WHERE NOT coalesce({_TREE} ? c.slug, false)"
+# A list of categories by name, from an offset or after a cursor: a walk of the index of migration
+# catalogue 0007 (parent, name, slug) or 0006 (name, slug) from where the page starts, never a
+# sort of the table.
+_CATEGORY_ROWS = f"SELECT c.slug, c.name FROM {Category._meta.db_table} c {{where}} ORDER BY c.name, c.slug LIMIT %s OFFSET %s"
+_TOP_LEVEL = "c.parent_id IS NULL"
+_UNDER = f"c.parent_id = (SELECT id FROM {Category._meta.db_table} WHERE slug = %s)"
+_AFTER = "(c.name, c.slug) > (%s, %s)"
+# The top of the catalogue's tree, counted only as far as the home page numbers its pages.
+_TOP_LEVEL_COUNT = (
+    f"SELECT count(*) FROM (SELECT 1 FROM {Category._meta.db_table} c WHERE {_TOP_LEVEL} LIMIT %s) t"
+)
 
 
 def _categories_remember(asked: list[str], rows: dict[str, str]) -> None:
@@ -390,61 +395,77 @@ def category_name(slug: str) -> str:
     return name
 
 
-class CategoryRows:
-    """The categories by name (`top_level`: only those at the top of the tree that counts), as a
-    sequence Django's Paginator pages through: a count, and a query per slice read (LIMIT, OFFSET).
-    Each row read is remembered as categories_names would."""
+def _category_rows(*conditions: tuple[str, list], limit: int, offset: int = 0, after: str | None = None):
+    """`limit` (slug, name) rows by name meeting every (SQL, params) condition, from `offset` or
+    after the category `after` (NotFound when no category has that slug; `all` starts the list).
+    Each row read is remembered as categories_names would; none while PostgreSQL is unreachable."""
+    if after is not None and after != ALL:
+        conditions = (*conditions, (_AFTER, [category_name(after), after]))
+    where = " AND ".join(sql for sql, _ in conditions)
+    params = [value for _, values in conditions for value in values]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _CATEGORY_ROWS.format(where=f"WHERE {where}" if where else ""), [*params, limit, offset]
+            )
+            rows = cursor.fetchall()
+    except DatabaseError:
+        _catalogue_unreachable()
+        return []
+    _categories_remember([slug for slug, _ in rows], dict(rows))
+    return rows
 
-    def __init__(self, *, top_level: bool = False):
-        self.where = _TOP_LEVEL if top_level else ""
-        self._read: dict[tuple[int, int], list[tuple[str, str]]] = {}  # a page is read once
 
-    def count(self) -> int:
-        with _categories_lock:
-            known = _category_counts.get(self.where)
-        if known is None:
-            try:
-                with connection.cursor() as cursor:
-                    cursor.execute(f"SELECT count(*) FROM {Category._meta.db_table} c {self.where}")
-                    (known,) = cursor.fetchone()
-            except DatabaseError:
-                _catalogue_unreachable()
-                return 0
-            with _categories_lock:
-                _category_counts[self.where] = known
-        return known
+def _paged(rows: list[tuple[str, str]], limit: int, *, total: int | None) -> CategoriesPage:
+    """A page of the first `limit` of `rows`, read one further to know whether another page follows."""
+    more = len(rows) > limit
+    return CategoriesPage(total=total, items=rows[:limit], next=rows[limit - 1][0] if more else None)
 
-    def __len__(self) -> int:
-        return self.count()
 
-    def __getitem__(self, window: slice) -> list[tuple[str, str]]:
-        start, stop = window.start or 0, window.stop
-        if (start, stop) not in self._read:
-            self._read[start, stop] = self._rows(start, stop)
-        return self._read[start, stop]
-
-    def _rows(self, start: int, stop: int) -> list[tuple[str, str]]:
+def _count(sql: str, params: list) -> int:
+    with _categories_lock:
+        known = _category_counts.get(sql)
+    if known is None:
         try:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    _CATEGORY_ROWS.format(where=self.where) + " LIMIT %s OFFSET %s", [stop - start, start]
-                )
-                rows = cursor.fetchall()
+                cursor.execute(sql, params)
+                (known,) = cursor.fetchone()
         except DatabaseError:
             _catalogue_unreachable()
-            return []
-        _categories_remember([slug for slug, _ in rows], dict(rows))
-        return rows
+            return 0
+        with _categories_lock:
+            _category_counts[sql] = known
+    return known
 
 
-def categories_page(*, limit: int, offset: int) -> CategoriesPage:
-    """`limit` categories from `offset`, `all` first: one query for the page, and the table's count
-    at most every CATEGORY_CACHE_SECONDS."""
-    rows = CategoryRows()
+def categories_page(*, limit: int, offset: int = 0, after: str | None = None) -> CategoriesPage:
+    """`limit` categories from `offset` (at most MAX_DEPTH) of the list, `all` first, or of those
+    after the category `after`: one query for the page, and the table's count at most every
+    CATEGORY_COUNT_SECONDS."""
+    if after is not None:
+        rows = _category_rows(limit=limit + 1, offset=offset, after=after)
+        return _paged(rows, limit, total=_categories_count())
     first = [(ALL, ALL_NAME)] if offset == 0 else []
-    start = max(0, offset - 1)
-    items = [*first, *rows[start : start + limit - len(first)]]
-    return CategoriesPage(total=rows.count() + 1, items=items)
+    rows = _category_rows(limit=limit + 1 - len(first), offset=max(0, offset - 1))
+    return _paged([*first, *rows], limit, total=_categories_count())
+
+
+def _categories_count() -> int:
+    return _count(f"SELECT count(*) FROM {Category._meta.db_table}", []) + 1  # `all` included
+
+
+def top_categories(*, limit: int, offset: int = 0, after: str | None = None) -> CategoriesPage:
+    """The categories at the top of the catalogue's tree, as categories_page pages them; the total
+    counted up to MAX_DEPTH + 1 only (a page past MAX_DEPTH is found by cursor, not by number)."""
+    rows = _category_rows((_TOP_LEVEL, []), limit=limit + 1, offset=offset, after=after)
+    return _paged(rows, limit, total=_count(_TOP_LEVEL_COUNT, [MAX_DEPTH + 1]))
+
+
+def category_children(slug: str, *, limit: int, after: str | None = None) -> CategoriesPage:
+    """The categories right under `slug` in the catalogue's tree, by name, `limit` after the child
+    `after`; their total is not counted (a category may have a million)."""
+    rows = _category_rows((_UNDER, [slug]), limit=limit + 1, after=after)
+    return _paged(rows, limit, total=None)
 
 
 def categories_tree() -> Tree:
@@ -463,13 +484,6 @@ def categories_tree() -> Tree:
     with _categories_lock:
         _tree_held[:] = [number, tree]
     return tree
-
-
-def category_children(slug: str) -> list[tuple[str, str]]:
-    """(slug, name) of the categories right under `slug` in the tree that counts, by name."""
-    children = categories_tree().children(slug)
-    names = categories_names(children)
-    return sorted(((child, names.get(child, child)) for child in children), key=lambda row: (row[1], row[0]))
 
 
 def categories_forget() -> None:
