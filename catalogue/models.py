@@ -1,5 +1,7 @@
 """Categories and products: the names and prices the rankings are shown with."""
 
+import re
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -17,6 +19,20 @@ CATEGORY_IN_USE = "a category that has sales cannot be deleted (its sales name i
 # every level, so the depth bounds the boards one sale writes. The database trigger of
 # migration 0004 holds the same number.
 MAX_TREE_DEPTH = 6
+
+# Every edit that gives a category a parent takes this transaction-level advisory lock (the
+# database trigger of migration 0004 does, whatever writes the row), so that two edits cannot each
+# see no cycle and make one. A tree import takes it first, so that what it checks stays true until
+# it commits; ingest never takes it.
+TREE_LOCK_SQL = "SELECT pg_advisory_xact_lock(369130, 0)"
+
+# What a name shown on every page may not hold: control characters (line breaks, tabs, NUL…) and
+# the invisible marks that reverse the direction of the text around them.
+NAME_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+NAME_REFUSED_MESSAGE = "a name may not hold control or bidirectional formatting characters"
+name_validator = RegexValidator(
+    NAME_REFUSED, inverse_match=True, message=NAME_REFUSED_MESSAGE.capitalize() + "."
+)
 
 
 def tree_problem(slug: str, parents: dict[str, str | None], height: int = 1) -> str | None:
