@@ -6,7 +6,14 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, ProtectedError
 from django.utils.html import format_html
 
-from .models import CATEGORY_IN_USE, RESERVED_SLUG, Category, Product, category_paths
+from .models import (
+    CATEGORY_IN_USE,
+    RESERVED_SLUG,
+    Category,
+    Product,
+    categories_deletion_refused,
+    category_paths,
+)
 from .money import cents_text
 
 PLACEHOLDER_HELP = "Created from a sale event for an unknown id: complete it, then untick."
@@ -88,11 +95,14 @@ class CategoryAdmin(admin.ModelAdmin):
         return _placeholder_marker(obj.is_placeholder)
 
     def get_deleted_objects(self, objs, request):
-        """A category with sales shows as protected, as a PROTECT relation would: the delete
-        page (single or bulk) says why and refuses the POST."""
+        """A category with sales, or that a ranking version's tree names, shows as protected, as a
+        PROTECT relation would: the delete page (single or bulk) says why and refuses the POST."""
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        refused = categories_deletion_refused([category.slug for category in objs])
         protected = list(protected) + [
-            f"{category.slug}: {CATEGORY_IN_USE}" for category in objs if category.has_sales
+            f"{category.slug}: {CATEGORY_IN_USE if category.has_sales else refused[category.slug]}"
+            for category in objs
+            if category.has_sales or category.slug in refused
         ]
         return deleted, counts, perms_needed, protected
 
@@ -100,14 +110,14 @@ class CategoryAdmin(admin.ModelAdmin):
         # Sales may have named the category since the page was shown; the model guard then refuses.
         try:
             super().delete_model(request, obj)
-        except ProtectedError:
-            raise PermissionDenied(CATEGORY_IN_USE) from None
+        except ProtectedError as error:
+            raise PermissionDenied(error.args[0]) from None
 
     def delete_queryset(self, request, queryset):
         try:
             super().delete_queryset(request, queryset)
-        except ProtectedError:
-            raise PermissionDenied(CATEGORY_IN_USE) from None
+        except ProtectedError as error:
+            raise PermissionDenied(error.args[0]) from None
 
     @admin.display(description="products", ordering="product_count")
     def product_count(self, obj):

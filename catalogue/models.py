@@ -1,10 +1,11 @@
 """Categories and products: the names and prices the rankings are shown with."""
 
 import re
+from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models
+from django.db import models, transaction
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
@@ -57,6 +58,36 @@ def tree_problem(slug: str, parents: dict[str, str | None], height: int = 1) -> 
     return None
 
 
+# Who else may refuse to let categories go: each takes their slugs and returns {slug: reason} for
+# those it refuses. The rankings add the trees their versions count with (rankings.engine.tree),
+# which name categories by slug and which the catalogue does not see.
+DELETION_GUARDS: list[Callable[[list[str]], dict[str, str]]] = []
+
+
+def categories_deletion_refused(slugs: list[str]) -> dict[str, str]:
+    """slug -> why it may not be deleted, for those of `slugs` that a guard keeps."""
+    refused: dict[str, str] = {}
+    for guard in DELETION_GUARDS:
+        refused = {**guard(slugs), **refused}
+    return refused
+
+
+def _refuse_deletion(categories: list["Category"]) -> None:
+    refused = categories_deletion_refused([category.slug for category in categories])
+    if refused:
+        raise models.ProtectedError(
+            "; ".join(f"category '{slug}' {reason}" for slug, reason in sorted(refused.items())),
+            {category for category in categories if category.slug in refused},
+        )
+
+
+class CategoryQuerySet(models.QuerySet):
+    def delete(self):
+        with transaction.atomic():
+            _refuse_deletion(list(self))
+            return super().delete()
+
+
 class Category(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
@@ -76,6 +107,8 @@ class Category(models.Model):
         "counts change through a rebuild and switch.",
     )
 
+    objects = CategoryQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "categories"
@@ -85,6 +118,11 @@ class Category(models.Model):
 
     def __str__(self):
         return self.name
+
+    def delete(self, *args, **kwargs):
+        with transaction.atomic():
+            _refuse_deletion([self])
+            return super().delete(*args, **kwargs)
 
     def clean(self):
         super().clean()

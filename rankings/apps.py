@@ -6,4 +6,9 @@ class RankingsConfig(AppConfig):
     verbose_name = "Rankings"
 
     def ready(self):
+        from catalogue.models import DELETION_GUARDS
         from rankings.engine import shards  # noqa: F401  (registers the shard-count check)
+        from rankings.engine.tree import categories_in_version_trees
+
+        if categories_in_version_trees not in DELETION_GUARDS:
+            DELETION_GUARDS.append(categories_in_version_trees)

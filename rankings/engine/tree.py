@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from catalogue.models import Category, path_of
+from django.db import connection
+
+from catalogue.models import TREE_LOCK_SQL, Category, path_of
 
 
 @dataclass(frozen=True)
@@ -157,3 +159,34 @@ def catalogue_paths() -> dict[str, list[str]]:
     """slug -> its path (root first) in the catalogue's tree, for every category."""
     parents = dict(Category.objects.values_list("slug", "parent__slug"))
     return {slug: path_of(slug, parents) for slug in parents}
+
+
+IN_A_VERSION_TREE = (
+    "is in the category tree of a ranking version that counts or may count again (building, ready,"
+    " active, or kept for a switch back): its boards and any category given its slug would count by"
+    " that tree. Move it out of the tree, rebuild and switch; it can go once those versions expire"
+)
+
+# The slugs among %(slugs)s that the tree of a version not failed or deleted names, as a child or
+# as a parent: one pass over each such version's tree.
+_NAMED_BY_VERSIONS_SQL = """
+SELECT DISTINCT named.slug
+FROM rankings_rankingversion v
+CROSS JOIN LATERAL jsonb_each_text(v.tree) AS t(child, parent)
+CROSS JOIN LATERAL (VALUES (t.child), (t.parent)) AS named(slug)
+WHERE v.state NOT IN ('failed', 'deleted') AND named.slug = ANY(%(slugs)s)
+"""
+
+
+def categories_in_version_trees(slugs: list[str]) -> dict[str, str]:
+    """slug -> why not, for those of `slugs` a kept version's tree names (catalogue.DELETION_GUARDS).
+
+    Under the tree lock, which a rebuild takes to freeze the catalogue's tree: a delete and a
+    rebuild's freeze see each other whole, so no version freezes a category deleted meanwhile.
+    """
+    if not slugs:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(TREE_LOCK_SQL)
+        cursor.execute(_NAMED_BY_VERSIONS_SQL, {"slugs": list(slugs)})
+        return {slug: IN_A_VERSION_TREE for (slug,) in cursor.fetchall()}
