@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
@@ -130,18 +130,57 @@ class Category(models.Model):
             return
         if self.parent.slug == RESERVED_SLUG:
             raise ValidationError({"parent": f"'{RESERVED_SLUG}' is not in the tree"})
-        parents = dict(Category.objects.values_list("slug", "parent__slug"))
-        if self.pk is not None:
-            # The slug may be edited in the same form: the tree is keyed by the stored one.
-            stored = Category.objects.filter(pk=self.pk).values_list("slug", flat=True).first()
-            parents.pop(stored, None)
-            parents = {
-                child: (self.slug if parent == stored else parent) for child, parent in parents.items()
-            }
+        stored, stored_parent = Category.objects.filter(pk=self.pk).values_list(
+            "slug", "parent_id"
+        ).first() or (None, None)
+        if stored == self.slug and stored_parent == self.parent_id:
+            return  # the tree does not change
+        # The slug may be edited in the same form: the tree is keyed by the stored one.
+        parents = {
+            child: (self.slug if stored is not None and parent == stored else parent)
+            for child, parent in _ancestry(self.parent_id).items()
+            if child != stored
+        }
         parents[self.slug] = self.parent.slug
-        problem = tree_problem(self.slug, parents, height=subtree_height(self.slug, parents))
+        height = _height_below(self.pk) if stored is not None else 1
+        problem = tree_problem(self.slug, parents, height=height)
         if problem:
             raise ValidationError({"parent": problem})
+
+
+def _ancestry(pk: int) -> dict[str, str | None]:
+    """slug -> parent slug for category `pk` and each of its ancestors: a lookup per level (at most
+    MAX_TREE_DEPTH and one, as the database keeps the tree), never the whole catalogue."""
+    parents: dict[str, str | None] = {}
+    slug_of: dict[int, str] = {}
+    chain = []
+    while pk is not None and pk not in slug_of and len(chain) <= MAX_TREE_DEPTH:
+        slug, parent_id = Category.objects.filter(pk=pk).values_list("slug", "parent_id").get()
+        slug_of[pk] = slug
+        chain.append((slug, parent_id))
+        pk = parent_id
+    for slug, parent_id in chain:
+        parents[slug] = slug_of.get(parent_id)
+    return parents
+
+
+# How many levels the subtree under a category spans (itself included), counted no deeper than one
+# past the limit: enough to refuse a move, and the walk the database's own guard makes.
+_HEIGHT_SQL = f"""
+WITH RECURSIVE below(id, level) AS (
+    SELECT %s::bigint, 1
+    UNION ALL
+    SELECT c.id, below.level + 1 FROM catalogue_category c JOIN below ON c.parent_id = below.id
+    WHERE below.level <= {MAX_TREE_DEPTH}
+)
+SELECT max(level) FROM below
+"""
+
+
+def _height_below(pk: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(_HEIGHT_SQL, [pk])
+        return cursor.fetchone()[0]
 
 
 def subtree_height(slug: str, parents: dict[str, str | None]) -> int:
@@ -156,12 +195,6 @@ def subtree_height(slug: str, parents: dict[str, str | None]) -> int:
         level = [c for s in level for c in children.get(s, []) if c not in seen]
         seen.update(level)
     return height
-
-
-def category_paths() -> dict[str, list[str]]:
-    """slug -> the slugs from its root down to itself, for every category, in the catalogue's tree."""
-    parents = dict(Category.objects.values_list("slug", "parent__slug"))
-    return {slug: path_of(slug, parents) for slug in parents}
 
 
 def path_of(slug: str, parents: dict[str, str | None]) -> list[str]:

@@ -151,3 +151,24 @@ def test_a_sale_is_not_held_up_by_an_import_in_progress():
     assert not errors, errors
     assert Product.objects.filter(product_id="new-product").exists()
     assert Category.objects.get(slug="games").parent.slug == "toys"
+
+
+@pytest.mark.django_db
+def test_the_tree_guard_reads_the_levels_below_a_category_not_the_catalogue():
+    """The database's guard, run for every parent set (an import's attach, an admin's save), counts
+    the levels below the category by index lookups, however often the session has run it."""
+    _categories_inserted(30_000)
+    leaves = list(
+        Category.objects.filter(parent__isnull=True).order_by("pk").values_list("pk", flat=True)[20:40]
+    )
+    root = Category.objects.get(slug="bulk-1")
+    reads = []
+    for pk in leaves:
+        before = _category_rows_read()
+        Category.objects.filter(pk=pk).update(parent=root)
+        reads.append(_category_rows_read() - before)
+    for i in range(20):
+        before = _category_rows_read()
+        Category.objects.create(slug=f"new-{i}", name=f"New {i}", parent=root)
+        reads.append(_category_rows_read() - before)
+    assert max(reads) < 100, reads
