@@ -141,3 +141,18 @@ def test_the_product_list_filters_by_category_given_in_the_url(admin_client, big
     reply = admin_client.get(reverse("admin:catalogue_product_changelist"), {"category": "c-2"})
     found = {p.product_id for p in reply.context["cl"].result_list}
     assert found and all(int(pid[2:]) % 50 + 1 == 2 for pid in found)
+
+
+def test_the_versions_list_shows_tree_sizes_without_loading_the_trees(admin_client):
+    """A version's tree names every category with a parent (tens of MB at a million): the list of
+    versions counts its entries in the database and never fetches one."""
+    from rankings.models import RankingVersion
+
+    tree = {f"c-{i}": "c-0" for i in range(1, 5_001)}
+    for number, state in ((1, "retired"), (2, "active")):
+        RankingVersion.objects.create(number=number, state=state, shards=1, tree=tree)
+    with CaptureQueriesContext(connection) as queries:
+        reply = admin_client.get(reverse("admin:rankings_rankingversion_changelist"))
+    listed = [q["sql"] for q in queries if '"rankings_rankingversion"."state"' in q["sql"]]
+    assert listed and not any('"rankings_rankingversion"."tree"' in sql for sql in listed), listed
+    assert "5000 under a parent" in reply.content.decode()
