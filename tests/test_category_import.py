@@ -172,3 +172,17 @@ def test_the_tree_guard_reads_the_levels_below_a_category_not_the_catalogue():
         Category.objects.create(slug=f"new-{i}", name=f"New {i}", parent=root)
         reads.append(_category_rows_read() - before)
     assert max(reads) < 100, reads
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["Games\u202e", "Games\x07", "Line\nbreak"])
+def test_the_admin_refuses_control_and_bidi_characters_in_names(admin_client, name):
+    from django.urls import reverse
+
+    reply = admin_client.post(reverse("admin:catalogue_category_add"), {"slug": "games", "name": name})
+    product = admin_client.post(
+        reverse("admin:catalogue_product_add"), {"product_id": "p1", "name": name, "price_cents": 1}
+    )
+    assert reply.status_code == product.status_code == 200
+    assert "control or bidirectional" in reply.content.decode()
+    assert not Category.objects.exists() and not Product.objects.exists()
