@@ -156,3 +156,20 @@ def test_the_versions_list_shows_tree_sizes_without_loading_the_trees(admin_clie
     listed = [q["sql"] for q in queries if '"rankings_rankingversion"."state"' in q["sql"]]
     assert listed and not any('"rankings_rankingversion"."tree"' in sql for sql in listed), listed
     assert "5000 under a parent" in reply.content.decode()
+
+
+def test_the_versions_page_lists_the_first_pending_moves_and_counts_the_rest(admin_client):
+    """An import that moves thousands of categories leaves a versions page of bounded size."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO catalogue_category (slug, name, is_placeholder, has_sales)"
+            " SELECT 'c-' || i, 'Category ' || i, false, false FROM generate_series(0, 2000) AS i"
+        )
+        cursor.execute(
+            "UPDATE catalogue_category SET parent_id = (SELECT id FROM catalogue_category WHERE slug = 'c-0')"
+            " WHERE slug <> 'c-0'"
+        )
+    reply = admin_client.get(reverse("admin:rankings_rankingversion_changelist"))
+    page = reply.content.decode()
+    assert "… and 1900 more" in page
+    assert len(reply.content) < PAGE_BYTES, len(reply.content)

@@ -141,6 +141,25 @@ class TreeChange:
     def pending(self) -> bool:
         return bool(self.moved)
 
+    # What a page lists of either, at most: an import may move every category of a large catalogue.
+    SHOWN = 100
+
+    @property
+    def moved_shown(self) -> list[tuple[str, str | None, str | None]]:
+        return self.moved[: self.SHOWN]
+
+    @property
+    def affected_shown(self) -> list[str]:
+        return self.affected[: self.SHOWN]
+
+    @property
+    def moved_more(self) -> int:
+        return max(0, len(self.moved) - self.SHOWN)
+
+    @property
+    def affected_more(self) -> int:
+        return max(0, len(self.affected) - self.SHOWN)
+
 
 def tree_change(old: Tree, new: Tree) -> TreeChange:
     slugs = sorted(set(old.parents) | set(new.parents))
