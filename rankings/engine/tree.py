@@ -118,16 +118,19 @@ def catalogue_tree() -> Tree:
 
 def tree_affected(old: Tree, new: Tree) -> set[str]:
     """The categories whose boards count other sales under `new` than under `old`: those whose set
-    of descendants differs (the ones whose own ancestors changed keep their own sales)."""
-    slugs = set(old.parents) | set(new.parents) | set(old.parents.values()) | set(new.parents.values())
-    below_old: dict[str, set[str]] = {}
-    below_new: dict[str, set[str]] = {}
-    for slug in slugs:
-        for ancestor in old.ancestors(slug):
-            below_old.setdefault(ancestor, set()).add(slug)
-        for ancestor in new.ancestors(slug):
-            below_new.setdefault(ancestor, set()).add(slug)
-    return {slug for slug in slugs if below_old.get(slug, set()) != below_new.get(slug, set())}
+    of descendants differs (the ones whose own ancestors changed keep their own sales).
+
+    A category's descendants change exactly when it is an ancestor, in one tree and not the other,
+    of a category whose parent changed (below that category both trees agree), so the walk is over
+    the moved categories only, not the whole tree.
+    """
+    moved = {
+        slug for slug in set(old.parents) | set(new.parents) if old.parents.get(slug) != new.parents.get(slug)
+    }
+    affected: set[str] = set()
+    for slug in moved:
+        affected |= set(old.ancestors(slug)) ^ set(new.ancestors(slug))
+    return affected
 
 
 @dataclass
