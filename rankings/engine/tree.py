@@ -124,11 +124,8 @@ def tree_affected(old: Tree, new: Tree) -> set[str]:
     of a category whose parent changed (below that category both trees agree), so the walk is over
     the moved categories only, not the whole tree.
     """
-    moved = {
-        slug for slug in set(old.parents) | set(new.parents) if old.parents.get(slug) != new.parents.get(slug)
-    }
     affected: set[str] = set()
-    for slug in moved:
+    for slug in _moved(old, new):
         affected |= set(old.ancestors(slug)) ^ set(new.ancestors(slug))
     return affected
 
@@ -164,11 +161,14 @@ class TreeChange:
         return max(0, len(self.affected) - self.SHOWN)
 
 
+def _moved(old: Tree, new: Tree) -> set[str]:
+    """The slugs whose parent differs between the trees (set operations on the pairs, in C: a
+    million categories take a fraction of a second)."""
+    return {slug for slug, _ in old.parents.items() ^ new.parents.items()}
+
+
 def tree_change(old: Tree, new: Tree) -> TreeChange:
-    slugs = sorted(set(old.parents) | set(new.parents))
-    moved = [
-        (s, old.parents.get(s), new.parents.get(s)) for s in slugs if old.parents.get(s) != new.parents.get(s)
-    ]
+    moved = [(s, old.parents.get(s), new.parents.get(s)) for s in sorted(_moved(old, new))]
     return TreeChange(moved=moved, affected=sorted(tree_affected(old, new)))
 
 
