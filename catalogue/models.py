@@ -1,8 +1,11 @@
 """Categories and products: the names and prices the rankings are shown with."""
 
+import re
+from collections.abc import Callable
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models
+from django.db import connection, models, transaction
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
@@ -17,6 +20,20 @@ CATEGORY_IN_USE = "a category that has sales cannot be deleted (its sales name i
 # every level, so the depth bounds the boards one sale writes. The database trigger of
 # migration 0004 holds the same number.
 MAX_TREE_DEPTH = 6
+
+# Every edit that gives a category a parent takes this transaction-level advisory lock (the
+# database trigger of migration 0004 does, whatever writes the row), so that two edits cannot each
+# see no cycle and make one. A tree import takes it first, so that what it checks stays true until
+# it commits; ingest never takes it.
+TREE_LOCK_SQL = "SELECT pg_advisory_xact_lock(369130, 0)"
+
+# What a name shown on every page may not hold: control characters (line breaks, tabs, NUL…) and
+# the invisible marks that reverse the direction of the text around them.
+NAME_REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+NAME_REFUSED_MESSAGE = "a name may not hold control or bidirectional formatting characters"
+name_validator = RegexValidator(
+    NAME_REFUSED, inverse_match=True, message=NAME_REFUSED_MESSAGE.capitalize() + "."
+)
 
 
 def tree_problem(slug: str, parents: dict[str, str | None], height: int = 1) -> str | None:
@@ -41,6 +58,36 @@ def tree_problem(slug: str, parents: dict[str, str | None], height: int = 1) -> 
     return None
 
 
+# Who else may refuse to let categories go: each takes their slugs and returns {slug: reason} for
+# those it refuses. The rankings add the trees their versions count with (rankings.engine.tree),
+# which name categories by slug and which the catalogue does not see.
+DELETION_GUARDS: list[Callable[[list[str]], dict[str, str]]] = []
+
+
+def categories_deletion_refused(slugs: list[str]) -> dict[str, str]:
+    """slug -> why it may not be deleted, for those of `slugs` that a guard keeps."""
+    refused: dict[str, str] = {}
+    for guard in DELETION_GUARDS:
+        refused = {**guard(slugs), **refused}
+    return refused
+
+
+def _refuse_deletion(categories: list["Category"]) -> None:
+    refused = categories_deletion_refused([category.slug for category in categories])
+    if refused:
+        raise models.ProtectedError(
+            "; ".join(f"category '{slug}' {reason}" for slug, reason in sorted(refused.items())),
+            {category for category in categories if category.slug in refused},
+        )
+
+
+class CategoryQuerySet(models.QuerySet):
+    def delete(self):
+        with transaction.atomic():
+            _refuse_deletion(list(self))
+            return super().delete()
+
+
 class Category(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
@@ -60,6 +107,8 @@ class Category(models.Model):
         "counts change through a rebuild and switch.",
     )
 
+    objects = CategoryQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "categories"
@@ -74,24 +123,68 @@ class Category(models.Model):
     def __str__(self):
         return self.name
 
+    def delete(self, *args, **kwargs):
+        with transaction.atomic():
+            _refuse_deletion([self])
+            return super().delete(*args, **kwargs)
+
     def clean(self):
         super().clean()
         if self.parent_id is None:
             return
         if self.parent.slug == RESERVED_SLUG:
             raise ValidationError({"parent": f"'{RESERVED_SLUG}' is not in the tree"})
-        parents = dict(Category.objects.values_list("slug", "parent__slug"))
-        if self.pk is not None:
-            # The slug may be edited in the same form: the tree is keyed by the stored one.
-            stored = Category.objects.filter(pk=self.pk).values_list("slug", flat=True).first()
-            parents.pop(stored, None)
-            parents = {
-                child: (self.slug if parent == stored else parent) for child, parent in parents.items()
-            }
+        stored, stored_parent = Category.objects.filter(pk=self.pk).values_list(
+            "slug", "parent_id"
+        ).first() or (None, None)
+        if stored == self.slug and stored_parent == self.parent_id:
+            return  # the tree does not change
+        # The slug may be edited in the same form: the tree is keyed by the stored one.
+        parents = {
+            child: (self.slug if stored is not None and parent == stored else parent)
+            for child, parent in _ancestry(self.parent_id).items()
+            if child != stored
+        }
         parents[self.slug] = self.parent.slug
-        problem = tree_problem(self.slug, parents, height=subtree_height(self.slug, parents))
+        height = _height_below(self.pk) if stored is not None else 1
+        problem = tree_problem(self.slug, parents, height=height)
         if problem:
             raise ValidationError({"parent": problem})
+
+
+def _ancestry(pk: int) -> dict[str, str | None]:
+    """slug -> parent slug for category `pk` and each of its ancestors: a lookup per level (at most
+    MAX_TREE_DEPTH and one, as the database keeps the tree), never the whole catalogue."""
+    parents: dict[str, str | None] = {}
+    slug_of: dict[int, str] = {}
+    chain = []
+    while pk is not None and pk not in slug_of and len(chain) <= MAX_TREE_DEPTH:
+        slug, parent_id = Category.objects.filter(pk=pk).values_list("slug", "parent_id").get()
+        slug_of[pk] = slug
+        chain.append((slug, parent_id))
+        pk = parent_id
+    for slug, parent_id in chain:
+        parents[slug] = slug_of.get(parent_id)
+    return parents
+
+
+# How many levels the subtree under a category spans (itself included), counted no deeper than one
+# past the limit: enough to refuse a move, and the walk the database's own guard makes.
+_HEIGHT_SQL = f"""
+WITH RECURSIVE below(id, level) AS (
+    SELECT %s::bigint, 1
+    UNION ALL
+    SELECT c.id, below.level + 1 FROM catalogue_category c JOIN below ON c.parent_id = below.id
+    WHERE below.level <= {MAX_TREE_DEPTH}
+)
+SELECT max(level) FROM below
+"""
+
+
+def _height_below(pk: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(_HEIGHT_SQL, [pk])
+        return cursor.fetchone()[0]
 
 
 def subtree_height(slug: str, parents: dict[str, str | None]) -> int:
@@ -106,12 +199,6 @@ def subtree_height(slug: str, parents: dict[str, str | None]) -> int:
         level = [c for s in level for c in children.get(s, []) if c not in seen]
         seen.update(level)
     return height
-
-
-def category_paths() -> dict[str, list[str]]:
-    """slug -> the slugs from its root down to itself, for every category, in the catalogue's tree."""
-    parents = dict(Category.objects.values_list("slug", "parent__slug"))
-    return {slug: path_of(slug, parents) for slug in parents}
 
 
 def path_of(slug: str, parents: dict[str, str | None]) -> list[str]:

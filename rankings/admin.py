@@ -3,7 +3,6 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models.expressions import RawSQL
 from django.shortcuts import get_object_or_404, redirect
@@ -11,10 +10,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
-from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
+from catalogue.admin_lists import LargeTableAdmin
 from catalogue.money import cents_text
 from rankings import tasks
 from rankings.conf import METRICS
@@ -27,7 +26,7 @@ from rankings.operations import backfill
 from rankings.operations import dashboard as operations
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(LargeTableAdmin):
     """Rows that are facts, not settings: nobody adds, changes or deletes them here, superusers included."""
 
     def has_add_permission(self, request):
@@ -38,35 +37,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-
-# Rows a list of facts counts at most: its pages reach that deep, and older rows are found by
-# narrowing by date or search. A count of a table of hundreds of millions of rows would cost more
-# than every page a person reads.
-LIST_ROWS_COUNTED = 10_000  # rows
-
-
-class CappedPaginator(Paginator):
-    """Django's paginator counting at most LIST_ROWS_COUNTED rows of the list (the changelist
-    counts the rows it lists: otherwise a count(*) of the whole table on every page)."""
-
-    @cached_property
-    def count(self) -> int:
-        return self.object_list[:LIST_ROWS_COUNTED].count()
-
-
-class SourceFilter(admin.SimpleListFilter):
-    """The ingest log's sources, named here rather than read from the log (a DISTINCT over it)."""
-
-    title = "source"
-    parameter_name = "source"
-    SOURCES = ["api", "import", "demo", "engage-api", "engage-import", "engage-demo"]
-
-    def lookups(self, request, model_admin):
-        return [(source, source) for source in self.SOURCES]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(source=self.value()) if self.value() else queryset
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -84,6 +54,23 @@ class KindFilter(admin.SimpleListFilter):
         return queryset
 
 
+# What writes IngestLog.source: the APIs, the imports and the demo, of sales and of engagement.
+INGEST_SOURCES = ("api", "import", "demo", "engage-api", "engage-import", "engage-demo")
+
+
+class SourceFilter(admin.SimpleListFilter):
+    """The ingest paths, named rather than read with a SELECT DISTINCT over every call logged."""
+
+    title = "source"
+    parameter_name = "source"
+
+    def lookups(self, request, model_admin):
+        return [(source, source) for source in INGEST_SOURCES]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(source=self.value()) if self.value() else queryset
+
+
 # Sales an event id prefix finds at most: a page of the list, many times over.
 EVENT_ID_MATCHES = 1000
 
@@ -97,14 +84,11 @@ class EngagementAdmin(ReadOnlyAdmin):
     # Exact matches only: the partitioned table's one index is its key, and days are read whole.
     search_fields = ["=product_id"]
     search_help_text = "A product id."
-    # Dates as ranges (which days' partitions to read), not a date hierarchy: its links are a
-    # DISTINCT over every event of the period shown.
-    list_filter = [("ts", admin.DateFieldListFilter), "kind"]
+    date_lookups_field = "ts"
+    list_filter = ["kind", ("ts", admin.DateFieldListFilter)]
     # Newest first by the key each day's partition is indexed on: a page reads a page of each day,
     # where an order by time would sort every event kept.
     ordering = ["-id"]
-    paginator = CappedPaginator
-    show_full_result_count = False
     list_per_page = 100
 
 
@@ -128,11 +112,9 @@ class SaleAdmin(ReadOnlyAdmin):
     # through SaleId, the index of every event id (the partitioned table has none).
     search_fields = ["=product__product_id", "=return_of"]
     search_help_text = "An event id (or its beginning), a product id, or the id of a returned sale."
-    date_hierarchy = "ts"
-    list_filter = [KindFilter]
+    date_lookups_field = "ts"
+    list_filter = [KindFilter, ("ts", admin.DateFieldListFilter)]
     ordering = ["-ts", "-id"]
-    # A full count(*) of every sale for "N total" would cost more than the page itself.
-    show_full_result_count = False
     list_per_page = 100
     fields = [
         "event_id",
@@ -172,10 +154,9 @@ class SaleAdmin(ReadOnlyAdmin):
 @admin.register(IngestLog)
 class IngestLogAdmin(ReadOnlyAdmin):
     list_display = ["at", "source", "accepted", "duplicates", "rejected"]
-    list_filter = [("at", admin.DateFieldListFilter), SourceFilter]
+    list_filter = [SourceFilter, ("at", admin.DateFieldListFilter)]
+    date_lookups_field = "at"
     ordering = ["-at"]
-    paginator = CappedPaginator
-    show_full_result_count = False
 
 
 @admin.register(ApiToken)
@@ -212,9 +193,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
 # --- operations: versions, rebuild, compare, switch, status -------------------------
 
 
-# Pending tree moves (and the categories they affect) listed on the versions page: an import that
-# moves half a million categories is a count and a page, not a page of half a million rows.
-MOVES_SHOWN = 50  # categories
 # Categories under a parent in a version's tree; none worked out for a deleted version.
 _TREE_ENTRIES = "CASE WHEN state = %s THEN NULL ELSE (SELECT count(*) FROM jsonb_object_keys(tree)) END"
 
@@ -261,8 +239,6 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         pending = tree_pending()
         context = {
             "tree_change": pending,
-            "moves_shown": pending.moved[:MOVES_SHOWN],
-            "affected_shown": pending.affected[:MOVES_SHOWN],
             "boards_per_category": len(configured_windows()) * len(METRICS),
             "building": building,
             "active_number": number,
@@ -363,11 +339,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             # Categories drawn at random besides `all` (none: every board was compared), of how many.
             "sampled": len(sampled) - 1 if sampled else 0,
             "categories": categories,
-            "tree_change": (
-                change := tree_change(version_tree(RankingVersion.active_number()), version_tree(number))
-            ),
-            "moves_shown": change.moved[:MOVES_SHOWN],
-            "affected_shown": change.affected[:MOVES_SHOWN],
+            "tree_change": tree_change(version_tree(RankingVersion.active_number()), version_tree(number)),
             "can_switch": request.user.has_perm("rankings.switch_rankings"),
         }
         return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)

@@ -7,7 +7,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from rankings import admin as rankings_admin
+from catalogue.admin_lists import CappedCountPaginator
+from rankings.engine.tree import TreeChange
 from rankings.models import IngestLog
 
 from .rankings_helpers import Shop
@@ -34,7 +35,7 @@ def _unbounded(statements: list[str]) -> list[str]:
 
 @pytest.fixture
 def capped(monkeypatch):
-    monkeypatch.setattr(rankings_admin, "LIST_ROWS_COUNTED", 200, raising=False)
+    monkeypatch.setattr(CappedCountPaginator, "cap", 200)
 
 
 def test_the_engagement_list_reads_a_page_not_the_table(admin_client, capped):
@@ -46,7 +47,7 @@ def test_the_engagement_list_reads_a_page_not_the_table(admin_client, capped):
     # when the list is shown
     reply, statements = _page(admin_client, "engagement")
     # then
-    assert reply.context["cl"].result_count == 200
+    assert reply.context["cl"].result_count == 201  # the cap and one: "more than 200"
     assert not _unbounded(statements)
     page = [sql for sql in statements if "COUNT(" not in sql.upper()]
     assert page and all('ORDER BY "rankings_engagement"."id" DESC' in sql and "LIMIT" in sql for sql in page)
@@ -70,8 +71,8 @@ def test_the_ingest_log_reads_a_page_not_the_table(admin_client, capped):
     reply, statements = _page(admin_client, "ingestlog")
     filtered, more = _page(admin_client, "ingestlog", "?source=api")
     # then
-    assert reply.context["cl"].result_count == 200
-    assert filtered.context["cl"].result_count == 200
+    assert reply.context["cl"].result_count == 201  # the cap and one: "more than 200"
+    assert filtered.context["cl"].result_count == 201  # the cap and one: "more than 200"
     assert not _unbounded(statements + more)
 
 
@@ -106,5 +107,5 @@ def test_the_versions_list_reads_no_tree_of_a_deleted_version_and_a_page_of_pend
     assert sizes and all("deleted" in sql for sql in sizes)
     # and the pending moves are shown a page at a time, with how many there are
     page = reply.content.decode()
-    assert page.count("<td>c") == rankings_admin.MOVES_SHOWN
-    assert "120 categories moved" in page
+    assert page.count("<td>c") == TreeChange.SHOWN
+    assert f"and {120 - TreeChange.SHOWN} more" in page

@@ -154,6 +154,24 @@ def test_the_categories_affected_by_a_move_are_those_whose_descendants_change():
     assert tree_affected(old, old) == set()
 
 
+def test_the_affected_categories_are_found_by_walking_up_from_the_moves_only():
+    """At a million categories the versions page compares the trees on every load: finding the
+    affected boards walks up from the moved categories, not from every category of both trees."""
+
+    class CountingTree(Tree):
+        walks = 0
+
+        def ancestors(self, slug):
+            CountingTree.walks += 1
+            return super().ancestors(slug)
+
+    parents = {f"c{i}": f"p{i % 100}" for i in range(100_000)} | {f"p{i}": "root" for i in range(100)}
+    old = CountingTree(parents)
+    new = CountingTree({**parents, "c7": "p8"})
+    assert tree_affected(old, new) == {"p7", "p8"}
+    assert CountingTree.walks <= 2
+
+
 def test_a_sale_counts_once_in_each_ancestor_even_when_it_names_one():
     # given toys › board-games › strategy, frozen into the active version
     _toys()

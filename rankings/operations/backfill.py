@@ -41,6 +41,7 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
+from catalogue.models import TREE_LOCK_SQL
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
@@ -134,14 +135,17 @@ def version_build(
     versions_fail_abandoned()
     number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
     layout = layout or active_layout()[1]
-    # The catalogue's tree as it stands now is the one the version counts with, for good.
-    version = RankingVersion.objects.create(
-        number=number,
-        state=RankingVersion.State.BUILDING,
-        shards=layout.shards,
-        pinned=list(layout.pinned),
-        tree=dict(catalogue_tree().parents),
-    )
+    # The catalogue's tree as it stands now is the one the version counts with, for good; frozen
+    # under the tree lock, so that a category deleted meanwhile is either gone from it or kept.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(TREE_LOCK_SQL)
+        version = RankingVersion.objects.create(
+            number=number,
+            state=RankingVersion.State.BUILDING,
+            shards=layout.shards,
+            pinned=list(layout.pinned),
+            tree=dict(catalogue_tree().parents),
+        )
     with locks.build_lock(number):
         try:
             _build(number, layout, _BuildProgress(number, progress or _nothing))

@@ -16,7 +16,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            with open(options["file"], newline="", encoding="utf-8") as lines:
+            with open(options["file"], newline="", encoding="utf-8-sig", errors="surrogateescape") as lines:
                 report = categories_import(lines=lines)
         except OSError as error:
             raise CommandError(f"cannot read {options['file']}: {error}") from error
