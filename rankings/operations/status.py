@@ -144,5 +144,5 @@ def status_read() -> dict:
             name: boards.get(name, {"boards": 0, "members": 0}) for name in rankings_settings.WINDOWS
         },
         "engagement": engagement_status(now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN),
-        "snapshots": snapshots_summary(),
+        "snapshots": snapshots_summary(version),
     }

@@ -18,7 +18,7 @@ from django.db import DatabaseError, connection
 from catalogue.models import Product
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.models import ProductTotal, Snapshot, SnapshotMark
+from rankings.models import ProductTotal, RankingVersion, Snapshot, SnapshotHour
 from rankings.serving import selectors
 from rankings.serving.selectors import (
     Board,
@@ -41,7 +41,7 @@ HOUR = 3600  # seconds
 
 @dataclass(frozen=True, slots=True)
 class Movers(Board):
-    then: dt.datetime | None = None  # the hour of the snapshot compared
+    """A board's movers; `then` is the hour of the snapshot compared, None when there is none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +84,16 @@ def board_movers(*, category: str, window: str, metric: str, limit: int) -> Move
 def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Movers:
     found = _depth_slice(category, window, metric, 0, rankings_settings.SNAPSHOT_DEPTH - 1)
     as_of = instant(found.as_of)
-    then = ranks_then(category=category, window=window, metric=metric, as_of=as_of)
-    if then is None:  # no instant (the shard is unknown) or no snapshot could be read: not "all new"
-        raise store.Unreachable("the board or the snapshot it is compared with could not be read")
+    if as_of is None:  # the shard is unknown: not "all new"
+        raise store.Unreachable("the board could not be read")
+    try:
+        then = ranks_then(category=category, window=window, metric=metric, as_of=as_of, strict=True)
+    except DatabaseError as error:
+        raise store.Unreachable("the snapshot the board is compared with could not be read") from error
+    # No snapshot of that hour: every rank then is unknown (None), and the answer says so (`then` null).
     moved = []
     for place, row in enumerate(found.rows):
-        rank, rank_then = place + 1, then.get(row[0])
+        rank, rank_then = place + 1, (then or {}).get(row[0])
         if rank_then is None or rank_then > rank:
             moved.append((rank, rank_then, row))
     # Unranked then first (by rank now), then the largest gain, then rank now; ranks are unique.
@@ -113,7 +117,7 @@ def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Mov
         as_of=as_of,
         total=len(moved),
         items=items,
-        then=then_of(as_of),
+        then=then_of(as_of) if then is not None else None,
     )
 
 
@@ -197,12 +201,15 @@ def product_history(*, product_id: str, category: str, window: str, metric: str,
 
 _HISTORY = f"""
 WITH hours AS (
-    SELECT DISTINCT at FROM {SnapshotMark._meta.db_table}
-    WHERE at > (SELECT max(at) FROM {SnapshotMark._meta.db_table}) - make_interval(days => %(days)s)
+    SELECT at FROM {SnapshotHour._meta.db_table}
+    WHERE version = %(version)s AND at > (
+        SELECT max(at) FROM {SnapshotHour._meta.db_table} WHERE version = %(version)s
+    ) - make_interval(days => %(days)s)
 )
 SELECT hours.at, s.category, array_position(s.products, %(product)s::varchar)
 FROM hours LEFT JOIN {Snapshot._meta.db_table} s
-  ON s.at = hours.at AND s.category = ANY(%(categories)s) AND s.window = %(window)s AND s.metric = %(metric)s
+  ON s.version = %(version)s AND s.at = hours.at AND s.category = ANY(%(categories)s)
+  AND s.window = %(window)s AND s.metric = %(metric)s
 ORDER BY hours.at
 """
 
@@ -218,6 +225,7 @@ def product_histories(
             cursor.execute(
                 _HISTORY,
                 {
+                    "version": RankingVersion.active_number(),  # its history: PostgreSQL's alone
                     "product": product_id,
                     "days": days,
                     "categories": categories,

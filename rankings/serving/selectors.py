@@ -26,7 +26,7 @@ from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.serving import merge
-from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
+from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch, then_of
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -136,6 +136,8 @@ class Board:
     total: int  # products ranked on the board
     items: tuple[RankedProduct, ...]
     stale: bool = False  # a last known answer, served while Redis is unreachable
+    # The hour of the snapshot the items' rank_then come from; None: no snapshot of it (unknown).
+    then: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -708,6 +710,7 @@ def _board(
         as_of=as_of,
         total=found.total,
         items=_items(found.rows, offset + 1, metric, names, then=then, sales=sales),
+        then=then_of(as_of) if then is not None else None,
     )
 
 
