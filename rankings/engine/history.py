@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from tqdm import tqdm
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine.shards import ALL
+from rankings.engine.shards import ALL, Layout
 from rankings.engine.snapshots import HOUR, instant, snapshot_windows
 from rankings.engine.tree import EXPAND_SQL, Tree
 from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
@@ -96,9 +96,12 @@ def engine_clock() -> dt.datetime | None:
     )
 
 
-def history_record(*, version: int, tree: Tree, clock: dt.datetime | None, progress=None) -> HistoryReport:
-    """Record `version`'s snapshots of every hour up to `clock` from the sales (see above), in place of
-    any it has of those hours, in one transaction; `progress(categories)` is told how many
+def history_record(
+    *, version: int, tree: Tree, layout: Layout, clock: dt.datetime | None, progress=None
+) -> HistoryReport:
+    """Record `version`'s snapshots of every hour up to `clock` from the sales (see above), counted
+    with `tree`, a split category's by part as `layout` splits it (as the ticks take them), in place
+    of any it has of those hours, in one transaction; `progress(categories)` is told how many
     categories are done."""
     started = time.monotonic()
     hours = history_hours(clock)
@@ -121,16 +124,18 @@ def history_record(*, version: int, tree: Tree, clock: dt.datetime | None, progr
         with raw.cursor(name="history") as rows, raw.cursor() as writer:
             rows.itersize = READ_ROWS
             rows.execute(_HOURLY.format(expand=EXPAND_SQL if tree.parents else _NAMED), params)
-            for done, (category, board) in enumerate(
+            for done, (category, facts) in enumerate(
                 tqdm(_by_category(rows), desc="history", unit=" categories", leave=False), 1
             ):
                 with writer.copy(_COPY) as copy:
                     copy.set_types(_TYPES)
-                    for name, w in windows:
-                        for at, metric, products in _ranked(board, first, len(hours), (w.buckets - 1) * HOUR):
-                            copy.write_row((version, instant(at), name, metric, category, products))
-                            report.boards += 1
-                            report.products += len(products)
+                    for board_name, board in _parts(category, facts, layout):
+                        for name, w in windows:
+                            span = (w.buckets - 1) * HOUR
+                            for at, metric, products in _ranked(board, first, len(hours), span):
+                                copy.write_row((version, instant(at), name, metric, board_name, products))
+                                report.boards += 1
+                                report.products += len(products)
                 if progress is not None:
                     progress(done)
     report.seconds = time.monotonic() - started
@@ -152,15 +157,27 @@ class _Board:
 
 
 def _by_category(rows):
-    """(category, _Board) for each category of `rows` (sorted by category)."""
+    """(category, its rows) for each category of `rows` (sorted by category)."""
     part: list[tuple] = []
     for row in rows:
         if part and row[0] != part[0][0]:
-            yield part[0][0], _board(part)
+            yield part[0][0], part
             part = []
         part.append(row)
     if part:
-        yield part[0][0], _board(part)
+        yield part[0][0], part
+
+
+def _parts(category: str, rows: list[tuple], layout: Layout):
+    """(board, _Board) of a category's rows: the category's own, or each of its parts' if split."""
+    if category not in layout.split:
+        yield category, _board(rows)
+        return
+    parts: dict[str, list[tuple]] = {}
+    for row in rows:
+        parts.setdefault(layout.board_of(category, row[1]), []).append(row)
+    for part in sorted(parts):
+        yield part, _board(parts[part])
 
 
 def _board(part: list[tuple]) -> _Board:

@@ -208,6 +208,7 @@ def _history(number: int, clock: dt.datetime | None, report: _BuildProgress) -> 
     recorded = history_record(
         version=number,
         tree=version_tree(number),
+        layout=version_layout(number),
         clock=clock,
         progress=lambda done: report(
             PROGRESS_HISTORY + (PROGRESS_CATCH_UP - PROGRESS_HISTORY) * min(done / categories, 1.0),

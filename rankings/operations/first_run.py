@@ -13,6 +13,7 @@ from psycopg import sql
 from rest_framework.authtoken.models import Token
 
 from rankings.engine.history import engine_clock, history_record
+from rankings.engine.shards import version_layout
 from rankings.engine.tree import version_tree
 from rankings.models import RankingVersion, Sale
 
@@ -39,7 +40,9 @@ def demo_history(out) -> None:
     """The active version's hourly history from the demo's sales, as a rebuild records it: movers,
     rank arrows and rank history from the first page on."""
     version = RankingVersion.active_number()
-    recorded = history_record(version=version, tree=version_tree(version), clock=engine_clock())
+    recorded = history_record(
+        version=version, tree=version_tree(version), layout=version_layout(version), clock=engine_clock()
+    )
     out.write(
         f"hourly history: {recorded.hours} hours, {recorded.boards:,} boards in {recorded.seconds:.1f} s"
     )
