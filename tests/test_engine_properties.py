@@ -421,10 +421,10 @@ class SalesHistory(RuleBasedStateMachine):
         hours = SnapshotHour.objects.filter(version=version).values_list("at", flat=True)
         assert {int(at.timestamp()) for at in hours} == self.hours
 
-    @precondition(lambda self: not self.rebuilt)
+    @precondition(lambda self: self.ticked_at is not None and not self.rebuilt)
     @rule()
     def rebuild(self):
-        """Once in a history (a rebuild costs a second or so): its history from the sales."""
+        """Once in a history, after a tick (a rebuild costs a second or so): its history from the sales."""
         self.rebuild_and_switch()
         self.rebuilt = True
 
