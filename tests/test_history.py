@@ -169,6 +169,23 @@ def test_a_rebuild_records_the_history_of_every_hour_from_the_sales_and_a_switch
     assert [p["at"] for p in points] == [_iso(h) for h in _hours_of(1)]
 
 
+def test_a_rebuild_s_history_cuts_each_board_at_the_depth_ties_in_product_order(settings):
+    """Boards longer than the snapshot depth, ties at the cut: the first DEPTH ranks, as the recompute."""
+    settings.RANKINGS = {**settings.RANKINGS, "SNAPSHOT_DEPTH": 4}
+    shop = Shop()
+    _three_days_imported(shop)
+    backfill.version_build(activate=True)
+    hours = _hours_of(2)
+    expected = snapshots_recompute(hours=hours, earlier_sale_id=0)
+    assert _stored(2) == expected
+    assert max(len(products) for products in expected.values()) == 4
+    # the boards are longer than the depth (and some tie at the cut: keeping only the products that
+    # score above the 4th's drops one of them)
+    settings.RANKINGS = {**settings.RANKINGS, "SNAPSHOT_DEPTH": 1000}
+    longer = snapshots_recompute(hours=hours, earlier_sale_id=0)
+    assert any(len(rows) > 4 for rows in longer.values())
+
+
 def test_where_no_snapshot_exists_replies_and_pages_say_so(api, client):
     _catalogue()
     shop = Shop()

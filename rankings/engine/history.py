@@ -11,8 +11,8 @@ hour), keyed by the first hour boundary at or after each fact (a fact exactly on
 apart: it is in the window of one more hour). A bucket keyed b is in the snapshot of every hour
 from b to b + span (span: the window's length less one bucket), the last excluded unless exact.
 Those rows are all Python reads; numpy turns them, a category at a time, into every hour's scores
-(a running sum over the hours) and ranks every hour's board at once (a stable sort by score
-descending over the products in byte order), a few thousand hours × products at a time. What it
+(a running sum over the hours, a few thousand hours × products at a time) and ranks each hour's
+board (its first DEPTH ranks: score descending, then the products' byte order). What it
 writes is what the live ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every
 non-empty board of the windows SNAPSHOT_WINDOWS, per metric, and the hours themselves.
 """
@@ -213,12 +213,22 @@ def _ranked(board: _Board, first: int, hours: int, span: int):
                 np.add.at(changes, (at[inside] - h0 + 1, board.column[inside]), sign * values[inside])
             scores = np.cumsum(changes, axis=0)[1:]
             state = scores[-1]
-            order = np.argsort(-scores, axis=1, kind="stable")
-            positive = (scores > 0).sum(axis=1)
             for i in range(h1 - h0):
-                k = min(depth, int(positive[i]))
-                if k:
-                    yield first + (h0 + i) * HOUR, metric, board.products[order[i, :k]].tolist()
+                ranked = _first_ranks(scores[i], depth)
+                if ranked.size:
+                    yield first + (h0 + i) * HOUR, metric, board.products[ranked].tolist()
+
+
+def _first_ranks(scores: np.ndarray, depth: int) -> np.ndarray:
+    """The columns of the first `depth` ranks of one hour's board: score descending, then column
+    (the products' byte order), scores <= 0 unranked. A board longer than `depth` is cut at its
+    depth-th score first (every product tied with it kept), so only those are sorted."""
+    columns = np.flatnonzero(scores > 0)
+    if columns.size > depth:
+        values = scores[columns]
+        cut = np.partition(values, columns.size - depth)[columns.size - depth]
+        columns = columns[values >= cut]
+    return columns[np.lexsort((columns, -scores[columns]))][:depth]
 
 
 # The hours the active version ticked after the target's history ends, carried over to it: the
