@@ -1,6 +1,7 @@
 """What moves: the cost of one hour's snapshots, and /movers and /new read throughput against /top.
 
-Snapshot cost: the demo data ticked once, then one hour's snapshots of every shard taken as a tick
+Snapshot cost: the demo data ticked once, then what a rebuild adds to record its version's hourly
+history from the sales (rankings/engine/history.py), then one hour's snapshots of every shard taken as a tick
 takes them (rankings/engine/snapshots.py `take`): time and bytes stored. The same at 1,000
 categories (synthetic hour buckets: 100 products per category sold in 10 hours of the last week).
 Reads: wrk against gunicorn as in bench_read, /top, /movers and /new of the demo's hot category in
@@ -36,10 +37,10 @@ def _take_hour(at: int) -> tuple[float, int, int]:
     from rankings.engine import snapshots
     from rankings.engine.shards import active_layout
 
-    layout = active_layout()[1]
+    version, layout = active_layout()
     started = time.perf_counter()
     for shard in range(layout.shards):
-        snapshots.take(shard=shard, layout=layout, hours=[at])
+        snapshots.take(shard=shard, layout=layout, version=version, hours=[at])
     elapsed = time.perf_counter() - started
     boards, size = _snapshot_bytes(snapshots.instant(at))
     return elapsed, boards, size
@@ -60,6 +61,28 @@ def _demo(runs: int) -> tuple[float, int, int, int]:
     _, boards, size = _take_hour(hour)
     _take_hour(hour - 24 * HOUR)  # what /movers compares with
     return seconds, boards, size, hour
+
+
+def _history() -> tuple[float, int, int, int, int]:
+    """What a rebuild adds to record its version's hourly history from the demo's sales, as a version
+    of its own: (seconds, hours, boards, product ids, bytes stored)."""
+    from django.db import connection
+
+    from rankings.engine.history import engine_clock, history_delete, history_record
+    from rankings.engine.shards import active_layout
+    from rankings.engine.tree import EMPTY
+
+    version = 1 + active_layout()[0]
+    history_delete(version)
+    recorded = history_record(version=version, tree=EMPTY, layout=active_layout()[1], clock=engine_clock())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_column_size(products)), 0) FROM rankings_snapshot WHERE version = %s",
+            [version],
+        )
+        (size,) = cursor.fetchone()
+    history_delete(version)
+    return recorded.seconds, recorded.hours, recorded.boards, recorded.products, size
 
 
 def _at_scale(runs: int) -> tuple[float, int, int]:
@@ -105,6 +128,14 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
         f"{size / max(boards, 1):,.0f} bytes a board (first {_depth()} ranks, compressed)",
         "",
         "",
+    )
+    seconds, hours, boards, products, size = _history()
+    table.add(
+        "a rebuild's hourly history, demo data",
+        f"{seconds:,.1f} s, {hours} hours, {boards:,} boards, {size / 2**20:,.0f} MiB",
+        f"{products:,} ranks (first {_depth()} of each board of 1d and 7d, 4 metrics)",
+        "",
+        "grows with hours × boards × products per board",
     )
     with harness.services(worker=False) as url:
         reads = {

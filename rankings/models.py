@@ -422,10 +422,14 @@ class Snapshot(models.Model):
     One row per board and hour, the product ids in rank order (rank = place + 1): a few kilobytes,
     compressed by PostgreSQL, and no row for a board that was empty. Kept in PostgreSQL rather
     than Redis: they are history, not a serving copy, so they must survive a Redis that lost its
-    data (no rebuild could bring them back: they record what the boards were) and they belong to
-    no version (a rebuild and switch carries them over untouched).
+    data (what the live ticks recorded cannot be brought back by a rebuild). They belong to
+    a version: the live ticks record the active version's, a rebuild its own version's history
+    from the sales (rankings/engine/history.py), and a switch carries the hours ticked meanwhile
+    over to the version it makes active, so each version keeps its own history and a switch back
+    restores it. A version's snapshots are deleted with the version.
     """
 
+    version = models.PositiveIntegerField()
     at = models.DateTimeField()
     window = models.CharField(max_length=8)
     metric = models.CharField(max_length=16)
@@ -434,14 +438,24 @@ class Snapshot(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["category", "window", "metric", "at"], name="snapshot_board_at"),
+            models.UniqueConstraint(
+                fields=["version", "category", "window", "metric", "at"], name="snapshot_version_board_at"
+            ),
         ]
         indexes = [models.Index(fields=["at"], name="snapshot_at")]
 
 
+class SnapshotHour(models.Model):
+    """A version's history has the snapshots of hour `at` (a board without a row was empty then): the
+    hours a product's rank history has points for, and the hours a board can be compared with."""
+
+    pk = models.CompositePrimaryKey("version", "at")
+    version = models.PositiveIntegerField()
+    at = models.DateTimeField(db_index=True)
+
+
 class SnapshotMark(models.Model):
-    """A shard has taken its snapshots of hour `at`: a tick resumes after its shard's last mark,
-    and the hours marked are the hours a product's rank history has points for."""
+    """A shard has taken its snapshots of hour `at`: a tick resumes after its shard's last mark."""
 
     pk = models.CompositePrimaryKey("shard", "at")
     shard = models.PositiveSmallIntegerField()

@@ -11,12 +11,16 @@ metric in Redis must equal the GROUP BY over raw sales and engagement events,
 each counted once in every ancestor of its categories, and every hourly
 snapshot taken so far the GROUP BY as of its hour over what was counted by then
 (rankings/engine/snapshots.py): the hours a tick crossed are computed when it
-has run and must never change afterwards. A second machine also moves
-categories in the catalogue, rebuilds with the edited tree, switches to it and
-back, with sales still flowing: every board must be exact after each switch.
+has run and must never change afterwards. A history also rebuilds once:
+the new version's snapshots must be the recompute as of each hour from every
+sale known, carried on by the ticks. A second machine also moves categories in
+the catalogue, rebuilds with the edited tree, switches to it and back, with
+sales still flowing: every board must be exact after each switch, and each
+version's history its own, carried on with the hours ticked meanwhile.
 """
 
 import datetime as dt
+import math
 import os
 from decimal import Decimal
 
@@ -43,7 +47,15 @@ from rankings.engine.prune import engagement_prune, engine_now
 from rankings.engine.recompute import boards_recompute, snapshots_recompute
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import active_tree
-from rankings.models import Engagement, RankingVersion, Sale, Snapshot, SnapshotMark
+from rankings.models import (
+    Engagement,
+    RankingVersion,
+    Sale,
+    ShardState,
+    Snapshot,
+    SnapshotHour,
+    SnapshotMark,
+)
 from rankings.operations import backfill
 from rankings.serving import moves, selectors
 from rankings.serving.then import gain_percent
@@ -88,6 +100,7 @@ _HISTORY_TABLES = [
     "rankings_ingestlog",
     "rankings_rankingversion",
     "rankings_snapshot",
+    "rankings_snapshothour",
     "rankings_snapshotmark",
     "rankings_producttotal",
     "catalogue_product_categories",
@@ -130,8 +143,12 @@ class SalesHistory(RuleBasedStateMachine):
         self.ticked_at: dt.datetime | None = None
         self.counted_before = 0  # the last sale id stored before the previous tick
         self.engaged_before = 0  # the last engagement event id stored before the previous tick
+        # The active version's history: its snapshots and hours. A rebuild's come from the sales.
         self.snapshots: dict[tuple[int, str, str, str], list[str]] = {}
         self.hours: set[int] = set()
+        self.marked: set[int] = set()  # the hours the ticks took
+        self.histories: dict[int, tuple[dict, set[int]]] = {}  # other versions' (a switch back's)
+        self.rebuilt = False
         self.parents: dict[str, str | None] = {}  # the catalogue's tree
 
     @initialize(data=st.data())
@@ -145,7 +162,7 @@ class SalesHistory(RuleBasedStateMachine):
             Category.objects.create(
                 slug=slug, name=slug, parent=Category.objects.get(slug=parent) if parent else None
             )
-        backfill.version_build(activate=True)
+        self.rebuild_and_switch()
 
     def _id(self) -> str:
         self.n += 1
@@ -323,7 +340,8 @@ class SalesHistory(RuleBasedStateMachine):
                 moved.append((pid, rank, rank_then, gain))
         moved.sort(key=lambda m: (m[2] is not None, -(m[3] or 0), m[1], m[0].encode()))
         answer = moves.board_movers(category=category, window=window, metric=metric, limit=100)
-        assert answer.then == dt.datetime.fromtimestamp(then, dt.UTC)
+        # No snapshot of that hour in the version's history: unknown, not "all new".
+        assert answer.then == (dt.datetime.fromtimestamp(then, dt.UTC) if then in self.hours else None)
         assert answer.total == len(moved)
         assert [
             (item.product_id, item.rank, item.rank_then, gain_percent(item.rank, item.rank_then))
@@ -379,19 +397,76 @@ class SalesHistory(RuleBasedStateMachine):
             )
         )
         self.hours.update(hours)
-        stored = {
-            (int(at.timestamp()), window, metric, category): products
-            for at, window, metric, category, products in Snapshot.objects.values_list(
-                "at", "window", "metric", "category", "products"
-            )
-        }
-        assert stored == self.snapshots
+        self.marked.update(hours)
+        self._assert_history_stored()
         marks = set(SnapshotMark.objects.values_list("shard", "at"))
         shards = active_layout()[1].shards
-        assert marks == {(s, dt.datetime.fromtimestamp(h, dt.UTC)) for s in range(shards) for h in self.hours}
+        assert marks == {
+            (s, dt.datetime.fromtimestamp(h, dt.UTC)) for s in range(shards) for h in self.marked
+        }
         self.ticked_at = now
         self.counted_before = Sale.objects.order_by("-id").values_list("id", flat=True).first() or 0
         self.engaged_before = Engagement.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+    def _assert_history_stored(self):
+        """The active version's snapshots and hours are the model's."""
+        version = RankingVersion.active_number()
+        stored = {
+            (int(at.timestamp()), window, metric, category): products
+            for at, window, metric, category, products in Snapshot.objects.filter(
+                version=version
+            ).values_list("at", "window", "metric", "category", "products")
+        }
+        assert stored == self.snapshots
+        hours = SnapshotHour.objects.filter(version=version).values_list("at", flat=True)
+        assert {int(at.timestamp()) for at in hours} == self.hours
+
+    @precondition(lambda self: self.ticked_at is not None and not self.rebuilt)
+    @rule()
+    def rebuild(self):
+        """Once in a history, after a tick (a rebuild costs a second or so): its history from the sales."""
+        self.rebuild_and_switch()
+        self.rebuilt = True
+
+    def rebuild_and_switch(self):
+        """A rebuild switched to: its version's history is every hour up to the engine's clock as of
+        each from every sale known (the recompute with nothing counted before the hour)."""
+        before = RankingVersion.active_number()
+        backfill.version_build(activate=True)
+        self._switched(before, self._history_from_sales())
+        self._assert_history_stored()
+        self.shop.assert_exact()
+
+    def _history_from_sales(self) -> tuple[dict, set[int]]:
+        clock = ShardState.objects.filter(as_of__isnull=False).aggregate(m=Min("as_of"))["m"]
+        earliest = Sale.objects.aggregate(m=Min("counted_at"))["m"]
+        if clock is None or earliest is None:
+            return {}, set()
+        t = clock.timestamp()
+        keep = settings.RANKINGS["SNAPSHOT_KEEP_SECONDS"]
+        first = max(math.ceil(earliest.timestamp() / HOUR), math.ceil((t - keep) / HOUR)) * HOUR
+        hours = list(range(first, math.floor(t / HOUR) * HOUR + 1, HOUR))
+        recomputed = snapshots_recompute(
+            hours=hours,
+            earlier_sale_id=0,
+            earlier_engagement_id=0,
+            tree=active_tree(),
+            layout=active_layout()[1],
+        )
+        return recomputed, set(hours)
+
+    def _switched(self, before: int, history: tuple[dict, set[int]]) -> None:
+        """The active version's history after a switch from `before`: `history` (its own), carried on
+        with the hours `before` had after its last."""
+        self.histories[before] = (self.snapshots, self.hours)
+        snapshots, hours = history
+        last = max(hours, default=None)
+        carried = {h for h in self.hours if last is None or h > last}
+        self.snapshots = {
+            **snapshots,
+            **{key: row for key, row in self.snapshots.items() if key[0] in carried},
+        }
+        self.hours = hours | carried
 
     def assert_merged_reads_exact(self):
         """A split board's merged reads are the recompute of the board as one (every sale counted)."""
@@ -436,9 +511,8 @@ class TreeEditHistory(SalesHistory):
         self.parents[slug] = parent
 
     @rule()
-    def rebuild_and_switch(self):
-        backfill.version_build(activate=True)
-        self.shop.assert_exact()
+    def rebuild_again(self):
+        self.rebuild_and_switch()
 
     def _retired(self) -> int | None:
         """The version the last switch retired, while Redis holds it (one retired before it ever
@@ -450,7 +524,10 @@ class TreeEditHistory(SalesHistory):
     @precondition(lambda self: self._retired() is not None)
     @rule()
     def switch_back(self):
-        backfill.version_switch(number=self._retired())
+        before, number = RankingVersion.active_number(), self._retired()
+        backfill.version_switch(number=number)
+        self._switched(before, self.histories[number])
+        self._assert_history_stored()
         self.shop.assert_exact()
 
 

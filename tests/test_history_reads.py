@@ -9,11 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings.models import Snapshot, SnapshotMark
+from rankings.models import Snapshot, SnapshotHour
 from rankings.serving import moves
 
 HOURS = 32 * 24
-SHARDS = 6  # each hour marked by every shard
 DEPTH = 50
 LAST = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
 
@@ -23,13 +22,13 @@ def _hour(i: int) -> dt.datetime:
 
 
 def _snapshot_hours(hours: list[tuple[dt.datetime, int]]) -> None:
-    """Snapshots of toys and gifts at each (hour, shift), the ids rotated by `shift`; marked by every shard."""
-    SnapshotMark.objects.bulk_create(
-        [SnapshotMark(shard=shard, at=at) for at, _ in hours for shard in range(SHARDS)]
-    )
+    """Snapshots of toys and gifts at each (hour, shift) in the history of version 1 (the active
+    one), the ids rotated by `shift`."""
+    SnapshotHour.objects.bulk_create([SnapshotHour(version=1, at=at) for at, _ in hours])
     Snapshot.objects.bulk_create(
         [
             Snapshot(
+                version=1,
                 at=at,
                 window="1d",
                 metric="units",
@@ -80,7 +79,7 @@ def test_a_history_is_answered_from_memory_until_the_next_hour_is_snapshotted(sn
     first = _history()
     assert [(p.at, p.rank) for p in first.points] == [(_hour(i), _rank_of_p0(i)) for i in range(HOURS)]
     # when it is asked again, and for 7 days (its hours read once), within the hour
-    snapshots, marks = _rows_read(Snapshot._meta.db_table), _rows_read(SnapshotMark._meta.db_table)
+    snapshots, marks = _rows_read(Snapshot._meta.db_table), _rows_read(SnapshotHour._meta.db_table)
     with CaptureQueriesContext(connection) as queries:
         again = [_history() for _ in range(5)]
         week = [_history(days=7) for _ in range(5)]
@@ -90,7 +89,7 @@ def test_a_history_is_answered_from_memory_until_the_next_hour_is_snapshotted(sn
     reading_snapshots = [q["sql"] for q in queries if re.search(rf"\b{Snapshot._meta.db_table}\b", q["sql"])]
     assert len(reading_snapshots) == 1, reading_snapshots
     assert _rows_read(Snapshot._meta.db_table) - snapshots <= 7 * 24
-    assert _rows_read(SnapshotMark._meta.db_table) - marks <= SHARDS * 7 * 24
+    assert _rows_read(SnapshotHour._meta.db_table) - marks <= 7 * 24
     # when the next hour is snapshotted, and the latest hour asked again
     _snapshot_hours([(LAST + dt.timedelta(hours=1), -HOURS)])
     monkeypatch.setattr(moves, "LATEST_HOUR_SECONDS", 0.0)  # as if that long had passed
@@ -104,7 +103,7 @@ def test_a_history_read_costs_one_query_of_its_hours_per_board_whatever_the_shar
     """Once the hours of the period are known (a read of the marks, once per hour), each product's
     history of each board costs one query reading one snapshot row per hour."""
     _history(product_id="p1", days=32)  # the period's hours are known
-    snapshots, marks = _rows_read(Snapshot._meta.db_table), _rows_read(SnapshotMark._meta.db_table)
+    snapshots, marks = _rows_read(Snapshot._meta.db_table), _rows_read(SnapshotHour._meta.db_table)
     with CaptureQueriesContext(connection) as queries:
         histories = moves.product_histories(
             product_id="p0", categories=["toys", "gifts"], window="1d", metric="units", days=32
@@ -112,21 +111,25 @@ def test_a_history_read_costs_one_query_of_its_hours_per_board_whatever_the_shar
     assert [p.rank for p in histories["gifts"].points] == [_rank_of_p0(i) for i in range(HOURS)]
     assert len(queries) <= 2, [q["sql"] for q in queries]
     assert _rows_read(Snapshot._meta.db_table) - snapshots <= 2 * HOURS
-    assert _rows_read(SnapshotMark._meta.db_table) - marks <= 1
+    assert _rows_read(SnapshotHour._meta.db_table) - marks <= 1
 
 
 def test_a_board_whose_shard_has_not_snapshotted_the_latest_hour_is_read_again_until_it_has(
     snapshots, monkeypatch
 ):
-    # given the next hour marked by a shard, toys snapshotted, gifts' shard not there yet
+    # given the next hour in the history, toys snapshotted, gifts' shard not there yet
     next_hour = LAST + dt.timedelta(hours=1)
-    SnapshotMark.objects.create(shard=SHARDS, at=next_hour)
-    Snapshot.objects.create(at=next_hour, window="1d", metric="units", category="toys", products=["p0"])
+    SnapshotHour.objects.create(version=1, at=next_hour)
+    Snapshot.objects.create(
+        version=1, at=next_hour, window="1d", metric="units", category="toys", products=["p0"]
+    )
     monkeypatch.setattr(moves, "LATEST_HOUR_SECONDS", 0.0)
     assert _history(category="gifts").points[-1] == moves.HistoryPoint(next_hour, None)
     assert _history(category="toys").points[-1] == moves.HistoryPoint(next_hour, 1)
     # when gifts' shard takes it
-    Snapshot.objects.create(at=next_hour, window="1d", metric="units", category="gifts", products=["p0"])
+    Snapshot.objects.create(
+        version=1, at=next_hour, window="1d", metric="units", category="gifts", products=["p0"]
+    )
     # then gifts' history shows it, toys' is remembered
     assert _history(category="gifts").points[-1] == moves.HistoryPoint(next_hour, 1)
     with CaptureQueriesContext(connection) as queries:

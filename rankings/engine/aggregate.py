@@ -344,6 +344,7 @@ def _tick_shard(
     snapshots.take_crossed(
         shard=shard,
         layout=layout,
+        version=version,
         as_of=state.as_of,
         now=now,
         step=lambda at: _tick_to(

@@ -27,12 +27,12 @@ import datetime as dt
 import math
 
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Max, Min
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import Layout
 from rankings.engine.windows import configured_windows
-from rankings.models import Snapshot, SnapshotMark
+from rankings.models import Snapshot, SnapshotHour, SnapshotMark
 
 HOUR = 3600  # seconds: snapshots are taken at every UTC hour boundary
 # Hours taken in one transaction at most: a catch-up killed midway loses no more than these.
@@ -63,8 +63,10 @@ def boundaries(*, shard: int, as_of: dt.datetime | None, now: dt.datetime) -> li
     return list(range(start, stop + 1, HOUR))
 
 
-def take_crossed(*, shard: int, layout: Layout, as_of: dt.datetime | None, now: dt.datetime, step) -> None:
-    """Snapshot every hour a tick of `shard` from `as_of` to `now` crosses. Before an hour with
+def take_crossed(
+    *, shard: int, layout: Layout, version: int, as_of: dt.datetime | None, now: dt.datetime, step
+) -> None:
+    """Snapshot, for `version`, every hour a tick of `shard` from `as_of` to `now` crosses. Before an hour with
     sales pending that count by then, `step(at)` brings the shard to it with those sales (and no
     other); the hours before it are taken first, from the buckets as they stand."""
     hours = boundaries(shard=shard, as_of=as_of, now=now)
@@ -74,17 +76,17 @@ def take_crossed(*, shard: int, layout: Layout, as_of: dt.datetime | None, now: 
     run: list[int] = []  # hours the buckets as they stand answer
     for at in hours:
         if pending is not None and pending <= at:
-            _take_run(shard=shard, layout=layout, hours=run)
+            _take_run(shard=shard, layout=layout, version=version, hours=run)
             run = []
             step(instant(at))
             pending = _pending_first(shard)
         run.append(at)
-    _take_run(shard=shard, layout=layout, hours=run)
+    _take_run(shard=shard, layout=layout, version=version, hours=run)
 
 
-def _take_run(*, shard: int, layout: Layout, hours: list[int]) -> None:
+def _take_run(*, shard: int, layout: Layout, version: int, hours: list[int]) -> None:
     for i in range(0, len(hours), HOURS_PER_TAKE):
-        take(shard=shard, layout=layout, hours=hours[i : i + HOURS_PER_TAKE])
+        take(shard=shard, layout=layout, version=version, hours=hours[i : i + HOURS_PER_TAKE])
 
 
 def _pending_first(shard: int) -> float | None:
@@ -121,10 +123,10 @@ ranked AS (
            row_number() OVER (PARTITION BY name, at, metric, category ORDER BY score DESC, product_id COLLATE "C") AS n
     FROM scored WHERE score > 0
 )
-INSERT INTO {table} (at, "window", metric, category, products)
-SELECT to_timestamp(at), name, metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s
+INSERT INTO {table} (version, at, "window", metric, category, products)
+SELECT %s, to_timestamp(at), name, metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s
 GROUP BY name, at, metric, category
-ON CONFLICT (category, "window", metric, at) DO UPDATE SET products = excluded.products
+ON CONFLICT (version, category, "window", metric, at) DO UPDATE SET products = excluded.products
 """
 # The tick's sums read one size and one range of bucket starts; here each row's of `hours` above.
 _ONE_SIZE = "size = %s"
@@ -143,9 +145,9 @@ def _summed_metrics(cursor, sums: str) -> tuple[str, ...]:
     return _summed[sums]
 
 
-def take(*, shard: int, layout: Layout, hours: list[int]) -> int:
-    """Record the snapshots of every board of the shard as of each hour of `hours` from its buckets
-    and mark the hours, in one transaction; returns how many boards were recorded."""
+def take(*, shard: int, layout: Layout, version: int, hours: list[int]) -> int:
+    """Record, as `version`'s, the snapshots of every board of the shard as of each hour of `hours`
+    from its buckets and mark the hours, in one transaction; returns how many boards were recorded."""
     from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
 
     # One row of `hours` per window and hour.
@@ -169,12 +171,16 @@ def take(*, shard: int, layout: Layout, hours: list[int]) -> int:
                 [last for _, last in bounds],
                 shard,
                 list(metrics),
+                version,
                 rankings_settings.SNAPSHOT_DEPTH,
             ],
         )
         recorded = cursor.rowcount
         SnapshotMark.objects.bulk_create(
             [SnapshotMark(shard=shard, at=instant(at)) for at in hours], ignore_conflicts=True
+        )
+        SnapshotHour.objects.bulk_create(
+            [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
         )
     return recorded
 
@@ -183,6 +189,7 @@ def snapshots_forget_after(instant_: dt.datetime) -> None:
     """Delete the snapshots and marks of the hours at or after `instant_` (a clock reset back to it:
     the next ticks take them again from the boards as they then stand)."""
     Snapshot.objects.filter(at__gte=instant_).delete()
+    SnapshotHour.objects.filter(at__gte=instant_).delete()
     SnapshotMark.objects.filter(at__gte=instant_).delete()
 
 
@@ -192,14 +199,16 @@ def snapshots_prune(now: dt.datetime) -> int:
 
     keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
     deleted = _older_than(Snapshot._meta.db_table, "at", keep, now)
+    _older_than(SnapshotHour._meta.db_table, "at", keep, now)
     _older_than(SnapshotMark._meta.db_table, "at", keep, now)
     return deleted
 
 
-def snapshots_summary() -> dict:
-    """For the status page: the latest hour snapshotted, the rows kept (PostgreSQL's estimate, free
-    to read) and the bytes they take on disk, indexes and compressed storage included."""
-    last = SnapshotMark.objects.aggregate(last=Max("at"))["last"]
+def snapshots_summary(version: int) -> dict:
+    """For the status page: the first and latest hour of `version`'s history, the rows kept (of every
+    version: PostgreSQL's estimate, free to read) and the bytes they take on disk, indexes and
+    compressed storage included."""
+    reach = SnapshotHour.objects.filter(version=version).aggregate(first=Min("at"), last=Max("at"))
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid) FROM pg_class c"
@@ -207,4 +216,4 @@ def snapshots_summary() -> dict:
             [Snapshot._meta.db_table],
         )
         rows, size = cursor.fetchone()
-    return {"lastAt": last, "rows": rows, "bytes": size}
+    return {"firstAt": reach["first"], "lastAt": reach["last"], "rows": rows, "bytes": size}

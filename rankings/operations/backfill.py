@@ -41,10 +41,11 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
-from catalogue.models import TREE_LOCK_SQL
+from catalogue.models import TREE_LOCK_SQL, Category
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
+from rankings.engine.history import history_carry, history_delete, history_record
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active_layout, version_layout
@@ -91,8 +92,9 @@ def _nothing(progress: float, message: str) -> None:
 # raw sales takes most of a rebuild's time, writing the boards most of the rest.
 PROGRESS_SNAPSHOT = 0.02  # taking the snapshot, aggregating it and writing the boards
 PROGRESS_WRITE = 0.85  # putting the boards in place, shard by shard …
-PROGRESS_WRITE_SPAN = 0.07  # … over this much of the bar
-PROGRESS_CATCH_UP = 0.92  # replaying the batches ticked since the snapshot
+PROGRESS_WRITE_SPAN = 0.05  # … over this much of the bar
+PROGRESS_HISTORY = 0.90  # recording the version's hourly history from the sales
+PROGRESS_CATCH_UP = 0.97  # replaying the batches ticked since the snapshot
 PROGRESS_DONE = 1.0
 
 
@@ -107,6 +109,8 @@ class _Snapshot:
     era: int
     # laid out unlike the active version: the active layout's shard -> its batch at the snapshot
     sources: dict[int, int] | None
+    # the earliest instant of the shards that have ticked: the version's history goes up to it
+    clock: dt.datetime | None = None
 
 
 class _BuildProgress:
@@ -165,12 +169,14 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     # A new number, but Redis may hold a leftover of it (a database restored from a backup): cleared
     # first, the boards written are then all the version has, and putting them in place needs no SCAN.
     store.version_delete(number)
+    history_delete(number)
     load = store.BoardsLoad(number, fresh=True)
     snapshot = _snapshot_aggregate(layout, version_tree(number), load)
     RankingVersion.objects.filter(number=number).update(log_era=snapshot.era)
     report.sales = snapshot.sales
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; putting the boards in place")
     _swap_boards(number, layout, snapshot, load, report)
+    _history(number, snapshot.clock, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
         _catch_up_version(number)
@@ -198,12 +204,30 @@ def _swap_boards(
         report(placed, f"put shard {shard + 1} of {shards} in place")
 
 
+def _history(number: int, clock: dt.datetime | None, report: _BuildProgress) -> None:
+    """Record the version's hourly snapshots from the sales, up to the clock of the snapshot."""
+    categories = Category.objects.count() + 1  # and `all`
+    report(PROGRESS_HISTORY, "recording the hourly history of every board from the sales")
+    recorded = history_record(
+        version=number,
+        tree=version_tree(number),
+        layout=version_layout(number),
+        clock=clock,
+        progress=lambda done: report(
+            PROGRESS_HISTORY + (PROGRESS_CATCH_UP - PROGRESS_HISTORY) * min(done / categories, 1.0),
+            f"recorded the hourly history of {done:,} categories",
+        ),
+    )
+    log.info("version %s: %s", number, recorded)
+
+
 def _build_failed(number: int, error: BaseException) -> None:
-    """Mark the version failed, with the reason, and delete what Redis holds of it."""
+    """Mark the version failed, with the reason, and delete what Redis and its history hold of it."""
     RankingVersion.objects.filter(number=number).update(
         state=RankingVersion.State.FAILED, message=f"failed: {error!r}"[:2000]
     )
     store.version_delete(number)
+    history_delete(number)
 
 
 # Every sale counts in its categories and in `all`: two plain GROUP BYs, with no
@@ -267,13 +291,14 @@ def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _
     for shard in range(live.shards):
         seq, as_of = states.get(shard, (0, None))
         live_positions[shard] = (seq, as_of.timestamp() if as_of else 0.0)
+    clock = min((as_of for _, as_of in states.values() if as_of is not None), default=None)
     if target == live:
-        return _Snapshot(positions=live_positions, sales=sales, era=era, sources=None)
+        return _Snapshot(positions=live_positions, sales=sales, era=era, sources=None, clock=clock)
     # Laid out otherwise: each shard counts its own batches from 0 and remembers each live shard's.
     latest = max((as_of for _, as_of in live_positions.values()), default=0.0)
     positions = {shard: (0, latest) for shard in range(target.shards)}
     sources = {shard: seq for shard, (seq, _) in live_positions.items()}
-    return _Snapshot(positions=positions, sales=sales, era=era, sources=sources)
+    return _Snapshot(positions=positions, sales=sales, era=era, sources=sources, clock=clock)
 
 
 @contextmanager
@@ -601,8 +626,10 @@ def _retree(number: int, layout: Layout, trees: tuple[Tree, Tree], affected: set
 
 def _activate(number: int, *, relayout: bool) -> int:
     """In the caller's transaction: retire the active version and make `number` active with the next
-    switch number (returned); after a re-layout, both follow the batch log of the era it starts."""
+    switch number (returned), its history carried on with the hours ticked since it was built;
+    after a re-layout, both follow the batch log of the era it starts."""
     now = timezone.now()
+    history_carry(source=RankingVersion.active_number(), target=number)
     epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
     retired = RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE)
     activated = RankingVersion.objects.filter(number=number)
@@ -764,6 +791,7 @@ def versions_fail_abandoned() -> list[int]:
                 state=RankingVersion.State.FAILED, message="failed: the rebuild's process stopped"
             )
             store.version_delete(number)
+            history_delete(number)
             failed.append(number)
     return failed
 
@@ -800,6 +828,7 @@ def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
             # Marked first: should the deletion stop half-way, nobody switches to what is left.
             RankingVersion.objects.filter(number=number).update(state=State.DELETED)
             store.version_delete(number)
+            history_delete(number)
         present, leaked = store.keyspace_survey()
         leftovers = RankingVersion.objects.filter(
             number__in=present - active, state__in=(State.FAILED, State.DELETED)

@@ -163,5 +163,5 @@ def status_read() -> dict:
         "engagement": engagement_status(
             now=now, layout=layout, rate_span=RATE_SPAN, totals_span=TOTALS_SPAN, counted=PENDING_COUNTED
         ),
-        "snapshots": snapshots_summary(),
+        "snapshots": snapshots_summary(version),
     }

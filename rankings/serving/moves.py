@@ -21,9 +21,9 @@ from django.db import DatabaseError, connection
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.models import Snapshot, SnapshotMark
+from rankings.models import RankingVersion, Snapshot, SnapshotHour
 from rankings.serving import releases, selectors
-from rankings.serving.memory import WeighedLRU
+from rankings.serving.memory import WeighedLRU, WeighedTTL
 from rankings.serving.selectors import (
     Board,
     RankedProduct,
@@ -43,7 +43,7 @@ HOUR = 3600  # seconds
 
 @dataclass(frozen=True, slots=True)
 class Movers(Board):
-    then: dt.datetime | None = None  # the hour of the snapshot compared
+    """A board's movers; `then` is the hour of the snapshot compared, None when there is none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +86,16 @@ def board_movers(*, category: str, window: str, metric: str, limit: int) -> Move
 def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Movers:
     found = _depth_slice(category, window, metric, 0, rankings_settings.SNAPSHOT_DEPTH - 1)
     as_of = instant(found.as_of)
-    then = ranks_then(category=category, window=window, metric=metric, as_of=as_of)
-    if then is None:  # no instant (the shard is unknown) or no snapshot could be read: not "all new"
-        raise store.Unreachable("the board or the snapshot it is compared with could not be read")
+    if as_of is None:  # the shard is unknown: not "all new"
+        raise store.Unreachable("the board could not be read")
+    try:
+        then = ranks_then(category=category, window=window, metric=metric, as_of=as_of, strict=True)
+    except DatabaseError as error:
+        raise store.Unreachable("the snapshot the board is compared with could not be read") from error
+    # No snapshot of that hour: every rank then is unknown (None), and the answer says so (`then` null).
     moved = []
     for place, row in enumerate(found.rows):
-        rank, rank_then = place + 1, then.get(row[0])
+        rank, rank_then = place + 1, (then or {}).get(row[0])
         if rank_then is None or rank_then > rank:
             moved.append((rank, rank_then, row))
     # Unranked then first (by rank now), then the largest gain, then rank now; ranks are unique.
@@ -115,7 +119,7 @@ def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Mov
         as_of=as_of,
         total=len(moved),
         items=items,
-        then=then_of(as_of),
+        then=then_of(as_of) if then is not None else None,
     )
 
 
@@ -170,48 +174,63 @@ def product_history(*, product_id: str, category: str, window: str, metric: str,
 
 # A rank history changes only when an hour is snapshotted: each board's history of a product is
 # remembered until then, as its ranks (4 bytes an hour), the period's hours once for every board.
+# An entry lives HISTORY_KEEP_SECONDS at most: a clock reset that takes an hour again with other
+# ranks shows within that time.
 HISTORY_CACHE_BYTES = 16 * 2**20  # bytes: about 4,000 histories of 32 days
-# The latest snapshotted hour is read again after this long (one row of an index): a new hour
-# shows in histories at most this much later, a small delay beside an hour.
+HISTORY_KEEP_SECONDS = 300.0  # seconds
+# The latest hour of the active version's history is read again after this long (one row of an
+# index): a new hour shows in histories at most this much later, a small delay beside an hour.
 LATEST_HOUR_SECONDS = 30.0  # seconds
 
-# (product, category, window, metric, days, latest hour) -> ranks, one an hour, 0 for none;
-# ("hours", days, latest hour) -> the hours snapshotted in the period, oldest first.
-_histories = WeighedLRU(maxsize=HISTORY_CACHE_BYTES)
-_latest_hour = WeighedLRU(maxsize=1024)  # bytes: "at" -> (when read, time.monotonic(); the hour)
+# (version, product, category, window, metric, days, latest hour) -> ranks, one an hour, 0 for
+# none; ("hours", version, days, latest hour) -> the version's hours in the period, oldest first.
+_histories = WeighedTTL(maxsize=HISTORY_CACHE_BYTES, ttl=HISTORY_KEEP_SECONDS, timer=time.monotonic)
+# version -> (when its latest hour was read, time.monotonic(); the hour)
+_latest_hour = WeighedLRU(maxsize=2**16)
 _history_lock = threading.Lock()
 
-_LATEST_HOUR = f"SELECT max(at) FROM {SnapshotMark._meta.db_table}"
-# The hours any shard has snapshotted in the period: read once per period and hour, for every board.
-_HOURS = f"SELECT DISTINCT at FROM {SnapshotMark._meta.db_table} WHERE at > %s AND at <= %s ORDER BY at"
+_LATEST_HOUR = f"SELECT max(at) FROM {SnapshotHour._meta.db_table} WHERE version = %s"
+# The hours of a version's history in the period: read once per period and hour, for every board.
+_HOURS = f"""
+SELECT at FROM {SnapshotHour._meta.db_table} WHERE version = %s AND at > %s AND at <= %s ORDER BY at
+"""
 # A product's place in each of the boards' snapshots of the period: one row per board and hour,
-# through the snapshots' (category, window, metric, at) index.
+# through the snapshots' (version, category, window, metric, at) index.
 _PLACES = f"""
 SELECT at, category, array_position(products, %(product)s::varchar) FROM {Snapshot._meta.db_table}
-WHERE category = ANY(%(categories)s) AND "window" = %(window)s AND metric = %(metric)s
-  AND at > %(since)s AND at <= %(latest)s
+WHERE version = %(version)s AND category = ANY(%(categories)s) AND "window" = %(window)s
+  AND metric = %(metric)s AND at > %(since)s AND at <= %(latest)s
 """
 
 
-def _hours(days: int) -> tuple[dt.datetime, ...]:
-    """The hours snapshotted in the last `days` days up to the latest: a query of one index row
-    every LATEST_HOUR_SECONDS, and one of the period's marks when a new hour is snapshotted."""
+def _active_version() -> int:
+    """The version whose history is served: as the boards' reads know it (remembered a second),
+    PostgreSQL's when Redis does not answer, so that a history needs no Redis."""
+    try:
+        return store.active_version()
+    except store.StoreError:
+        return RankingVersion.active_number()
+
+
+def _hours(version: int, days: int) -> tuple[dt.datetime, ...]:
+    """The hours of the version's history in the last `days` days up to its latest: a query of one
+    index row every LATEST_HOUR_SECONDS, and one of the period's hours when a new hour is recorded."""
     with _history_lock:
-        read_at, latest = _latest_hour.get("at", (float("-inf"), None))
+        read_at, latest = _latest_hour.get(version, (float("-inf"), None))
     if time.monotonic() - read_at >= LATEST_HOUR_SECONDS:
         with connection.cursor() as cursor:
-            cursor.execute(_LATEST_HOUR)
+            cursor.execute(_LATEST_HOUR, [version])
             (latest,) = cursor.fetchone()
         with _history_lock:
-            _latest_hour["at"] = (time.monotonic(), latest)
+            _latest_hour[version] = (time.monotonic(), latest)
     if latest is None:
         return ()
-    key = ("hours", days, latest)
+    key = ("hours", version, days, latest)
     with _history_lock:
         hours = _histories.get(key)
     if hours is None:
         with connection.cursor() as cursor:
-            cursor.execute(_HOURS, [latest - dt.timedelta(days=days), latest])
+            cursor.execute(_HOURS, [version, latest - dt.timedelta(days=days), latest])
             hours = tuple(at for (at,) in cursor.fetchall())
         with _history_lock:
             _histories[key] = hours
@@ -219,7 +238,7 @@ def _hours(days: int) -> tuple[dt.datetime, ...]:
 
 
 def _places(
-    product_id: str, categories: list[str], window: str, metric: str, days: int, hours: tuple
+    version: int, product_id: str, categories: list[str], window: str, metric: str, days: int, hours: tuple
 ) -> dict[str, array]:
     """category -> the product's rank in each of `hours` (0 where unranked): remembered ones from
     memory, the rest in one query. A board is remembered once its snapshot of the latest hour is
@@ -227,7 +246,9 @@ def _places(
     shard may not have taken it yet, and it is read again."""
     if not hours:
         return {category: array("I") for category in categories}
-    keys = {category: (product_id, category, window, metric, days, hours[-1]) for category in categories}
+    keys = {
+        category: (version, product_id, category, window, metric, days, hours[-1]) for category in categories
+    }
     with _history_lock:
         found = {category: _histories.get(key) for category, key in keys.items()}
     missing = [category for category, ranks in found.items() if ranks is None]
@@ -239,6 +260,7 @@ def _places(
         cursor.execute(
             _PLACES,
             {
+                "version": version,
                 "product": product_id,
                 "categories": missing,
                 "window": window,
@@ -266,8 +288,9 @@ def product_histories(
     snapshotted, the others' in one query (a product's page charts them all)."""
     _product(product_id)
     try:
-        hours = _hours(days)
-        places = _places(product_id, categories, window, metric, days, hours)
+        version = _active_version()
+        hours = _hours(version, days)
+        places = _places(version, product_id, categories, window, metric, days, hours)
     except DatabaseError as error:
         raise selectors.Unavailable("rank history is unavailable right now; try again shortly") from error
     return {

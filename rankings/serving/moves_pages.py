@@ -33,8 +33,11 @@ HISTORY_DAYS = 7  # days of rank history on a product's page
 HISTORY_CATEGORIES = 6  # charts on a product's page at most: its best-ranked categories
 
 
-def mover_text(item) -> str:
-    """ "#12, was #1,234 (+10,183%)" or "#12, previously unranked"."""
+def mover_text(item, *, known: bool = True) -> str:
+    """ "#12, was #1,234 (+10,183%)" or "#12, previously unranked"; "#12" alone when the ranks 24
+    hours before are not `known`."""
+    if not known:
+        return f"#{item.rank:,}"
     if item.rank_then is None:
         return f"#{item.rank:,}, previously unranked"
     return f"#{item.rank:,}, was #{item.rank_then:,} (+{gain_percent(item.rank, item.rank_then):,}%)"
@@ -70,8 +73,8 @@ def movers(request, slug):
     name = selectors.category_name(slug)
     board = moves.board_movers(category=slug, window=window, metric=metric, limit=MOVERS_SHOWN)
     rows = [
-        {"row": row, "text": mover_text(row.item)}
-        for row in _ranked(board.items, window=window, metric=metric)
+        {"row": row, "text": mover_text(row.item, known=board.then is not None)}
+        for row in _ranked(board.items, window=window, metric=metric, known=board.then is not None)
     ]
     return render(
         request,

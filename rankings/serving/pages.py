@@ -233,14 +233,17 @@ class Row:
     move: dict | None = None  # the arrow against 24 hours before (then.move_of)
 
 
-def _ranked(items, *, window: str, metric: str, highlight: str | None = None) -> list[Row]:
+def _ranked(
+    items, *, window: str, metric: str, highlight: str | None = None, known: bool = True
+) -> list[Row]:
+    """The rows of a list; `known`: whether the ranks 24 hours before are known (else no arrows)."""
     return [
         Row(
             item=item,
             url=product_url(item.product_id, window=window, metric=metric),
             row_id=row_id(item.product_id),
             highlighted=item.product_id == highlight,
-            move=move_of(item, window),
+            move=move_of(item, window, known=known),
         )
         for item in items
     ]
@@ -303,7 +306,7 @@ def home(request):
             "name": name,
             "url": category_url(slug, window=window, metric=metric),
             "total": board.total,
-            "items": _ranked(board.items, window=window, metric=metric),
+            "items": _ranked(board.items, window=window, metric=metric, known=board.then is not None),
         }
 
     return render(
@@ -355,7 +358,9 @@ def category(request, slug):
             "metric_noun": METRIC_NOUNS.get(metric, metric),
             "engagement": metric in ENGAGEMENT_METRICS,
             "switches": _switches(lambda w, m: category_url(slug, window=w, metric=m), window, metric),
-            "items": _ranked(board.items, window=window, metric=metric, highlight=highlight),
+            "items": _ranked(
+                board.items, window=window, metric=metric, highlight=highlight, known=board.then is not None
+            ),
             "total": board.total,
             "pages": {
                 **links,
@@ -387,7 +392,12 @@ def _subcategories(children: selectors.CategoriesPage, *, window: str, metric: s
         {
             "name": child_name,
             "url": category_url(child, window=window, metric=metric),
-            "leader": (_ranked(boards[child].items, window=window, metric=metric) or [None])[0],
+            "leader": (
+                _ranked(
+                    boards[child].items, window=window, metric=metric, known=boards[child].then is not None
+                )
+                or [None]
+            )[0],
         }
         for child, child_name in children.items
     ]

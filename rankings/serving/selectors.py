@@ -29,7 +29,7 @@ from rankings.engine.windows import configured_windows
 from rankings.serving import memory, merge
 from rankings.serving.memory import WeighedLRU, WeighedTLRU, WeighedTTL
 from rankings.serving.releases import releases_forget
-from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch
+from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch, then_of
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -155,6 +155,8 @@ class Board:
     total: int  # products ranked on the board
     items: tuple[RankedProduct, ...]
     stale: bool = False  # a last known answer, served while Redis is unreachable
+    # The hour of the snapshot the items' rank_then come from; None: no snapshot of it (unknown).
+    then: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -762,6 +764,7 @@ def _board(
         as_of=as_of,
         total=found.total,
         items=_items(found.rows, offset + 1, metric, names, then=then, sales=sales),
+        then=then_of(as_of) if then is not None else None,
     )
 
 

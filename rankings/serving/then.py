@@ -1,9 +1,10 @@
 """Ranks 24 hours before (docs/api.md, "What moves"): a board's ranks in the snapshot it is compared with.
 
-The snapshot compared with a board read as of `asOf` is the one taken 24 hours before the
-latest hour at or before `asOf`: it was recorded long before any read that asks for it and never
-changes, so each process keeps it (product -> rank) per board and hour and a board's rank
-arrows cost a dictionary lookup per row, not a query.
+The snapshot compared with a board read as of `asOf` is the active version's taken 24 hours
+before the latest hour at or before `asOf`: it was recorded long before any read that asks for it
+and never changes, so each process keeps it (product -> rank) per version, board and hour and a
+board's rank arrows cost a dictionary lookup per row, not a query. Where the version's history has
+no such hour, the ranks then are unknown (None), never "all unranked".
 """
 
 import datetime as dt
@@ -12,7 +13,7 @@ import threading
 from django.db import DatabaseError
 
 from rankings.conf import rankings_settings
-from rankings.models import Snapshot
+from rankings.models import Snapshot, SnapshotHour
 from rankings.serving.memory import WeighedLRU
 
 HOUR = 3600  # seconds
@@ -50,56 +51,85 @@ def split_board(category: str) -> bool:
         return False
 
 
+def _version() -> int | None:
+    from rankings.engine import store
+
+    try:
+        return store.active_version()
+    except store.StoreError:
+        return None
+
+
 def ranks_then(
-    *, category: str, window: str, metric: str, as_of: dt.datetime | None
+    *, category: str, window: str, metric: str, as_of: dt.datetime | None, strict: bool = False
 ) -> dict[str, int] | None:
     """product -> rank in the compared snapshot; {} when it has none (no product had a rank
-    then); None when the window has no snapshots or PostgreSQL did not answer (unknown)."""
+    then); None when unknown: the window has no snapshots, the version's history has no snapshot of
+    that hour, or PostgreSQL did not answer (`strict`: raises DatabaseError instead)."""
     then = then_of(as_of)
-    if then is None or window not in snapshot_windows() or split_board(category):
+    version = _version()
+    if then is None or version is None or window not in snapshot_windows() or split_board(category):
         return None
-    key = (category, window, metric, then)
+    key = (version, category, window, metric, then)
     with _lock:
-        known = _known.get(key)
-    if known is not None:
+        known = _known.get(key, _UNKNOWN)
+    if known is not _UNKNOWN:
         return known
     try:
-        products = (
-            Snapshot.objects.filter(category=category, window=window, metric=metric, at=then)
-            .values_list("products", flat=True)
-            .first()
-        )
+        ranks = _ranks_read(version, category, window, metric, then)
     except DatabaseError:
+        if strict:
+            raise
         return None
-    ranks = {product_id: i + 1 for i, product_id in enumerate(products or ())}
     with _lock:
         _known[key] = ranks
     return ranks
 
 
+_UNKNOWN = object()  # not remembered (None is remembered: no snapshot of that hour)
+
+
+def _ranks_read(version: int, category: str, window: str, metric: str, then: dt.datetime) -> dict | None:
+    if not SnapshotHour.objects.filter(version=version, at=then).exists():
+        return None
+    products = (
+        Snapshot.objects.filter(version=version, category=category, window=window, metric=metric, at=then)
+        .values_list("products", flat=True)
+        .first()
+    )
+    return {product_id: i + 1 for i, product_id in enumerate(products or ())}
+
+
 def ranks_then_prefetch(boards: list[tuple[str, str, str, dt.datetime | None]]) -> None:
     """Read the compared snapshots of many boards ((category, window, metric, asOf)) not yet known,
     in one query: a page of many boards' leaders pays one query, not one per board."""
+    version = _version()
     wanted = set()
     for category, window, metric, as_of in boards:
         then = then_of(as_of)
-        if then is not None and window in snapshot_windows():
-            wanted.add((category, window, metric, then))
+        if then is not None and version is not None and window in snapshot_windows():
+            wanted.add((version, category, window, metric, then))
     with _lock:
-        wanted = {key for key in wanted if _known.get(key) is None}
+        wanted = {key for key in wanted if _known.get(key, _UNKNOWN) is _UNKNOWN}
     if not wanted:
         return
-    found: dict[tuple, dict[str, int]] = {key: {} for key in wanted}
     try:
+        hours = set(
+            SnapshotHour.objects.filter(version=version, at__in={key[4] for key in wanted}).values_list(
+                "at", flat=True
+            )
+        )
+        found: dict[tuple, dict[str, int] | None] = {key: {} if key[4] in hours else None for key in wanted}
         rows = Snapshot.objects.filter(
-            category__in={key[0] for key in wanted},
-            window__in={key[1] for key in wanted},
-            metric__in={key[2] for key in wanted},
-            at__in={key[3] for key in wanted},
+            version=version,
+            category__in={key[1] for key in wanted},
+            window__in={key[2] for key in wanted},
+            metric__in={key[3] for key in wanted},
+            at__in=hours,
         ).values_list("category", "window", "metric", "at", "products")
         for category, window, metric, at, products in rows:
-            if (category, window, metric, at) in found:
-                found[(category, window, metric, at)] = {p: i + 1 for i, p in enumerate(products)}
+            if (version, category, window, metric, at) in found:
+                found[(version, category, window, metric, at)] = {p: i + 1 for i, p in enumerate(products)}
     except DatabaseError:
         return
     with _lock:
@@ -118,10 +148,10 @@ def gain_percent(rank: int, rank_then: int | None) -> int | None:
     return (100 * (rank_then - rank)) // rank
 
 
-def move_of(item, window: str) -> dict | None:
+def move_of(item, window: str, *, known: bool = True) -> dict | None:
     """A row's arrow against 24 hours before: up, down, the same, or new; None where the window
-    has no snapshots."""
-    if window not in snapshot_windows():
+    has no snapshots or the ranks 24 hours before are not `known`."""
+    if window not in snapshot_windows() or not known:
         return None
     then = item.rank_then
     if then is None:

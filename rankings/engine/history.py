@@ -1,0 +1,267 @@
+"""A version's history from the sales (DESIGN §2c, "History from the sales").
+
+A rebuild records, for its version, the snapshot of every hour boundary H from the earliest sale
+(at most SNAPSHOT_KEEP_SECONDS before the engine's clock) up to the clock, each the board as of H
+from every sale and engagement event known at the rebuild: a window as of H holds what was
+counted at or before H in the window's buckets, exactly what snapshots.snapshots_recompute gives
+for a tick that had counted nothing before H.
+
+PostgreSQL adds the raw sales and events up into hour buckets, one row per (category, product,
+hour), keyed by the first hour boundary at or after each fact (a fact exactly on a boundary is kept
+apart: it is in the window of one more hour). A bucket keyed b is in the snapshot of every hour
+from b to b + span (span: the window's length less one bucket), the last excluded unless exact.
+Those rows are all Python reads; numpy turns them, a category at a time, into every hour's scores
+(a running sum over the hours, a few thousand hours × products at a time) and ranks each hour's
+board (its first DEPTH ranks: score descending, then the products' byte order). What it
+writes is what the live ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every
+non-empty board of the windows SNAPSHOT_WINDOWS, per metric, and the hours themselves.
+"""
+
+import datetime as dt
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import connection, transaction
+from tqdm import tqdm
+
+from rankings.conf import METRICS, rankings_settings
+from rankings.engine.shards import ALL, Layout
+from rankings.engine.snapshots import HOUR, instant, snapshot_windows
+from rankings.engine.tree import EXPAND_SQL, Tree
+from rankings.engine.windows import configured_windows
+from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
+
+# Memory for the hour buckets' GROUP BY: enough to hash a few million without spilling to disk.
+WORK_MEM = "256MB"
+# Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
+CELLS = 2_000_000
+
+# Every sale and engagement event from `from_` up to the last hour, in hour buckets per category it
+# counts in (the version's tree), a board's products together. `t` is when it counts: a sale's
+# counted_at, an event's whole second. Hour buckets: HOUR seconds.
+_HOURLY = """
+WITH facts (category, product_id, t, units, revenue, views, wishes) AS (
+    SELECT c.category, s.product_id, extract(epoch FROM s.counted_at)::float8, s.qty::bigint,
+           (CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::bigint, 0::bigint, 0::bigint
+    FROM rankings_sale s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({expand})) AS c(category)
+    WHERE s.counted_at >= to_timestamp(%(from_)s) AND s.counted_at <= to_timestamp(%(last)s)
+    UNION ALL
+    SELECT c.category, s.product_id, floor(extract(epoch FROM s.ts))::float8, 0, 0,
+           (s.kind = 'view')::int::bigint, (s.kind = 'wish')::int::bigint
+    FROM rankings_engagement s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({expand})) AS c(category)
+    WHERE s.ts >= to_timestamp(%(from_)s) AND s.ts < to_timestamp(%(last)s + 1)
+)
+SELECT category, product_id, (ceil(t / 3600) * 3600)::bigint AS b, t = ceil(t / 3600) * 3600 AS exact,
+       sum(units), sum(revenue), sum(views), sum(wishes)
+FROM facts GROUP BY 1, 2, 3, 4
+ORDER BY 1
+"""
+# Without a tree, a fact counts in the categories it names: a plain unnest, several times faster.
+_NAMED = "SELECT unnest(s.categories)"
+
+
+@dataclass
+class HistoryReport:
+    hours: int = 0
+    boards: int = 0  # snapshot rows written
+    products: int = 0  # product ids in them
+    seconds: float = 0.0
+
+
+def history_hours(clock: dt.datetime | None) -> list[int]:
+    """The hours (epoch seconds) a history up to `clock` records: from the first boundary at or after
+    the earliest sale, no more than the snapshots' keep behind the clock, to the clock."""
+    if clock is None:
+        return []
+    earliest = Sale.objects.order_by("counted_at").values_list("counted_at", flat=True).first()
+    if earliest is None:
+        return []
+    t = clock.timestamp()
+    start = max(
+        math.ceil(earliest.timestamp() / HOUR) * HOUR,
+        math.ceil((t - rankings_settings.SNAPSHOT_KEEP_SECONDS) / HOUR) * HOUR,
+    )
+    return list(range(start, math.floor(t / HOUR) * HOUR + 1, HOUR))
+
+
+def engine_clock() -> dt.datetime | None:
+    """The instant every shard that has ticked has reached (the earliest of theirs): every hour up
+    to it is behind every shard, so no tick takes it again."""
+    return (
+        ShardState.objects.filter(as_of__isnull=False)
+        .order_by("as_of")
+        .values_list("as_of", flat=True)
+        .first()
+    )
+
+
+def history_record(
+    *, version: int, tree: Tree, layout: Layout, clock: dt.datetime | None, progress=None
+) -> HistoryReport:
+    """Record `version`'s snapshots of every hour up to `clock` from the sales (see above), counted
+    with `tree`, a split category's by part as `layout` splits it (as the ticks take them), in place
+    of any it has of those hours, in one transaction; `progress(categories)` is told how many
+    categories are done."""
+    started = time.monotonic()
+    hours = history_hours(clock)
+    report = HistoryReport(hours=len(hours))
+    if not hours:
+        return report
+    first, last = hours[0], hours[-1]
+    windows = [(name, configured_windows()[name]) for name in snapshot_windows()]
+    windows = [(name, w) for name, w in windows if w.bucket_seconds == HOUR]
+    widest = max(((w.buckets - 1) * HOUR for _, w in windows), default=0)
+    params = {"all": ALL, "from_": first - widest, "last": last, **tree.sql_params()}
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
+        Snapshot.objects.filter(version=version, at__gte=instant(first), at__lte=instant(last)).delete()
+        SnapshotHour.objects.bulk_create(
+            [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
+        )
+        raw = connection.connection  # the transaction's own: a cursor of its, read a category at a time
+        with raw.cursor(name="history") as rows, raw.cursor() as writer:
+            rows.itersize = READ_ROWS
+            rows.execute(_HOURLY.format(expand=EXPAND_SQL if tree.parents else _NAMED), params)
+            for done, (category, facts) in enumerate(
+                tqdm(_by_category(rows), desc="history", unit=" categories", leave=False), 1
+            ):
+                with writer.copy(_COPY) as copy:
+                    copy.set_types(_TYPES)
+                    for board_name, board in _parts(category, facts, layout):
+                        for name, w in windows:
+                            span = (w.buckets - 1) * HOUR
+                            for at, metric, products in _ranked(board, first, len(hours), span):
+                                copy.write_row((version, instant(at), name, metric, board_name, products))
+                                report.boards += 1
+                                report.products += len(products)
+                if progress is not None:
+                    progress(done)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+_COPY = f'COPY {Snapshot._meta.db_table} (version, at, "window", metric, category, products) FROM STDIN (FORMAT BINARY)'
+_TYPES = ["int4", "timestamptz", "varchar", "varchar", "varchar", "varchar[]"]
+READ_ROWS = 20_000  # hour buckets read from PostgreSQL at a time
+
+
+@dataclass
+class _Board:
+    products: np.ndarray  # the product ids, in byte order
+    column: np.ndarray  # each bucket's product (its place in `products`)
+    b: np.ndarray  # each bucket's key (epoch seconds)
+    exact: np.ndarray
+    sums: np.ndarray  # buckets × METRICS
+
+
+def _by_category(rows):
+    """(category, its rows) for each category of `rows` (sorted by category)."""
+    part: list[tuple] = []
+    for row in rows:
+        if part and row[0] != part[0][0]:
+            yield part[0][0], part
+            part = []
+        part.append(row)
+    if part:
+        yield part[0][0], part
+
+
+def _parts(category: str, rows: list[tuple], layout: Layout):
+    """(board, _Board) of a category's rows: the category's own, or each of its parts' if split."""
+    if category not in layout.split:
+        yield category, _board(rows)
+        return
+    parts: dict[str, list[tuple]] = {}
+    for row in rows:
+        parts.setdefault(layout.board_of(category, row[1]), []).append(row)
+    for part in sorted(parts):
+        yield part, _board(parts[part])
+
+
+def _board(part: list[tuple]) -> _Board:
+    products = sorted({row[1] for row in part}, key=str.encode)
+    place = {product_id: i for i, product_id in enumerate(products)}
+    n = len(part)
+    return _Board(
+        products=np.array(products, dtype=object),
+        column=np.fromiter((place[row[1]] for row in part), dtype=np.int64, count=n),
+        b=np.fromiter((row[2] for row in part), dtype=np.int64, count=n),
+        exact=np.fromiter((row[3] for row in part), dtype=bool, count=n),
+        sums=np.array([row[4:] for row in part], dtype=np.int64).reshape(n, len(METRICS)),
+    )
+
+
+def _ranked(board: _Board, first: int, hours: int, span: int):
+    """(hour, metric, first DEPTH product ids) of every non-empty board of one window, hour by hour."""
+    depth = rankings_settings.SNAPSHOT_DEPTH
+    # The hour (an index from `first`) each bucket enters the window at, and the first it is out of it.
+    enters = np.clip((board.b - first) // HOUR, 0, hours)
+    leaves = np.clip((board.b + span + board.exact * HOUR - first) // HOUR, 0, hours)
+    width = len(board.products)
+    step = max(1, CELLS // width)
+    for m, metric in enumerate(METRICS):
+        values = board.sums[:, m]
+        state = np.zeros(width, dtype=np.int64)  # the scores before the chunk's first hour
+        for h0 in range(0, hours, step):
+            h1 = min(h0 + step, hours)
+            changes = np.zeros((h1 - h0 + 1, width), dtype=np.int64)
+            changes[0] = state
+            for at, sign in ((enters, 1), (leaves, -1)):
+                inside = (at >= h0) & (at < h1)
+                np.add.at(changes, (at[inside] - h0 + 1, board.column[inside]), sign * values[inside])
+            scores = np.cumsum(changes, axis=0)[1:]
+            state = scores[-1]
+            for i in range(h1 - h0):
+                ranked = _first_ranks(scores[i], depth)
+                if ranked.size:
+                    yield first + (h0 + i) * HOUR, metric, board.products[ranked].tolist()
+
+
+def _first_ranks(scores: np.ndarray, depth: int) -> np.ndarray:
+    """The columns of the first `depth` ranks of one hour's board: score descending, then column
+    (the products' byte order), scores <= 0 unranked. A board longer than `depth` is cut at its
+    depth-th score first (every product tied with it kept), so only those are sorted."""
+    columns = np.flatnonzero(scores > 0)
+    if columns.size > depth:
+        values = scores[columns]
+        cut = np.partition(values, columns.size - depth)[columns.size - depth]
+        columns = columns[values >= cut]
+    return columns[np.lexsort((columns, -scores[columns]))][:depth]
+
+
+# The hours the active version ticked after the target's history ends, carried over to it: the
+# snapshots of every board of those hours and the hours themselves.
+_CARRY = f"""
+WITH reach AS (
+    SELECT coalesce(max(at), '-infinity'::timestamptz) AS last FROM {SnapshotHour._meta.db_table} WHERE version = %(target)s
+), boards AS (
+    INSERT INTO {Snapshot._meta.db_table} (version, at, "window", metric, category, products)
+    SELECT %(target)s, s.at, s."window", s.metric, s.category, s.products
+    FROM {Snapshot._meta.db_table} s, reach WHERE s.version = %(source)s AND s.at > reach.last
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO {SnapshotHour._meta.db_table} (version, at)
+SELECT %(target)s, h.at FROM {SnapshotHour._meta.db_table} h, reach WHERE h.version = %(source)s AND h.at > reach.last
+ON CONFLICT DO NOTHING
+"""
+
+
+def history_carry(*, source: int, target: int) -> int:
+    """In a switch's transaction, from `source` (the version it retires) to `target`: the snapshots of
+    the hours after the last of `target`'s history, which the live ticks took for `source` while
+    `target` was built or kept; then the ticks carry `target`'s history on from there. Returns the
+    hours carried over."""
+    if source == target:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(_CARRY, {"source": source, "target": target})
+        return cursor.rowcount
+
+
+def history_delete(version: int) -> None:
+    """Delete a version's history (a version deleted, failed or about to be built again)."""
+    Snapshot.objects.filter(version=version).delete()
+    SnapshotHour.objects.filter(version=version).delete()
