@@ -1,4 +1,4 @@
-"""History from the sales (DESIGN §2c): a rebuild records every hour of its version's history, each
+"""History from the sales: a rebuild records every hour of its version's history, each
 equal to the recompute as of its hour from every sale known; a switch serves it, live ticks carry it
 on, a switch back restores the old one; where no snapshot exists, replies and pages say so."""
 

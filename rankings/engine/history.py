@@ -1,4 +1,4 @@
-"""A version's history from the sales (DESIGN §2c, "History from the sales").
+"""A version's history from the sales.
 
 A rebuild records, for its version, the snapshot of every hour boundary H from the earliest sale
 (at most SNAPSHOT_KEEP_SECONDS before the engine's clock) up to the clock, each the board as of H
