@@ -43,3 +43,23 @@ def test_the_repository_cites_no_document_outside_it():
         if outside.search(line)
     ]
     assert cited == []
+
+
+def test_every_test_the_worst_case_table_names_exists():
+    """docs/architecture.md's "Every request bounded" table names, for each surface, the test that
+    shows its bound: each name is a test of the file it is given with (or of the row's last file)."""
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    table = docs[docs.index("## Every request bounded") :]
+    table = table[: table.index("\n## ")] if "\n## " in table else table
+    missing = []
+    for row in (line for line in table.splitlines() if line.startswith("| ")):
+        cited = row.rsplit(" | ", 1)[-1]
+        path = None
+        for file, name in re.findall(r"`(?:(test_\w+\.py)(?:::(?:\w+::)?)?)?(\w*)", cited):
+            path = ROOT / "tests" / file if file else path
+            text = path.read_text() if path is not None and path.exists() else ""
+            if name and f"def {name}(" not in text and f"class {name}" not in text:
+                missing.append(f"{file or '(no file)'}::{name}")
+            if file and not path.exists():
+                missing.append(file)
+    assert missing == []
