@@ -22,7 +22,7 @@ from rankings.engine.split import SplitError
 from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.engine.windows import configured_windows
 from rankings.models import ApiToken, Engagement, IngestLog, RankingVersion, Sale, SaleId
-from rankings.operations import backfill
+from rankings.operations import backfill, compare
 from rankings.operations import dashboard as operations
 
 
@@ -319,9 +319,9 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         form = CompareForm(request.POST or None)
         comparisons, sampled, categories = None, None, 0
         if request.method == "POST" and form.is_valid():
-            sampled, categories = backfill.compare_sample()
+            sampled, categories = compare.compare_sample()
             try:
-                comparisons = backfill.versions_compare(
+                comparisons = compare.versions_compare(
                     number=number, top_n=form.cleaned_data["top_n"], categories=sampled
                 )
             except backfill.VersionError as error:
@@ -391,7 +391,7 @@ class CompareForm(forms.Form):
     )
 
 
-def _side_by_side(c: backfill.BoardComparison) -> dict:
+def _side_by_side(c: compare.BoardComparison) -> dict:
     rows = []
     for i in range(max(len(c.live_top), len(c.new_top))):
         live = c.live_top[i] if i < len(c.live_top) else None

@@ -9,7 +9,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import shard_count
 from rankings.models import RankingVersion
-from rankings.operations import backfill, board_stream
+from rankings.operations import backfill, board_stream, compare
 from rankings.serving import selectors
 
 from .processes import django_env, python
@@ -69,7 +69,7 @@ def test_a_rebuild_during_ingestion_and_ticks_equals_the_live_version_after_swit
     assert not errors, errors
     assert version.state == RankingVersion.State.READY
     # then after the switch every board equals the recompute, and the comparison shows no difference
-    differing = [c for c in backfill.versions_compare(number=version.number) if not c.equal]
+    differing = [c for c in compare.versions_compare(number=version.number) if not c.equal]
     assert differing == []
     backfill.version_switch(number=version.number)
     assert store.active_version(fresh=True) == version.number

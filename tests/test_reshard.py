@@ -19,7 +19,7 @@ from rankings.engine.shards import ALL, Layout, ShardCountMismatch, active_layou
 from rankings.ingest import sales
 from rankings.ingest.engagement import EngagementIngest
 from rankings.models import Batch, PendingEngagement, PendingSale, RankingVersion, Sale, ShardState
-from rankings.operations import backfill
+from rankings.operations import backfill, compare
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
@@ -421,7 +421,7 @@ def test_the_comparison_of_a_resharded_version_matches_board_for_board():
     _history_more(shop, "after-build")
     shop.tick()
 
-    comparisons = backfill.versions_compare(number=version.number, top_n=20)
+    comparisons = compare.versions_compare(number=version.number, top_n=20)
 
     assert comparisons and all(c.equal for c in comparisons)
 

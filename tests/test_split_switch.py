@@ -11,7 +11,7 @@ from rankings.engine import store
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, Layout, active_layout, layout_plan
 from rankings.models import PendingSale, RankingVersion, Sale
-from rankings.operations import backfill
+from rankings.operations import backfill, compare
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
@@ -124,7 +124,7 @@ def test_the_comparison_of_a_split_version_with_a_whole_one_finds_no_difference(
     _history(shop, 100)
     shop.tick()
     version = backfill.version_build(layout=layout_plan(Layout(4), split=SPLIT))
-    comparisons = backfill.versions_compare(number=version.number)
+    comparisons = compare.versions_compare(number=version.number)
     assert comparisons and all(c.equal for c in comparisons)
     # boards are compared whole: no part is named
     assert not any("#" in c.category for c in comparisons)

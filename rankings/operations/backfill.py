@@ -26,10 +26,8 @@ layout's batch numbers start, so that switching back works the same way.
 
 import datetime as dt
 import functools
-import heapq
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -42,18 +40,18 @@ from django.utils import timezone
 from psycopg import sql
 
 from catalogue.models import TREE_LOCK_SQL, Category
-from rankings.conf import METRICS, rankings_settings
+from rankings.conf import rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.aggregate import batch_replay, shard_rebuild, shards_settle
+from rankings.engine.aggregate import shard_rebuild, shards_settle
 from rankings.engine.history import history_carry, history_delete, history_record
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active_layout, version_layout
-from rankings.engine.split import base_of
 from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
 from rankings.engine.windows import Window, configured_windows
-from rankings.models import Batch, RankingVersion, ShardState
+from rankings.models import RankingVersion, ShardState
 from rankings.operations.board_stream import BoardStream, stream
+from rankings.operations.catch_up import VersionError, catch_up_version, version_gen
 from rankings.operations.engagement_rebuild import engagement_pending, engagement_query
 
 log = logging.getLogger(__name__)
@@ -63,25 +61,6 @@ log = logging.getLogger(__name__)
 AGGREGATE_WORK_MEM = "512MB"
 
 Progress = Callable[[float, str], None]
-
-
-class VersionError(Exception):
-    pass
-
-
-@dataclass
-class BoardComparison:
-    window: str
-    metric: str
-    category: str
-    live_total: int
-    new_total: int
-    live_top: list[tuple[str, int]]
-    new_top: list[tuple[str, int]]
-
-    @property
-    def equal(self) -> bool:
-        return self.live_total == self.new_total and self.live_top == self.new_top
 
 
 def _nothing(progress: float, message: str) -> None:
@@ -179,7 +158,7 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     _history(number, snapshot.clock, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
-        _catch_up_version(number)
+        catch_up_version(number)
     RankingVersion.objects.filter(number=number).update(
         state=RankingVersion.State.READY, built_at=timezone.now()
     )
@@ -453,126 +432,6 @@ def _pending_sales(connection, sums: str, params: dict, live: Layout) -> dict[tu
     return owed
 
 
-def _catch_up(number: int, shard: int, *, gen: str | None = None) -> int:
-    """Replay the logged batches the version has not seen, in order; return how many."""
-    gen = gen or store.generation_get(number)
-    if gen is None:
-        raise VersionError(f"version {number} is not in Redis any more (lost or deleted)")
-    state = store.shard_state(number, shard)
-    if state.get("gen") != gen:
-        raise VersionError(f"version {number} lost shard {shard} in Redis")
-    current = int(state.get("seq", 0))
-    # The shard's row first: a batch commits together with it, so every batch up
-    # to the seq read here is visible below (unless the log has dropped it).
-    latest_seq, latest_as_of = ShardState.objects.filter(shard=shard).values_list("seq", "as_of").first() or (
-        0,
-        None,
-    )
-    replayed = 0
-    batches = Batch.objects.filter(shard=shard, seq__gt=current, seq__lte=latest_seq).order_by("seq")
-    for batch in batches.iterator():
-        if batch.seq != current + 1:
-            break
-        if batch_replay(batch=batch, version=number, gen=gen) < 0:
-            raise VersionError(f"shard {shard}: version {number} refused batch {batch.seq}")
-        current += 1
-        replayed += 1
-    if current < latest_seq:
-        raise VersionError(
-            f"shard {shard}: batch {current + 1} is no longer logged; rebuild instead of catching up"
-        )
-    if latest_as_of is not None:
-        store.shard_touch(version=number, shard=shard, seq=current, as_of=latest_as_of.timestamp(), gen=gen)
-    return replayed
-
-
-def _version_gen(number: int) -> str:
-    gen = store.generation_get(number)
-    if gen is None:
-        raise VersionError(f"version {number} is not in Redis any more (lost or deleted)")
-    return gen
-
-
-def _catch_up_routed(number: int, layout: Layout, live: Layout) -> int:
-    """Replay into version `number` (laid out with `layout`) the batches of every shard of the `live`
-    layout that its shards have not seen, each change on the shard of its category; return how many."""
-    gen = _version_gen(number)
-    states = {shard: store.shard_state(number, shard) for shard in range(layout.shards)}
-    lost = [shard for shard, state in states.items() if state.get("gen") != gen]
-    if lost:
-        raise VersionError(f"version {number} lost shards {lost} in Redis")
-    replayed = 0
-    for source in range(live.shards):
-        seen = min(store.shard_sources(state).get(source, 0) for state in states.values())
-        # The shard's row first: every batch up to its seq is then visible below.
-        latest = ShardState.objects.filter(shard=source).values_list("seq", flat=True).first() or 0
-        current = seen
-        for batch in (
-            Batch.objects.filter(shard=source, seq__gt=seen, seq__lte=latest).order_by("seq").iterator()
-        ):
-            if batch.seq != current + 1:
-                break
-            _replay_routed(number, layout, batch, gen)
-            current += 1
-            replayed += 1
-        if current < latest:
-            raise VersionError(
-                f"shard {source}: batch {current + 1} is no longer logged; rebuild instead of catching up"
-            )
-        for shard in range(layout.shards):  # also the shards no batch touched have seen them all
-            store.shard_sources_set(
-                version=number, shard=shard, gen=gen, sources={source: latest}, replace=False
-            )
-    return replayed
-
-
-def _replay_routed(number: int, layout: Layout, batch: Batch, gen: str) -> None:
-    """One batch of the active layout, each change on its category's shard of `layout`."""
-    routed: dict[int, list[store.Change]] = defaultdict(list)
-    for row in batch.changes:
-        change = store.Change(*row)
-        # A board split otherwise in `layout`: the change goes to the board that holds its product there.
-        category = layout.board_of(base_of(change.category), change.product_id)
-        if category != change.category:
-            change = change._replace(category=category)
-        routed[layout.shard_of(category)].append(change)
-    for shard, changes in routed.items():
-        outcome = store.batch_apply_routed(
-            version=number, shard=shard, source=batch.shard, seq=batch.seq,
-            as_of=batch.as_of.timestamp(), gen=gen, changes=changes,
-        )  # fmt: skip
-        if outcome < 0:
-            raise VersionError(f"version {number} lost shard {shard} in Redis")
-
-
-def _active_era() -> int:
-    number, _ = RankingVersion.active()
-    return RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first() or 0
-
-
-def _era_check(number: int) -> None:
-    """Refuse a version whose positions follow a batch log that a re-layout has since renumbered."""
-    era = RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first()
-    if era != _active_era():
-        raise VersionError(
-            f"version {number} was built before the last switch-over that re-laid out the shards or"
-            " changed the category tree: its batches are numbered or counted otherwise; rebuild instead"
-        )
-
-
-def _catch_up_version(number: int) -> None:
-    """Bring version `number` up to the last committed batch of every shard; the caller holds the
-    version-change lock, so that the shards are not re-laid out meanwhile."""
-    _era_check(number)
-    _, live = active_layout()
-    layout = version_layout(number)
-    if layout == live:
-        for shard in range(layout.shards):
-            _catch_up(number, shard)
-    else:
-        _catch_up_routed(number, layout, live)
-
-
 def version_switch(*, number: int) -> RankingVersion:
     """Make a built (or recently retired) version the active one, atomically for readers."""
     with locks.version_change_lock():
@@ -591,7 +450,7 @@ def version_switch(*, number: int) -> RankingVersion:
         affected = tree_affected(old, tree)
         with locks.all_shards_lock(max(live.shards, layout.shards)):
             if layout == live:
-                _catch_up_version(number)
+                catch_up_version(number)
                 with transaction.atomic():
                     _retree(number, layout, (old, tree), affected)
                     # A tree change, like a re-layout, starts a new era: the batches logged from now
@@ -617,7 +476,7 @@ def _retree(number: int, layout: Layout, trees: tuple[Tree, Tree], affected: set
     tree; every other board of it is already exact."""
     if not affected:
         return
-    gen = _version_gen(number)
+    gen = version_gen(number)
     old, tree = trees
     for shard in sorted(tree_recount(layout=layout, old=old, tree=tree, affected=affected)):
         ShardState.objects.get_or_create(shard=shard)  # a shard that never ticked: empty boards
@@ -662,8 +521,8 @@ def _switch_relayout(
         raise VersionError(
             f"the shards could not all be brought to one instant; nothing switched: {error}"
         ) from error
-    _catch_up_version(number)
-    gen = _version_gen(number)
+    catch_up_version(number)
+    gen = version_gen(number)
     positions = {}
     for shard in range(layout.shards):
         positions[shard] = int(store.shard_state(number, shard).get("seq", 0))
@@ -686,96 +545,6 @@ def _switch_relayout(
         raise VersionError(
             f"ingest held the shard layout too long; nothing switched, try again: {error}"
         ) from error
-
-
-# Categories the admin's compare draws at random (besides `all`) from a catalogue larger than this:
-# one request compares their boards, not the sixteen million of a million categories; a catalogue
-# of at most this many is compared whole.
-COMPARE_CATEGORIES = 1_000  # categories
-
-
-def compare_sample() -> tuple[list[str] | None, int]:
-    """(the categories a compare reads: `all` and COMPARE_CATEGORIES drawn at random, or None for
-    every one when the catalogue has no more than that; how many categories the catalogue has)."""
-    from catalogue.models import Category
-    from rankings.operations.verify import sample_categories
-
-    total = Category.objects.count()
-    if total <= COMPARE_CATEGORIES:
-        return None, total
-    drawn = [c for c in sample_categories(COMPARE_CATEGORIES + 1) if c != ALL]
-    return [ALL, *drawn[:COMPARE_CATEGORIES]], total
-
-
-def versions_compare(
-    *, number: int, top_n: int = 100, categories: list[str] | None = None
-) -> list[BoardComparison]:
-    """Each board's top-N and size in the active version against version `number`, at the same
-    batch: every board, or those of `categories`."""
-    live_number, live = active_layout()
-    layout = version_layout(number)
-    _era_check(number)
-    if layout == live:
-        live_heads, new_heads = {}, {}
-        for shard in _shards_of(layout, categories):
-            with locks.shard_lock(shard):
-                _catch_up(number, shard)
-                live_heads.update(_shard_heads(live_number, live, shard, top_n, categories))
-                new_heads.update(_shard_heads(number, layout, shard, top_n, categories))
-    else:
-        # Laid out otherwise: the boards of one shard are spread over several of the other's.
-        with locks.version_change_lock(), locks.all_shards_lock(live.shards):
-            _catch_up_version(number)
-            live_heads = _heads(live_number, live, top_n, categories)
-            new_heads = _heads(number, layout, top_n, categories)
-    # Boards are compared whole: a split board's parts merged, whichever version splits it.
-    live_heads, new_heads = _merged_heads(live_heads, top_n), _merged_heads(new_heads, top_n)
-    comparisons = []
-    for board in sorted(live_heads.keys() | new_heads.keys()):
-        live_total, live_top = live_heads.get(board, (0, []))
-        new_total, new_top = new_heads.get(board, (0, []))
-        comparisons.append(BoardComparison(*board, live_total, new_total, live_top, new_top))
-    return comparisons
-
-
-def _shards_of(layout: Layout, categories: list[str] | None) -> list[int]:
-    """The shards holding the boards of `categories` (their parts, when split); None: every shard."""
-    if categories is None:
-        return list(range(layout.shards))
-    return sorted({layout.shard_of(part) for c in categories for part in layout.boards_of(c)})
-
-
-def _shard_heads(version: int, layout: Layout, shard: int, top_n: int, categories: list[str] | None) -> dict:
-    """The heads of the shard's boards: every one, or those of `categories`."""
-    if categories is None:
-        return store.boards_heads(version, shard, top_n)
-    boards = [
-        (window, metric, part)
-        for c in categories
-        for part in layout.boards_of(c)
-        if layout.shard_of(part) == shard
-        for window in configured_windows()
-        for metric in METRICS
-    ]
-    return store.boards_heads(version, shard, top_n, boards)
-
-
-def _merged_heads(heads: dict, top_n: int) -> dict:
-    """Board heads with each split board's parts merged into one: sizes summed, first ranks merged."""
-    merged: dict = {}
-    for (window, metric, category), (total, top) in heads.items():
-        key = (window, metric, base_of(category))
-        known_total, known_top = merged.get(key, (0, []))
-        rows = heapq.merge(known_top, top, key=lambda row: (-row[1], row[0].encode()))
-        merged[key] = (known_total + total, list(rows)[:top_n])
-    return merged
-
-
-def _heads(version: int, layout: Layout, top_n: int, categories: list[str] | None) -> dict:
-    heads = {}
-    for shard in _shards_of(layout, categories):
-        heads.update(_shard_heads(version, layout, shard, top_n, categories))
-    return heads
 
 
 def versions_fail_abandoned() -> list[int]:
