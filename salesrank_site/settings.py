@@ -99,8 +99,9 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # row, which would grow without bound.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_DISABLE_ACCESS_LOG = True
-# The client address as the rate limits see it: X-Forwarded-For only as far as NUM_PROXIES says.
-AXES_CLIENT_IP_CALLABLE = "rankings.serving.throttling.client_address"
+# The client address as the rate limits see it (X-Forwarded-For only as far as NUM_PROXIES says),
+# when that is an IP address; else REMOTE_ADDR.
+AXES_CLIENT_IP_CALLABLE = "rankings.serving.throttling.login_address"
 # No banner at every process's start; failures and lockouts are still logged as warnings.
 AXES_VERBOSE = False
 
