@@ -243,12 +243,19 @@ class RankingsSettings:
         return declared.default(self) if callable(declared.default) else declared.default
 
     def validate(self) -> None:
-        """Refuse a name that is not declared, and a value of the wrong type or below its bound."""
+        """Refuse a name that is not declared, a value of the wrong type or below its bound, and
+        a batch's bound on new categories below an event's."""
         unknown = set(getattr(settings, "RANKINGS", {})) - set(DEFAULTS)
         if unknown:
             raise ImproperlyConfigured(f"RANKINGS names unknown settings: {', '.join(sorted(unknown))}")
         for name, declared in DEFAULTS.items():
             _check(name, getattr(self, name), declared)
+        # Else an event naming more new slugs than a batch may add is refused in every batch.
+        if self.MAX_BATCH_NEW_CATEGORIES < self.MAX_EVENT_CATEGORIES:
+            raise ImproperlyConfigured(
+                f"RANKINGS['MAX_BATCH_NEW_CATEGORIES'] must be at least MAX_EVENT_CATEGORIES"
+                f" ({self.MAX_EVENT_CATEGORIES}), not {self.MAX_BATCH_NEW_CATEGORIES}"
+            )
 
 
 def _check(name: str, value: Any, declared: Setting) -> None:

@@ -77,6 +77,10 @@ def test_a_default_is_declared_for_every_name_and_an_unknown_name_is_an_attribut
         ({"BATCH_SIZ": 5}, "unknown settings: BATCH_SIZ"),
         ({"BATCH_SIZE": "5"}, "must be a int"),
         ({"BATCH_SIZE": 0}, "at least 1"),
+        (
+            {"MAX_EVENT_CATEGORIES": 20, "MAX_BATCH_NEW_CATEGORIES": 19},
+            "MAX_BATCH_NEW_CATEGORIES.* at least MAX_EVENT_CATEGORIES",
+        ),
     ],
 )
 def test_a_setting_unknown_or_out_of_bounds_is_refused(settings, given, refused):
