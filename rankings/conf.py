@@ -276,13 +276,22 @@ OVERRIDES_VARIABLE = "RANKINGS_OVERRIDES"
 
 def environment_values(env: environ.Env) -> dict[str, Any]:
     """The settings an operator has set by environment variable, read with django-environ, then
-    those of RANKINGS_OVERRIDES."""
+    those of RANKINGS_OVERRIDES (a list given for a tuple setting made a tuple)."""
     values = {
         name: env.get_value(declared.env, cast=declared.kind)
         for name, declared in DEFAULTS.items()
         if declared.env and declared.env in env.ENVIRON
     }
-    return {**values, **env.json(OVERRIDES_VARIABLE, default={})}
+    overrides = env.json(OVERRIDES_VARIABLE, default={})
+    return {**values, **{name: _from_json(name, value) for name, value in overrides.items()}}
+
+
+def _from_json(name: str, value: Any) -> Any:
+    """A value of RANKINGS_OVERRIDES as the declaration types it: JSON has lists, not tuples."""
+    declared = DEFAULTS.get(name)
+    if declared and declared.kind is tuple and isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 # Sales make the first two, engagement events (rankings.ingest.engagement) the last two.

@@ -276,7 +276,10 @@ def tick_queue_names(prefix: str, count: int) -> list[str]:
 RANKINGS["TICK_QUEUES"] = tick_queue_names(RANKINGS["KEY_PREFIX"], env.int("RANKINGS_TICK_QUEUES", default=1))
 # The beat's schedule, from the settings of the engine it drives.
 _TICK_SECONDS = RANKINGS.get("TICK_SECONDS", DEFAULTS["TICK_SECONDS"].default)
+# Unless given, derived from the tick's interval as rankings/conf.py declares it.
+_TICK_EXPIRES_SECONDS = RANKINGS.get("TICK_EXPIRES_SECONDS", _TICK_SECONDS * 3)
 _VERIFY_SAMPLE_SECONDS = RANKINGS.get("VERIFY_SAMPLE_SECONDS", DEFAULTS["VERIFY_SAMPLE_SECONDS"].default)
+_PRUNE_SECONDS = RANKINGS.get("PRUNE_SECONDS", DEFAULTS["PRUNE_SECONDS"].default)
 CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
@@ -323,14 +326,14 @@ CELERY_BEAT_SCHEDULE = {
     },
     "rankings-prune": {
         "task": "rankings.tasks.prune",
-        "schedule": DEFAULTS["PRUNE_SECONDS"].default,
+        "schedule": _PRUNE_SECONDS,
         # Each run deletes everything due, so a queued duplicate would only repeat the checks.
-        "options": {"expires": DEFAULTS["PRUNE_SECONDS"].default},
+        "options": {"expires": _PRUNE_SECONDS},
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",
         "schedule": _TICK_SECONDS,
-        "options": {"expires": _TICK_SECONDS * 3},  # as rankings_settings.TICK_EXPIRES_SECONDS
+        "options": {"expires": _TICK_EXPIRES_SECONDS},
     },
 }
 

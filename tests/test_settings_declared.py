@@ -104,3 +104,33 @@ def test_overrides_reach_the_engine_of_a_child_process():
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.stdout.strip() == "7", result.stderr
     assert json.loads(env["RANKINGS_OVERRIDES"]) == {"BATCH_SIZE": 7}
+
+
+def _child_settings(rankings: dict, expression: str):
+    """`expression` evaluated in a child process started with `rankings` as its overrides."""
+    code = f"import django, json; django.setup(); from django.conf import settings; print(json.dumps({expression}))"
+    env = django_env(rankings=rankings)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_tuple_setting_is_given_as_a_json_list_and_read_as_a_tuple():
+    expression = "[repr(settings.RANKINGS['SNAPSHOT_WINDOWS']), repr(__import__('rankings.conf').conf.rankings_settings.SNAPSHOT_WINDOWS)]"
+    assert _child_settings({"SNAPSHOT_WINDOWS": ["7d"]}, expression) == ["('7d',)", "('7d',)"]
+
+
+def _schedule(rankings: dict) -> dict:
+    expression = (
+        "{n: [e['schedule'], e['options']['expires']] for n, e in settings.CELERY_BEAT_SCHEDULE.items()}"
+    )
+    return _child_settings(rankings, expression)
+
+
+def test_the_beat_schedule_follows_the_overrides_of_the_engine():
+    # when the tick and prune intervals are overridden, the tick's expiry derives from the tick's
+    schedule = _schedule({"TICK_SECONDS": 5, "PRUNE_SECONDS": 123})
+    assert schedule["rankings-tick"] == [5, 15]
+    assert schedule["rankings-prune"] == [123, 123]
+    # and an expiry given is the one the beat's tick carries
+    assert _schedule({"TICK_SECONDS": 5, "TICK_EXPIRES_SECONDS": 7})["rankings-tick"] == [5, 7]
