@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
 from rankings.conf import DEFAULTS, environment_values
+from salesrank_site.environment import refuse_retired
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -24,6 +25,7 @@ env = environ.Env(
 # READ_DOT_ENV=0 ignores it, to see the settings exactly as the environment gives them.
 if env.bool("READ_DOT_ENV", default=True):
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+refuse_retired(env)
 
 DEBUG = env("DEBUG")
 # A fixed key only for a developer's DEBUG run; production must set SECRET_KEY.
@@ -43,7 +45,10 @@ HTTPS = env.bool("HTTPS", default=False)
 SECURE_SSL_REDIRECT = SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
 # A year: the least that HSTS preload lists accept.
 SECURE_HSTS_SECONDS = 365 * 24 * 3600 if HTTPS else 0  # seconds
-SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = HTTPS
+# Neither can be taken back once a browser (or a preload list) has seen it: a domain with other
+# hosts that may still serve plain HTTP turns them off.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=HTTPS)
 # gunicorn sits behind a TLS-terminating proxy, which must set (and overwrite)
 # X-Forwarded-Proto; without this the SSL redirect would loop forever.
 if HTTPS:
