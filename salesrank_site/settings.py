@@ -55,7 +55,7 @@ if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "salesrank_site.admin_site.SiteAdminConfig",  # django.contrib.admin, with its autocomplete guarded
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
