@@ -243,12 +243,19 @@ class RankingsSettings:
         return declared.default(self) if callable(declared.default) else declared.default
 
     def validate(self) -> None:
-        """Refuse a name that is not declared, and a value of the wrong type or below its bound."""
+        """Refuse a name that is not declared, a value of the wrong type or below its bound, and
+        a batch's bound on new categories below an event's."""
         unknown = set(getattr(settings, "RANKINGS", {})) - set(DEFAULTS)
         if unknown:
             raise ImproperlyConfigured(f"RANKINGS names unknown settings: {', '.join(sorted(unknown))}")
         for name, declared in DEFAULTS.items():
             _check(name, getattr(self, name), declared)
+        # Else an event naming more new slugs than a batch may add is refused in every batch.
+        if self.MAX_BATCH_NEW_CATEGORIES < self.MAX_EVENT_CATEGORIES:
+            raise ImproperlyConfigured(
+                f"RANKINGS['MAX_BATCH_NEW_CATEGORIES'] must be at least MAX_EVENT_CATEGORIES"
+                f" ({self.MAX_EVENT_CATEGORIES}), not {self.MAX_BATCH_NEW_CATEGORIES}"
+            )
 
 
 def _check(name: str, value: Any, declared: Setting) -> None:
@@ -269,13 +276,22 @@ OVERRIDES_VARIABLE = "RANKINGS_OVERRIDES"
 
 def environment_values(env: environ.Env) -> dict[str, Any]:
     """The settings an operator has set by environment variable, read with django-environ, then
-    those of RANKINGS_OVERRIDES."""
+    those of RANKINGS_OVERRIDES (a list given for a tuple setting made a tuple)."""
     values = {
         name: env.get_value(declared.env, cast=declared.kind)
         for name, declared in DEFAULTS.items()
         if declared.env and declared.env in env.ENVIRON
     }
-    return {**values, **env.json(OVERRIDES_VARIABLE, default={})}
+    overrides = env.json(OVERRIDES_VARIABLE, default={})
+    return {**values, **{name: _from_json(name, value) for name, value in overrides.items()}}
+
+
+def _from_json(name: str, value: Any) -> Any:
+    """A value of RANKINGS_OVERRIDES as the declaration types it: JSON has lists, not tuples."""
+    declared = DEFAULTS.get(name)
+    if declared and declared.kind is tuple and isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 # Sales make the first two, engagement events (rankings.ingest.engagement) the last two.

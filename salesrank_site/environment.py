@@ -5,6 +5,8 @@ its settings (rankings/conf.py)."""
 
 from dataclasses import dataclass
 
+from django.core.exceptions import ImproperlyConfigured
+
 from rankings.conf import DEFAULTS, OVERRIDES_VARIABLE
 
 
@@ -80,7 +82,19 @@ SITE = [
         "HTTPS",
         "off",
         "`true` behind TLS: redirect plain HTTP, secure cookies, HSTS for a year (with subdomains and"
-        " preload), and trust `X-Forwarded-Proto: https` from the TLS proxy (which must set and overwrite it)",
+        " preload, unless the two variables below say otherwise), and trust `X-Forwarded-Proto: https` from the TLS proxy (which must set and overwrite it)",
+    ),
+    Variable(
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+        "`HTTPS`",
+        "HSTS for every subdomain too; `false` when other hosts under the domain may still serve plain"
+        " HTTP (a browser that has seen it cannot be told otherwise for a year)",
+    ),
+    Variable(
+        "SECURE_HSTS_PRELOAD",
+        "`HTTPS`",
+        "asks browsers' HSTS preload lists to include the domain; `false` for a site that is not to be"
+        " listed (leaving a list takes months)",
     ),
     Variable("LOG_LEVEL", "`INFO`", "level of the root logger"),
     Variable(
@@ -100,6 +114,42 @@ PROCFILE = [
         " the default queue `<prefix>:tasks` and every tick queue",
     ),
 ]
+
+_HTTPS = "set HTTPS (true behind TLS: the redirect, secure cookies, HSTS and X-Forwarded-Proto)"
+
+
+def _override(name: str) -> str:
+    return f'set RANKINGS_OVERRIDES to {{"{name}": …}} (a constant of the engine, rankings/conf.py)'
+
+
+# Variables earlier releases read, and what replaces each: one still set would be ignored in
+# silence, so it stops the start instead.
+RETIRED = {
+    "SECURE_SSL_REDIRECT": _HTTPS,
+    "SESSION_COOKIE_SECURE": _HTTPS,
+    "CSRF_COOKIE_SECURE": _HTTPS,
+    "SECURE_HSTS_SECONDS": _HTTPS,
+    "SECURE_PROXY_SSL_HEADER": _HTTPS,
+    "CONN_MAX_AGE": "unset it: database connections are kept 60 seconds",
+    **{
+        f"RANKINGS_{name}": _override(name)
+        for name in (
+            "BATCH_SIZE",
+            "TICK_PARALLEL_FROM",
+            "MAX_BATCH_CHANGES",
+            "MAX_EVENT_CATEGORIES",
+            "VERIFY_SAMPLE_CATEGORIES",
+            "VERSION_READY_KEEP_SECONDS",
+        )
+    },
+}
+
+
+def refuse_retired(environment) -> None:
+    """Raise ImproperlyConfigured naming the first retired variable set in `environment`."""
+    for name, instead in RETIRED.items():
+        if name in environment:
+            raise ImproperlyConfigured(f"{name} is no longer read: {instead}")
 
 
 def engine() -> list[Variable]:

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
 from rankings.conf import DEFAULTS, environment_values
+from salesrank_site.environment import refuse_retired
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -24,6 +25,7 @@ env = environ.Env(
 # READ_DOT_ENV=0 ignores it, to see the settings exactly as the environment gives them.
 if env.bool("READ_DOT_ENV", default=True):
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+refuse_retired(env)
 
 DEBUG = env("DEBUG")
 # A fixed key only for a developer's DEBUG run; production must set SECRET_KEY.
@@ -43,14 +45,17 @@ HTTPS = env.bool("HTTPS", default=False)
 SECURE_SSL_REDIRECT = SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
 # A year: the least that HSTS preload lists accept.
 SECURE_HSTS_SECONDS = 365 * 24 * 3600 if HTTPS else 0  # seconds
-SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = HTTPS
+# Neither can be taken back once a browser (or a preload list) has seen it: a domain with other
+# hosts that may still serve plain HTTP turns them off.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=HTTPS)
 # gunicorn sits behind a TLS-terminating proxy, which must set (and overwrite)
 # X-Forwarded-Proto; without this the SSL redirect would loop forever.
 if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "salesrank_site.admin_site.SiteAdminConfig",  # django.contrib.admin, with its autocomplete guarded
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -99,8 +104,9 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # row, which would grow without bound.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_DISABLE_ACCESS_LOG = True
-# The client address as the rate limits see it: X-Forwarded-For only as far as NUM_PROXIES says.
-AXES_CLIENT_IP_CALLABLE = "rankings.serving.throttling.client_address"
+# The client address as the rate limits see it (X-Forwarded-For only as far as NUM_PROXIES says),
+# when that is an IP address; else REMOTE_ADDR.
+AXES_CLIENT_IP_CALLABLE = "rankings.serving.throttling.login_address"
 # No banner at every process's start; failures and lockouts are still logged as warnings.
 AXES_VERBOSE = False
 
@@ -275,7 +281,10 @@ def tick_queue_names(prefix: str, count: int) -> list[str]:
 RANKINGS["TICK_QUEUES"] = tick_queue_names(RANKINGS["KEY_PREFIX"], env.int("RANKINGS_TICK_QUEUES", default=1))
 # The beat's schedule, from the settings of the engine it drives.
 _TICK_SECONDS = RANKINGS.get("TICK_SECONDS", DEFAULTS["TICK_SECONDS"].default)
+# Unless given, derived from the tick's interval as rankings/conf.py declares it.
+_TICK_EXPIRES_SECONDS = RANKINGS.get("TICK_EXPIRES_SECONDS", _TICK_SECONDS * 3)
 _VERIFY_SAMPLE_SECONDS = RANKINGS.get("VERIFY_SAMPLE_SECONDS", DEFAULTS["VERIFY_SAMPLE_SECONDS"].default)
+_PRUNE_SECONDS = RANKINGS.get("PRUNE_SECONDS", DEFAULTS["PRUNE_SECONDS"].default)
 CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
@@ -322,14 +331,14 @@ CELERY_BEAT_SCHEDULE = {
     },
     "rankings-prune": {
         "task": "rankings.tasks.prune",
-        "schedule": DEFAULTS["PRUNE_SECONDS"].default,
+        "schedule": _PRUNE_SECONDS,
         # Each run deletes everything due, so a queued duplicate would only repeat the checks.
-        "options": {"expires": DEFAULTS["PRUNE_SECONDS"].default},
+        "options": {"expires": _PRUNE_SECONDS},
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",
         "schedule": _TICK_SECONDS,
-        "options": {"expires": _TICK_SECONDS * 3},  # as rankings_settings.TICK_EXPIRES_SECONDS
+        "options": {"expires": _TICK_EXPIRES_SECONDS},
     },
 }
 

@@ -203,3 +203,46 @@ def test_a_new_category_can_be_added(admin_client):
 
     assert reply.status_code == 302
     assert not Category.objects.get(slug="garden").has_sales
+
+
+def _searchable_admins():
+    from django.contrib import admin
+
+    return sorted(
+        f"{model._meta.app_label}/{model._meta.model_name}"
+        for model, model_admin in admin.site._registry.items()
+        if model_admin.search_fields
+    )
+
+
+@pytest.mark.parametrize("path", _searchable_admins())
+@pytest.mark.parametrize("query", ["%00", "a%00b"])
+def test_every_admin_search_refuses_a_nul_character_without_a_500(admin_client, path, query):
+    """PostgreSQL refuses NUL in text: the search is refused with a message, not a 500."""
+    reply = admin_client.get(f"/admin/{path}/?q={query}")
+
+    assert reply.status_code == 200
+    assert "Null characters are not allowed." in [str(m) for m in reply.context["messages"]]
+
+
+def _autocomplete_fields():
+    from django.contrib import admin
+
+    return sorted(
+        (model._meta.label_lower, field)
+        for model, model_admin in admin.site._registry.items()
+        for field in model_admin.autocomplete_fields
+    )
+
+
+@pytest.mark.parametrize("model, field", _autocomplete_fields())
+@pytest.mark.parametrize("term", ["%00", "a%00b"])
+def test_every_autocomplete_refuses_a_nul_character_without_a_500(admin_client, model, field, term):
+    """The autocomplete boxes hand their term to the related admin's search as typed."""
+    app_label, model_name = model.split(".")
+    reply = admin_client.get(
+        f"/admin/autocomplete/?term={term}&app_label={app_label}&model_name={model_name}&field_name={field}"
+    )
+
+    assert reply.status_code == 200
+    assert reply.json()["results"] == []

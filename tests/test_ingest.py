@@ -578,6 +578,33 @@ def test_a_batch_creates_at_most_max_batch_new_categories_and_refuses_the_events
     assert sorted(Category.objects.values_list("slug", flat=True)) == ["n1", "n2", "n3", "n4", "toys"]
 
 
+def test_a_return_of_a_sale_refused_for_new_categories_is_refused_to_be_sent_again_too(settings):
+    """The sale is refused for now (another batch takes it); its return in the same batch can be
+    stored only after it, so it is refused with the same reason, not as a return of an unknown sale."""
+    settings.RANKINGS = {**settings.RANKINGS, "MAX_BATCH_NEW_CATEGORIES": 2}
+
+    result = ingest(
+        event(id="a", categories=["n1", "n2"]),
+        event(id="b", categories=["n3"]),
+        event(id="b-return", categories=["n3"], qty=-1, returnOf="b"),
+    )
+
+    refusal = "categories: this batch names more than 2 categories the catalogue does not have; send this event again in another batch"
+    assert result.accepted == 1
+    assert result.rejected == [
+        {"index": 1, "id": "b", "error": refusal},
+        {"index": 2, "id": "b-return", "error": refusal},
+    ]
+    # and sent again together, both are stored
+    assert (
+        ingest(
+            event(id="b", categories=["n3"]),
+            event(id="b-return", categories=["n3"], qty=-1, returnOf="b"),
+        ).accepted
+        == 2
+    )
+
+
 def test_how_far_ahead_an_event_may_be_is_a_setting_and_its_rejection_says_so(settings):
     """RANKINGS["MAX_FUTURE_SECONDS"] both sets the limit and words the rejection."""
     # given a limit of one minute

@@ -51,3 +51,20 @@ def test_batches_logged_as_json_read_back_the_same_after_packing():
         partitions_forget()
     # then a view of the same day is stored in the day's partition made again
     assert engagements_ingest(events=[view]).accepted == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_going_back_before_hashed_tokens_is_refused_and_keeps_every_token(ingest_user):
+    """The clear-text keys are gone after 0019: going back could only drop the hashed tokens."""
+    from django.db.migrations.exceptions import IrreversibleError
+
+    from rankings.operations.tokens import token_create
+
+    token_create(user=ingest_user)
+    latest = [(app, name) for app, name in MigrationExecutor(connection).loader.graph.leaf_nodes()]
+    try:
+        with pytest.raises(IrreversibleError, match="ingest_token"):
+            _migrate([("rankings", "0018_snapshots")])
+    finally:
+        _migrate(latest)
+    assert ingest_user.api_tokens.count() == 1

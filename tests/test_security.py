@@ -409,6 +409,35 @@ def test_nine_failures_do_not_lock_anyone_out(client, boss):
     assert _log_in(client, "boss", "pw-123456", "10.0.5.1").status_code == 302
 
 
+@pytest.mark.parametrize(
+    "forwarded, recorded",
+    [
+        ("unknown", "10.0.6.1"),
+        ("1.2.3.4:5678", "1.2.3.4"),
+        ("[2001:db8::1]:443", "2001:db8::1"),
+        ("2001:db8::2", "2001:db8::2"),
+    ],
+)
+def test_a_login_behind_a_proxy_forwarding_a_non_address_is_recorded_not_a_500(
+    client, boss, settings, forwarded, recorded
+):
+    """The lockout stores an IP: a forwarded entry that is not one falls back to REMOTE_ADDR,
+    and an address with a port is recorded without it."""
+    from axes.models import AccessAttempt
+
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+
+    reply = client.post(
+        "/admin/login/?next=/admin/",
+        {"username": "boss", "password": "guess"},
+        REMOTE_ADDR="10.0.6.1",
+        HTTP_X_FORWARDED_FOR=forwarded,
+    )
+
+    assert reply.status_code == 200  # the form again, with its error
+    assert [a.ip_address for a in AccessAttempt.objects.all()] == [recorded]
+
+
 # --- no secret committed -----------------------------------------------------------
 
 SECRET_PATTERNS = [

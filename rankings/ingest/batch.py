@@ -158,8 +158,9 @@ def _ensure_categories(rows: list) -> None:
 
 def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) -> list[tuple[int, dict]]:
     """The events, in order, up to those that would take the batch's new categories (placeholders to
-    create) past MAX_BATCH_NEW_CATEGORIES; the others are rejected into `invalid`. A return counts
-    in its original's categories, which exist: what it names creates nothing."""
+    create) past MAX_BATCH_NEW_CATEGORIES; the others are rejected into `invalid`, and so is a
+    return of a sale rejected here. A return counts in its original's categories, which exist: what
+    it names creates nothing."""
     most = rankings_settings.MAX_BATCH_NEW_CATEGORIES
     named = {slug for _, data in valid if not data.get("returnOf") for slug in data.get("categories") or ()}
     if len(named) <= most:  # the common case: no lookup
@@ -171,10 +172,12 @@ def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) 
         )
         new = named - {slug for (slug,) in cursor.fetchall()}
     taken: set[str] = set()
+    refused: set[str] = set()  # sales to be sent again, and with them their returns
     kept = []
     for index, data in valid:
         wanted = new.intersection(data.get("categories") or ()) - taken if not data.get("returnOf") else ()
-        if len(taken) + len(wanted) > most:
+        if len(taken) + len(wanted) > most or data.get("returnOf") in refused - {None}:
+            refused.add(data.get("id"))
             invalid.append({"index": index, "id": data.get("id"), "error": _too_many_new(most)})
         else:
             taken.update(wanted)

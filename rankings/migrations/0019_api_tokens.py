@@ -6,6 +6,7 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
+from django.db.migrations.exceptions import IrreversibleError
 
 
 def hash_clear_tokens(apps, schema_editor):
@@ -24,6 +25,19 @@ def hash_clear_tokens(apps, schema_editor):
         cursor.execute("DROP TABLE authtoken_token")
         cursor.execute("DELETE FROM django_migrations WHERE app = 'authtoken'")
     apps.get_model("contenttypes", "ContentType").objects.filter(app_label="authtoken").delete()
+
+
+def refuse_going_back(apps, schema_editor):
+    """Going back would drop every token, which the earlier release could not read: the keys it
+    reads in the clear are gone. Without tokens there is nothing to lose."""
+    tokens = apps.get_model("rankings", "ApiToken").objects.count()
+    if tokens:
+        raise IrreversibleError(
+            f"rankings 0019_api_tokens cannot be undone while {tokens} API tokens exist: only their"
+            " hashes are kept, and the earlier release needs the keys. Revoke them (the admin's API"
+            " tokens), go back, and make new ones with `manage.py ingest_token`; or restore a backup"
+            " taken before the upgrade."
+        )
 
 
 class Migration(migrations.Migration):
@@ -49,5 +63,5 @@ class Migration(migrations.Migration):
                 'verbose_name': 'API token',
             },
         ),
-        migrations.RunPython(hash_clear_tokens, migrations.RunPython.noop),
+        migrations.RunPython(hash_clear_tokens, refuse_going_back),
     ]

@@ -4,14 +4,36 @@ Every client address comes from SimpleRateThrottle.get_ident, which trusts
 X-Forwarded-For only as far as settings.REST_FRAMEWORK["NUM_PROXIES"] says.
 """
 
+import ipaddress
+
 from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle, ScopedRateThrottle, SimpleRateThrottle
 
 
 def client_address(request) -> str:
-    """The address a request is counted under, by the rate limits and the admin's login lockout."""
+    """The address a request is counted under by the rate limits."""
     return BaseThrottle().get_ident(request)
+
+
+def _ip(text: str | None) -> str | None:
+    """`text` as an IP address, without a port (a.b.c.d:port, [v6]:port); None if it is not one."""
+    text = (text or "").strip()
+    if text.startswith("[") and "]" in text:
+        text = text[1 : text.index("]")]
+    elif text.count(":") == 1:
+        text = text.split(":")[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def login_address(request) -> str:
+    """The address the admin's login lockout records (an IP column): the rate limits' address
+    when it is an IP, else REMOTE_ADDR, since a proxy may forward "unknown" or an address with
+    its port."""
+    return _ip(client_address(request)) or request.META.get("REMOTE_ADDR")
 
 
 class _OptionalRate:
