@@ -96,7 +96,7 @@ def test_the_pages_read_well_at_a_phone_width(chromium, live_server, shop):  # n
         best = best_seller(page)
         for name, path in PAGES.items():
             page.goto(path.format(best=best))
-            shot(page, f"phone-{name.replace(' ', '-')}")
+            shot(page, f"a11y-phone-{name.replace(' ', '-')}")
             wide = page.evaluate(
                 """() => [document.documentElement, ...document.querySelectorAll('main *')]
                     .filter(el => !el.closest('.visually-hidden'))
@@ -130,7 +130,7 @@ def test_on_the_product_page_each_badge_keeps_apart_from_the_next_heading(chromi
                   return next.getBoundingClientRect().top - list.getBoundingClientRect().bottom;
                })"""
         )
-        shot(page, "product-badges")
+        shot(page, "a11y-product-badges")
     finally:
         context.close()
     assert len(gaps) >= 2  # the sales badges and the engagement badges
