@@ -60,6 +60,18 @@ def serious_violations(page) -> list[str]:
     ]
 
 
+def badge_gaps(page) -> list[float]:
+    """How far each list of badges ends above the heading that follows it, in pixels."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('ul.badges')].map(list => {
+              let next = list.nextElementSibling;
+              while (next && !/^H[1-6]$/.test(next.tagName)) next = next.nextElementSibling;
+              next = next || list.closest('section').nextElementSibling.querySelector('h2');
+              return next.getBoundingClientRect().top - list.getBoundingClientRect().bottom;
+           })"""
+    )
+
+
 def log_in(page) -> None:
     page.goto("/admin/login/")
     page.get_by_label("Username").fill("admin")
@@ -89,7 +101,7 @@ def test_the_pages_have_no_serious_accessibility_violation(chromium, live_server
     assert found == {name: [] for name in found}
 
 
-def test_the_pages_read_well_at_a_phone_width(chromium, live_server, shop):  # noqa: F811
+def test_the_pages_read_well_at_a_phone_width_with_their_sections_apart(chromium, live_server, shop):  # noqa: F811
     context = chromium.new_context(viewport=PHONE, base_url=live_server.url, is_mobile=True, has_touch=True)
     page = context.new_page()
     try:
@@ -110,28 +122,9 @@ def test_the_pages_read_well_at_a_phone_width(chromium, live_server, shop):  # n
             size = badge.evaluate("el => parseFloat(getComputedStyle(el).fontSize)")
             assert size >= 16, f"a rank badge in {size}px type"
         for chart in page.locator(".chart svg").all():
-            assert (
-                chart.bounding_box()["width"] >= PHONE["width"] - 40
-            )  # the width of the screen, less its margins
+            assert chart.bounding_box()["width"] >= PHONE["width"] - 40  # the screen's, less its margins
+        gaps = badge_gaps(page)
+        assert len(gaps) >= 2  # the sales badges and the engagement badges
+        assert min(gaps) >= 16, f"a list of badges is {min(gaps)}px from the heading below it"
     finally:
         context.close()
-
-
-def test_on_the_product_page_each_badge_keeps_apart_from_the_next_heading(chromium, live_server, shop):  # noqa: F811
-    context = chromium.new_context(viewport=DESKTOP, base_url=live_server.url)
-    page = context.new_page()
-    try:
-        page.goto(PAGES["product"].format(best=best_seller(page)))
-        gaps = page.evaluate(
-            """() => [...document.querySelectorAll('ul.badges')].map(list => {
-                  let next = list.nextElementSibling;
-                  while (next && !/^H[1-6]$/.test(next.tagName)) next = next.nextElementSibling;
-                  next = next || list.closest('section').nextElementSibling.querySelector('h2');
-                  return next.getBoundingClientRect().top - list.getBoundingClientRect().bottom;
-               })"""
-        )
-        shot(page, "a11y-product-badges")
-    finally:
-        context.close()
-    assert len(gaps) >= 2  # the sales badges and the engagement badges
-    assert min(gaps) >= 16, f"a list of badges is {min(gaps)}px from the heading below it"
