@@ -14,7 +14,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 
-from rankings.engine import aggregate, locks
+from rankings.engine import batches, locks
+from rankings.engine import tick as ticks
 from rankings.engine.shards import ALL, Layout, shard_of
 
 from .processes import wait_until
@@ -25,13 +26,13 @@ from .rankings_helpers import Shop
 def ticked_by(monkeypatch):
     """shard -> (thread name, database backend pid) of each shard tick."""
     seen = {}
-    real = aggregate._tick_shard
+    real = batches.tick_shard
 
     def recorded(*, state, **kwargs):
         seen[state.shard] = (threading.current_thread().name, connection.connection.info.backend_pid)
         real(state=state, **kwargs)
 
-    monkeypatch.setattr(aggregate, "_tick_shard", recorded)
+    monkeypatch.setattr(batches, "tick_shard", recorded)
     return seen
 
 
@@ -55,7 +56,7 @@ def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(
     # each thread's first shard waits for the other's: both threads at work at once, however the
     # machine schedules them (one thread alone would break the barrier)
     both_at_work, started = threading.Barrier(2), set()
-    recording = aggregate._tick_shard
+    recording = batches.tick_shard
 
     def meeting(**kwargs):
         if threading.current_thread().name not in started:
@@ -63,7 +64,7 @@ def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(
             both_at_work.wait(timeout=10)
         recording(**kwargs)
 
-    monkeypatch.setattr(aggregate, "_tick_shard", meeting)
+    monkeypatch.setattr(batches, "tick_shard", meeting)
     report = shop.tick()
     # every shard ticked, by the pool's threads, on two connections other than the caller's
     assert report.ticked_shards == [0, 1, 2, 3]
@@ -146,7 +147,7 @@ def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(setti
     every = shard_of(ALL, Layout(4))  # first in the queue
     other_on_a_shard, cut = threading.Event(), threading.Event()
     entered = []
-    real = aggregate._tick_shard_isolated
+    real = ticks._tick_shard_isolated
 
     def isolated(*, shard, **kwargs):
         entered.append(shard)
@@ -158,12 +159,12 @@ def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(setti
         assert cut.wait(timeout=10), "the shard of all was never reached"
         real(shard=shard, **kwargs)
 
-    monkeypatch.setattr(aggregate, "_tick_shard_isolated", isolated)
+    monkeypatch.setattr(ticks, "_tick_shard_isolated", isolated)
     with pytest.raises(SoftTimeLimitExceeded):
         shop.tick()
     # the shard of all, and the one shard the other thread was on: none of the other two
     assert len(entered) == 2 and every in entered, entered
-    monkeypatch.setattr(aggregate, "_tick_shard_isolated", real)
+    monkeypatch.setattr(ticks, "_tick_shard_isolated", real)
     assert shop.tick().ticked_shards == [0, 1, 2, 3]
     shop.assert_exact()
 

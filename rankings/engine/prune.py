@@ -20,9 +20,19 @@ from rankings.engine.partitions import (
     next_month,
     sale_partitions_ensure,
 )
-from rankings.engine.snapshots import snapshots_prune
 from rankings.engine.windows import configured_windows
-from rankings.models import Batch, Bucket, EngagementId, IngestLog, ShardState, TickLog, VerifyLog
+from rankings.models import (
+    Batch,
+    Bucket,
+    EngagementId,
+    IngestLog,
+    ShardState,
+    Snapshot,
+    SnapshotHour,
+    SnapshotMark,
+    TickLog,
+    VerifyLog,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +142,15 @@ def _older_than(table: str, column: str, keep_seconds: int, now: dt.datetime, wh
 
 def ingest_log_prune(now: dt.datetime) -> int:
     return _older_than(IngestLog._meta.db_table, "at", rankings_settings.INGEST_LOG_KEEP_SECONDS, now)
+
+
+def snapshots_prune(now: dt.datetime) -> int:
+    """Delete the snapshots and marks more than SNAPSHOT_KEEP_SECONDS behind the engine's clock."""
+    keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
+    deleted = _older_than(Snapshot._meta.db_table, "at", keep, now)
+    _older_than(SnapshotHour._meta.db_table, "at", keep, now)
+    _older_than(SnapshotMark._meta.db_table, "at", keep, now)
+    return deleted
 
 
 def tick_log_prune(now: dt.datetime) -> int:
