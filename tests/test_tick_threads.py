@@ -9,9 +9,10 @@ caller's thread and connection.
 import contextlib
 import threading
 
+import psycopg
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.backends.signals import connection_created
 
 from rankings.engine import batches, locks
@@ -210,3 +211,57 @@ def test_a_tick_opens_a_connection_only_for_a_shard_it_has_locked(settings, held
     assert report.busy_shards == held
     assert len(opened) == 4 - len(held), opened
     assert report.ticked_shards == sorted(set(range(4)) - set(held))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shard_stays_locked_while_its_thread_works_though_the_ticks_own_session_ends(settings, monkeypatch):
+    """The tick's own session may end while its threads work (idle_session_timeout, a dropped
+    connection, pg_terminate_backend): the lock of a shard a thread is working is that thread's
+    session's, so no other tick can take the shard meanwhile."""
+    shop = _shop(settings, sales=240, parallel_from=100)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (ticks_session,) = cursor.fetchone()
+    real = batches.tick_shard
+    free_meanwhile = {}  # shard: whether another session could take its lock while it was worked
+    first = threading.Lock()  # held by the first thread at a shard
+
+    def ended_meanwhile(*, state, **kwargs):
+        if first.acquire(blocking=False):
+            with psycopg.connect(**_other_session()) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [ticks_session])
+                gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)"
+                wait_until(
+                    lambda: other.execute(gone, [ticks_session]).fetchone()[0],
+                    timeout=10,
+                    what="the tick's own session to end",
+                )
+                (taken,) = other.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", [locks.SHARD_NAMESPACE, state.shard]
+                ).fetchone()
+                free_meanwhile[state.shard] = taken
+        real(state=state, **kwargs)
+
+    monkeypatch.setattr(batches, "tick_shard", ended_meanwhile)
+    with contextlib.suppress(DatabaseError):
+        shop.tick()  # its own session is gone: it may fail once its threads are done
+    connection.close()
+    assert list(free_meanwhile.values()) == [False], free_meanwhile
+    # and the next tick counts every sale once
+    monkeypatch.setattr(batches, "tick_shard", real)
+    shop.advance(seconds=2)
+    shop.tick()
+    shop.assert_exact()
+
+
+def _other_session() -> dict:
+    """Connection arguments of a session of its own on the test database."""
+    settings = connection.settings_dict
+    return {
+        "dbname": settings["NAME"],
+        "user": settings["USER"],
+        "host": settings["HOST"],
+        "port": settings["PORT"],
+        "password": settings["PASSWORD"],
+        "autocommit": True,
+    }

@@ -15,7 +15,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -132,18 +131,20 @@ def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, repo
     """Tick `shards` side by side, TICK_THREADS at a time, `first` first (the shards of `all`, where
     every sale counts: the longest).
 
-    This thread claims each shard (takes its lock, without waiting, on its own connection) before a
-    worker thread is given it, and releases it once the worker is done: a shard another tick holds
-    costs no thread and no connection. A worker starts only when a claimed shard finds every one
-    busy, and ticks on a connection of its own, opened at its first shard and closed at its end; so
-    a tick opens at most one connection per shard it claimed, and at most TICK_THREADS. Should the
-    tick be cut short (its time is up, or a worker raised), each worker finishes the shard it is on,
-    and no other is claimed."""
+    This thread looks whether each shard's lock is free before a worker thread is given it: a shard
+    another tick holds costs no thread and no connection. The worker takes the shard's lock on its
+    own connection, the one doing the shard's work, and holds it until the shard is done; should
+    another tick have taken it meanwhile, the worker leaves it as busy. So the lock lives as long as
+    the work, whatever becomes of this thread's session. A worker starts only when a free shard
+    finds every one busy, and ticks on a connection of its own, opened at its first shard and closed
+    at its end; so a tick opens at most one connection per shard found free, and at most
+    TICK_THREADS. Should the tick be cut short (its time is up, or a worker raised), each worker
+    finishes the shard it is on, and no other is given out."""
     todo = collections.deque(sorted(shards, key=lambda shard: shard not in first))
-    work: queue.SimpleQueue = queue.SimpleQueue()  # claimed shards; None: stop
-    done: queue.SimpleQueue = queue.SimpleQueue()  # (shard, its TickReport or what it raised)
+    work: queue.SimpleQueue[int | None] = queue.SimpleQueue()  # free shards; None: stop
+    done: queue.SimpleQueue[tuple[int, TickReport | BaseException]] = queue.SimpleQueue()
     workers: list[threading.Thread] = []
-    claims: dict[int, ExitStack] = {}  # each claimed shard's lock, until its worker is done
+    given: set[int] = set()  # shards given to a worker, until it is done with them
     failure: BaseException | None = None
 
     def worker() -> None:
@@ -152,7 +153,7 @@ def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, repo
             for shard in iter(work.get, None):
                 own = TickReport(as_of=now)
                 try:
-                    _tick_shard_isolated(shard=shard, now=now, report=own, pointed=pointed)
+                    _tick_shard_locked(shard, now=now, report=own, pointed=pointed)
                 except BaseException as error:
                     done.put((shard, error))
                 else:
@@ -163,7 +164,7 @@ def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, repo
     def settle_one() -> None:
         nonlocal failure
         shard, outcome = done.get()
-        claims.pop(shard).close()
+        given.discard(shard)
         if isinstance(outcome, BaseException):
             failure = failure or outcome
         else:
@@ -172,17 +173,16 @@ def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, repo
     most = min(rankings_settings.TICK_THREADS, len(shards))
     try:
         while todo and failure is None:
-            if len(claims) == most:
+            if len(given) == most:
                 settle_one()
                 continue
             shard = todo.popleft()
-            claim = ExitStack()
-            if not claim.enter_context(locks.shard_try_lock(shard)):
+            if not locks.shard_free(shard):
                 report.busy_shards.append(shard)
                 continue
-            claims[shard] = claim
+            given.add(shard)
             work.put(shard)
-            if len(workers) < len(claims):
+            if len(workers) < len(given):
                 workers.append(threading.Thread(target=worker, name=f"tick_{len(workers)}"))
                 workers[-1].start()
     except BaseException as error:
@@ -194,8 +194,6 @@ def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, repo
             thread.join()
         while not done.empty():
             settle_one()
-        for claim in claims.values():
-            claim.close()  # claimed, never given to a worker (the tick was cut short meanwhile)
     report.busy_shards.sort()
     if failure is not None:
         raise failure
@@ -205,11 +203,19 @@ def _tick_shards(shards: Iterator[int], *, now: dt.datetime, report: TickReport)
     """Tick each of `shards` whose lock is free, one after another, on this thread's connection."""
     pointed: set[tuple[int, int]] = set()
     for shard in shards:
-        with locks.shard_try_lock(shard) as acquired:
-            if not acquired:
-                report.busy_shards.append(shard)
-                continue
-            _tick_shard_isolated(shard=shard, now=now, report=report, pointed=pointed)
+        _tick_shard_locked(shard, now=now, report=report, pointed=pointed)
+
+
+def _tick_shard_locked(
+    shard: int, *, now: dt.datetime, report: TickReport, pointed: set[tuple[int, int]]
+) -> None:
+    """Tick the shard under its lock, taken on this thread's connection; a shard whose lock another
+    session holds is left as busy."""
+    with locks.shard_try_lock(shard) as acquired:
+        if not acquired:
+            report.busy_shards.append(shard)
+            return
+        _tick_shard_isolated(shard=shard, now=now, report=report, pointed=pointed)
 
 
 def _tick_shard_isolated(
