@@ -9,6 +9,7 @@ enclosing transaction, its own commit, so a prune never holds locks for long.
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.db import connection
 from django.utils import timezone
@@ -119,7 +120,7 @@ def buckets_prune() -> int:
             deleted += _delete_chunks(
                 Bucket._meta.db_table,
                 "shard = %s AND size = %s AND start < %s",
-                [shard, size, bucket_cutoff(size, as_of)],
+                [shard, size, bucket_cutoff(size, cast(dt.datetime, as_of))],
             )
     return deleted
 
