@@ -314,7 +314,7 @@ def _coalescing_run(rng: random.Random) -> tuple[int, int]:
     """TICKS ticks of TICK_VIEWS views each: (board writes without coalescing, board writes made)."""
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
     from rankings.ingest.engagement import engagements_ingest
 
     harness.reset()

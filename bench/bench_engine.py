@@ -61,7 +61,7 @@ def _demo_tick() -> tuple[int, int, float]:
     from django.test import override_settings
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
 
     harness.reset()
     _seed_demo()
@@ -78,7 +78,7 @@ def _flash_ticks() -> tuple[int, int]:
     (uncoalesced writes, board writes)."""
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
 
     harness.reset()
@@ -307,7 +307,7 @@ def backlog(table: harness.Table, runs: int) -> None:
     """The first tick over the 200,000 demo sales, with the default batch sizes (a backlog grows them)."""
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
 
     rates, seconds = [], []
     for _ in range(runs):
@@ -348,7 +348,7 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     _seed_demo()
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
 
     tick(now=timezone.now())
     end_to_end(table, runs)

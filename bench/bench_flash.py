@@ -264,8 +264,8 @@ def _shop(setup: Setup):
     from django.core.management import call_command
     from django.db import connection
 
-    from rankings.engine.aggregate import tick
     from rankings.engine.shards import active_layout
+    from rankings.engine.tick import tick
 
     harness.reset()
     with connection.cursor() as cursor:

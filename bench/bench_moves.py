@@ -50,7 +50,7 @@ def _demo(runs: int) -> tuple[float, int, int, int]:
     from django.utils import timezone
 
     from bench.bench_engine import _seed_demo
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
 
     harness.reset()
     _seed_demo()

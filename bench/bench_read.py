@@ -85,8 +85,8 @@ def _demo_board() -> tuple[str, str, str]:
 
     from bench.bench_engine import _seed_demo
     from rankings.engine import store
-    from rankings.engine.aggregate import tick
     from rankings.engine.shards import active_layout, shard_of
+    from rankings.engine.tick import tick
 
     harness.reset()
     _seed_demo()

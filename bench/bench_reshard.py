@@ -15,7 +15,7 @@ def _shop() -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
     from rankings.models import Bucket
 
     harness.reset()

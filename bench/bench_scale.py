@@ -87,8 +87,8 @@ def _big_board(split: int) -> int:
     from django.utils import timezone
 
     from rankings.engine import store
-    from rankings.engine.aggregate import tick
     from rankings.engine.shards import ALL, active_layout, layout_plan
+    from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
     from rankings.operations.backfill import version_build
 
@@ -208,7 +208,7 @@ def _million_categories(table: harness.Table, runs: int) -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
     from rankings.serving import selectors
     from rankings.serving.pages import HOME_CATEGORIES

@@ -44,7 +44,7 @@ def _demo() -> str:
     from django.utils import timezone
 
     from bench.bench_engine import _seed_demo
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
     from rankings.serving import selectors
 
     _fresh()

@@ -56,7 +56,7 @@ def _tick(depth: int) -> dict:
     from django.test import override_settings
     from django.utils import timezone
 
-    from rankings.engine.aggregate import tick
+    from rankings.engine.tick import tick
     from rankings.models import PendingSale
 
     _shop(depth)

@@ -30,9 +30,9 @@ def tick_shards(shards: list[int], woken: int | None = None):
     here that has sales again (committed after its last claim) is woken: were its wake sent while
     this tick still held the shard, the woken tick found it busy and skipped it.
     """
-    from rankings.engine.aggregate import shards_pending
-    from rankings.engine.aggregate import tick as run_tick
     from rankings.engine.shards import shard_count
+    from rankings.engine.tick import shards_pending
+    from rankings.engine.tick import tick as run_tick
 
     if woken is not None:
         wake_release(woken)

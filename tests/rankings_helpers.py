@@ -3,7 +3,7 @@
 import datetime as dt
 
 from rankings.engine import store
-from rankings.engine.aggregate import tick
+from rankings.engine.tick import tick
 from rankings.ingest.engagement import engagements_ingest
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.verify import rankings_verify

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from rankings.engine.aggregate import tick
+from rankings.engine.tick import tick
 from rankings.operations.demo import DemoShape, demo_seed
 from rankings.operations.first_run import demo_history
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 
 from rankings.conf import rankings_settings
-from rankings.engine import aggregate
+from rankings.engine import batches
 from rankings.engine.shards import ALL, Layout, shard_of
 from rankings.models import Bucket, ShardState
 
@@ -170,14 +170,14 @@ def test_a_backlog_is_claimed_whole_up_to_the_batch_size(settings, monkeypatch):
     """120 sales in batches of at most 48: 48, 48, then the 24 left, each claim as large as it may be."""
     settings.RANKINGS = {**settings.RANKINGS, "BATCH_SIZE": 48}
     claims = []
-    real_claim = aggregate._claim
+    real_claim = batches._claim
 
     def claim(cursor, params, **kwargs):
         claimed = real_claim(cursor, params, **kwargs)
         claims.append((params["shard"], params["limit"], claimed))
         return claimed
 
-    monkeypatch.setattr(aggregate, "_claim", claim)
+    monkeypatch.setattr(batches, "_claim", claim)
     # Off the hour: a tick that crosses an hour claims up to it first (rankings/engine/snapshots.py).
     shop = Shop(now=START + dt.timedelta(minutes=1))
     shop.send(
@@ -222,7 +222,7 @@ def test_lost_redis_data_is_rebuilt_by_the_next_tick(redis_client, settings):
 
 
 def test_the_clock_may_not_go_backwards():
-    from rankings.engine.aggregate import ClockWentBackwards
+    from rankings.engine.tick import ClockWentBackwards
 
     shop = Shop()
     shop.tick()

@@ -22,12 +22,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 _CRASHING_TICK = """
 import os, datetime as dt, django
 django.setup()
-from rankings.engine import aggregate
+from rankings.engine import batches, tick
 from rankings.engine import store
 
 point = {point!r}
 real_apply = store.batch_apply
-real_shard = aggregate._tick_shard
+real_shard = batches.tick_shard
 shards_done = []
 applied = []
 
@@ -47,8 +47,8 @@ def shard_then_die(**kwargs):
     shards_done.append(kwargs["state"].shard)
 
 store.batch_apply = apply_then_die
-aggregate._tick_shard = shard_then_die
-aggregate.tick(now=dt.datetime.fromisoformat({now!r}))
+batches.tick_shard = shard_then_die
+tick.tick(now=dt.datetime.fromisoformat({now!r}))
 """
 
 

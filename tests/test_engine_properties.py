@@ -443,7 +443,7 @@ class SalesHistory(RuleBasedStateMachine):
         if clock is None or earliest is None:
             return {}, set()
         t = clock.timestamp()
-        keep = settings.RANKINGS["SNAPSHOT_KEEP_SECONDS"]
+        keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
         first = max(math.ceil(earliest.timestamp() / HOUR), math.ceil((t - keep) / HOUR)) * HOUR
         hours = list(range(first, math.floor(t / HOUR) * HOUR + 1, HOUR))
         recomputed = snapshots_recompute(

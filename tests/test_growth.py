@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone as django_timezone
 
 from rankings import tasks
-from rankings.engine.aggregate import tick
+from rankings.engine.tick import tick
 from rankings.ingest.sales import sales_ingest
 from rankings.models import Batch, Bucket, IngestLog, Sale, SaleId, ShardState, TickLog
 

@@ -64,7 +64,7 @@ def test_a_shard_that_lost_its_last_batch_is_served_stale_then_rebuilt_by_the_ne
     meanwhile = _top()
     assert meanwhile.stale and meanwhile.items == newest.items and meanwhile.as_of == newest.as_of
     # and the next tick, with no new sale and the same clock, finds the gap and rebuilds the shard
-    with caplog.at_level(logging.WARNING, logger="rankings.engine.aggregate"):
+    with caplog.at_level(logging.WARNING, logger="rankings.engine.batches"):
         report = shop.tick()
     assert report.rebuilt_shards >= 1
     assert any("lost its last writes" in r.getMessage() for r in caplog.records)

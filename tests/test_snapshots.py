@@ -98,7 +98,7 @@ def test_snapshots_older_than_32_days_are_pruned():
 _CRASHING_TICK = """
 import os, datetime as dt, django
 django.setup()
-from rankings.engine import aggregate, snapshots
+from rankings.engine import snapshots, tick
 
 point, n = {point!r}, {n!r}
 real_take = snapshots.take
@@ -114,7 +114,7 @@ def take_then_die(**kwargs):
     return result
 
 snapshots.take = take_then_die
-aggregate.tick(now=dt.datetime.fromisoformat({now!r}))
+tick.tick(now=dt.datetime.fromisoformat({now!r}))
 """
 
 

@@ -16,9 +16,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from rankings import tasks
-from rankings.engine import aggregate
-from rankings.engine.aggregate import ClockWentBackwards, tick
+from rankings.engine import batches
 from rankings.engine.shards import ALL, Layout, shard_of
+from rankings.engine.tick import ClockWentBackwards, tick
 from rankings.models import PendingSale, ShardState, TickLog
 
 from .rankings_helpers import Shop
@@ -116,7 +116,7 @@ def test_a_shard_beyond_the_count_read_under_its_lock_is_skipped(monkeypatch):
     shop = Shop()
     shop.send(shop.sale("p1", categories=["toys"]))
     # given a tick that chose its shards under a count of 8 while the active version has 4
-    monkeypatch.setattr(aggregate, "shard_count_checked", lambda: 8)
+    monkeypatch.setattr(batches, "shard_count_checked", lambda: 8)
     # when it is asked for shards 3 and 5
     report = tick(now=shop.now, shards=[3, 5])
     # then it ticks 3 and leaves 5 alone: no state, no error

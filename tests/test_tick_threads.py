@@ -9,12 +9,14 @@ caller's thread and connection.
 import contextlib
 import threading
 
+import psycopg
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.backends.signals import connection_created
 
-from rankings.engine import aggregate, locks
+from rankings.engine import batches, locks
+from rankings.engine import tick as ticks
 from rankings.engine.shards import ALL, Layout, shard_of
 
 from .processes import wait_until
@@ -25,13 +27,13 @@ from .rankings_helpers import Shop
 def ticked_by(monkeypatch):
     """shard -> (thread name, database backend pid) of each shard tick."""
     seen = {}
-    real = aggregate._tick_shard
+    real = batches.tick_shard
 
     def recorded(*, state, **kwargs):
         seen[state.shard] = (threading.current_thread().name, connection.connection.info.backend_pid)
         real(state=state, **kwargs)
 
-    monkeypatch.setattr(aggregate, "_tick_shard", recorded)
+    monkeypatch.setattr(batches, "tick_shard", recorded)
     return seen
 
 
@@ -55,7 +57,7 @@ def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(
     # each thread's first shard waits for the other's: both threads at work at once, however the
     # machine schedules them (one thread alone would break the barrier)
     both_at_work, started = threading.Barrier(2), set()
-    recording = aggregate._tick_shard
+    recording = batches.tick_shard
 
     def meeting(**kwargs):
         if threading.current_thread().name not in started:
@@ -63,7 +65,7 @@ def test_a_backlog_is_ticked_in_threads_on_their_own_connections_each_sale_once(
             both_at_work.wait(timeout=10)
         recording(**kwargs)
 
-    monkeypatch.setattr(aggregate, "_tick_shard", meeting)
+    monkeypatch.setattr(batches, "tick_shard", meeting)
     report = shop.tick()
     # every shard ticked, by the pool's threads, on two connections other than the caller's
     assert report.ticked_shards == [0, 1, 2, 3]
@@ -146,7 +148,7 @@ def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(setti
     every = shard_of(ALL, Layout(4))  # first in the queue
     other_on_a_shard, cut = threading.Event(), threading.Event()
     entered = []
-    real = aggregate._tick_shard_isolated
+    real = ticks._tick_shard_isolated
 
     def isolated(*, shard, **kwargs):
         entered.append(shard)
@@ -158,12 +160,12 @@ def test_a_tick_cut_short_in_one_thread_stops_the_others_after_their_shard(setti
         assert cut.wait(timeout=10), "the shard of all was never reached"
         real(shard=shard, **kwargs)
 
-    monkeypatch.setattr(aggregate, "_tick_shard_isolated", isolated)
+    monkeypatch.setattr(ticks, "_tick_shard_isolated", isolated)
     with pytest.raises(SoftTimeLimitExceeded):
         shop.tick()
     # the shard of all, and the one shard the other thread was on: none of the other two
     assert len(entered) == 2 and every in entered, entered
-    monkeypatch.setattr(aggregate, "_tick_shard_isolated", real)
+    monkeypatch.setattr(ticks, "_tick_shard_isolated", real)
     assert shop.tick().ticked_shards == [0, 1, 2, 3]
     shop.assert_exact()
 
@@ -209,3 +211,57 @@ def test_a_tick_opens_a_connection_only_for_a_shard_it_has_locked(settings, held
     assert report.busy_shards == held
     assert len(opened) == 4 - len(held), opened
     assert report.ticked_shards == sorted(set(range(4)) - set(held))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shard_stays_locked_while_its_thread_works_though_the_ticks_own_session_ends(settings, monkeypatch):
+    """The tick's own session may end while its threads work (idle_session_timeout, a dropped
+    connection, pg_terminate_backend): the lock of a shard a thread is working is that thread's
+    session's, so no other tick can take the shard meanwhile."""
+    shop = _shop(settings, sales=240, parallel_from=100)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (ticks_session,) = cursor.fetchone()
+    real = batches.tick_shard
+    free_meanwhile = {}  # shard: whether another session could take its lock while it was worked
+    first = threading.Lock()  # held by the first thread at a shard
+
+    def ended_meanwhile(*, state, **kwargs):
+        if first.acquire(blocking=False):
+            with psycopg.connect(**_other_session()) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [ticks_session])
+                gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)"
+                wait_until(
+                    lambda: other.execute(gone, [ticks_session]).fetchone()[0],
+                    timeout=10,
+                    what="the tick's own session to end",
+                )
+                (taken,) = other.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", [locks.SHARD_NAMESPACE, state.shard]
+                ).fetchone()
+                free_meanwhile[state.shard] = taken
+        real(state=state, **kwargs)
+
+    monkeypatch.setattr(batches, "tick_shard", ended_meanwhile)
+    with contextlib.suppress(DatabaseError):
+        shop.tick()  # its own session is gone: it may fail once its threads are done
+    connection.close()
+    assert list(free_meanwhile.values()) == [False], free_meanwhile
+    # and the next tick counts every sale once
+    monkeypatch.setattr(batches, "tick_shard", real)
+    shop.advance(seconds=2)
+    shop.tick()
+    shop.assert_exact()
+
+
+def _other_session() -> dict:
+    """Connection arguments of a session of its own on the test database."""
+    settings = connection.settings_dict
+    return {
+        "dbname": settings["NAME"],
+        "user": settings["USER"],
+        "host": settings["HOST"],
+        "port": settings["PORT"],
+        "password": settings["PASSWORD"],
+        "autocommit": True,
+    }

@@ -15,7 +15,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from rankings import tasks
-from rankings.engine import aggregate, partitions, store
+from rankings.engine import batches, partitions, store
+from rankings.engine import tick as ticks
 from rankings.engine.shards import ALL, Layout, shard_of
 from rankings.models import PendingSale
 
@@ -134,7 +135,7 @@ def test_a_sale_committed_while_its_shards_tick_runs_is_woken_after_it(wake, sen
     shop = Shop(now=timezone.now())
     every = shard_of(ALL, Layout(4))
     reports = {}  # thread name: the report of the tick it ran
-    real_tick, real_tick_shard = aggregate.tick, aggregate._tick_shard
+    real_tick, real_tick_shard = ticks.tick, batches.tick_shard
 
     def recording_tick(**kwargs):
         report = real_tick(**kwargs)
@@ -156,8 +157,8 @@ def test_a_sale_committed_while_its_shards_tick_runs_is_woken_after_it(wake, sen
             worker.start()
             worker.join()
 
-    monkeypatch.setattr(aggregate, "tick", recording_tick)
-    monkeypatch.setattr(aggregate, "_tick_shard", tick_shard_then_a_sale_commits)
+    monkeypatch.setattr(ticks, "tick", recording_tick)
+    monkeypatch.setattr(batches, "tick_shard", tick_shard_then_a_sale_commits)
     shop.send(shop.sale("first", categories=["toys"]))
     assert len(sent) == 1
     tasks.tick_shards(shards=[0, 1, 2, 3], woken=0)
@@ -166,7 +167,7 @@ def test_a_sale_committed_while_its_shards_tick_runs_is_woken_after_it(wake, sen
     assert every in reports["MainThread"].ticked_shards
     # then the running tick woke the group again when it was done, and that tick counts the sale
     assert len(sent) == 3, sent
-    monkeypatch.setattr(aggregate, "_tick_shard", real_tick_shard)
+    monkeypatch.setattr(batches, "tick_shard", real_tick_shard)
     assert every in _pending()
     _, shards, woken = sent[-1]
     tasks.tick_shards(shards=shards, woken=woken)

@@ -20,6 +20,7 @@ non-empty board of the windows SNAPSHOT_WINDOWS, per metric, and the hours thems
 import datetime as dt
 import math
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,7 +158,7 @@ class _Board:
     sums: np.ndarray  # buckets × METRICS
 
 
-def _by_category(rows):
+def _by_category(rows: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
     """(category, its rows) for each category of `rows` (sorted by category)."""
     part: list[tuple] = []
     for row in rows:

@@ -88,6 +88,13 @@ def shard_try_lock(shard: int):
     return _tried(SHARD_NAMESPACE, shard)
 
 
+def shard_free(shard: int) -> bool:
+    """Whether no other session holds the shard's tick lock, as of now: taken and let go at once.
+    A tick looks before it gives a shard to a thread, which then takes the lock on its own connection."""
+    with _tried(SHARD_NAMESPACE, shard) as acquired:
+        return acquired
+
+
 def shard_lock(shard: int, *, timeout: str = WAIT):
     """Wait for the shard's tick lock (a running tick finishes its batch first), hold it, release it."""
     return _held(SHARD_NAMESPACE, shard, timeout=timeout)

@@ -136,7 +136,7 @@ def engagement_partitions() -> list[tuple[str, dt.datetime | None]]:
         )
         names = sorted(name for (name,) in cursor.fetchall())
     prefix = f"{Engagement._meta.db_table}_p"
-    days = []
+    days: list[tuple[str, dt.datetime | None]] = []
     for name in names:
         suffix = name.removeprefix(prefix)
         if suffix == "_before":

@@ -9,6 +9,7 @@ enclosing transaction, its own commit, so a prune never holds locks for long.
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.db import connection
 from django.utils import timezone
@@ -20,9 +21,19 @@ from rankings.engine.partitions import (
     next_month,
     sale_partitions_ensure,
 )
-from rankings.engine.snapshots import snapshots_prune
 from rankings.engine.windows import configured_windows
-from rankings.models import Batch, Bucket, EngagementId, IngestLog, ShardState, TickLog, VerifyLog
+from rankings.models import (
+    Batch,
+    Bucket,
+    EngagementId,
+    IngestLog,
+    ShardState,
+    Snapshot,
+    SnapshotHour,
+    SnapshotMark,
+    TickLog,
+    VerifyLog,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +120,7 @@ def buckets_prune() -> int:
             deleted += _delete_chunks(
                 Bucket._meta.db_table,
                 "shard = %s AND size = %s AND start < %s",
-                [shard, size, bucket_cutoff(size, as_of)],
+                [shard, size, bucket_cutoff(size, cast(dt.datetime, as_of))],
             )
     return deleted
 
@@ -132,6 +143,15 @@ def _older_than(table: str, column: str, keep_seconds: int, now: dt.datetime, wh
 
 def ingest_log_prune(now: dt.datetime) -> int:
     return _older_than(IngestLog._meta.db_table, "at", rankings_settings.INGEST_LOG_KEEP_SECONDS, now)
+
+
+def snapshots_prune(now: dt.datetime) -> int:
+    """Delete the snapshots and marks more than SNAPSHOT_KEEP_SECONDS behind the engine's clock."""
+    keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
+    deleted = _older_than(Snapshot._meta.db_table, "at", keep, now)
+    _older_than(SnapshotHour._meta.db_table, "at", keep, now)
+    _older_than(SnapshotMark._meta.db_table, "at", keep, now)
+    return deleted
 
 
 def tick_log_prune(now: dt.datetime) -> int:

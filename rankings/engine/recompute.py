@@ -5,6 +5,7 @@ incremental engine is checked against (`rankings_verify`, and the tests).
 """
 
 from collections import defaultdict
+from typing import Any
 
 from django.db import connection
 
@@ -169,7 +170,7 @@ def snapshots_recompute(
     with connection.cursor() as cursor:
         for name in rankings_settings.SNAPSHOT_WINDOWS:
             w = configured_windows()[name]
-            params = {
+            params: dict[str, Any] = {
                 "all": ALL,
                 "hours": hours,
                 "first": min(hours),

@@ -23,7 +23,7 @@ that every ingest shares (so no sale is queued under the tree being left):
   snapshot that tick takes first holds it only if it counts by then
   (rankings.engine.snapshots), as had the new tree been in force when it came;
 - the caller then rewrites, from the buckets, every board of each shard that
-  holds an affected category (aggregate.shard_rebuild), for the version it
+  holds an affected category (batches.shard_rebuild), for the version it
   switches to.
 
 Switching back is the same re-count in the other direction.

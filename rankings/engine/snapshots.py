@@ -5,12 +5,12 @@ A snapshot of hour H is the board as the engine stood at H: the sales that ticks
 counted, and of the sales a later tick claims, those counted at or before H. So a tick that
 crosses H, seconds or hours late, steps: it first claims only the pending sales counted at or
 before H and brings the shard to H, then records H's snapshots, then goes on to its own instant
-(aggregate._tick_shard). A sale after H never gets into H's snapshot however late the tick runs;
+(batches.tick_shard). A sale after H never gets into H's snapshot however late the tick runs;
 a late sale of before H that arrives after the snapshot was taken does not change it (it was not
 on the board at H), exactly as it would not have been on a board read at H.
 
 The snapshot is computed from the shard's buckets with the tick's own bucket sums
-(aggregate._BUCKET_SUMS, one column per metric of METRICS, so a metric added there is
+(buckets.bucket_sums, one column per metric of METRICS, so a metric added there is
 snapshotted too), not read from Redis: when nothing of the hour is pending, the shard's
 buckets already hold exactly the board as of H, and the tick need not step at all. Consecutive
 hours with nothing pending between them are taken together, up to HOURS_PER_TAKE at a time: one
@@ -30,6 +30,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 
 from rankings.conf import METRICS, rankings_settings
+from rankings.engine.buckets import bucket_sums
 from rankings.engine.shards import Layout
 from rankings.engine.windows import configured_windows
 from rankings.models import Snapshot, SnapshotHour, SnapshotMark
@@ -103,7 +104,7 @@ def _pending_first(shard: int) -> float | None:
 
 
 # Each board's first ranks as of each hour, ranked and written by PostgreSQL: a shard of a thousand
-# categories sends no row at all. The sums are the tick's (_BUCKET_SUMS), each hour's over the
+# categories sends no row at all. The sums are the tick's (bucket_sums), each hour's over the
 # buckets of its own window: one row of `hours` per window and hour. Ranking order: score
 # descending, then the product id in byte order (COLLATE "C"), as on the boards. A board recorded
 # again (a reshard's new shard retaking the switch's hour) is replaced.
@@ -128,37 +129,18 @@ SELECT %s, to_timestamp(at), name, metric, category, array_agg(product_id ORDER 
 GROUP BY name, at, metric, category
 ON CONFLICT (version, category, "window", metric, at) DO UPDATE SET products = excluded.products
 """
-# The tick's sums read one size and one range of bucket starts; here each row's of `hours` above.
-_ONE_SIZE = "size = %s"
-_ONE_RANGE = "start BETWEEN %s AND %s"
-
-_summed: dict[str, tuple[str, ...]] = {}
-
-
-def _summed_metrics(cursor, sums: str) -> tuple[str, ...]:
-    """The metrics the bucket sums give, in their column order (after category and product): those
-    of METRICS their columns cover. A metric whose counts live in buckets of its own adds its sums
-    beside these, and until then is not snapshotted."""
-    if sums not in _summed:
-        cursor.execute(f"SELECT * FROM ({sums}) AS q LIMIT 0", [0, 0, 0, 0])
-        _summed[sums] = tuple(METRICS[: len(cursor.description) - 2])
-    return _summed[sums]
 
 
 def take(*, shard: int, layout: Layout, version: int, hours: list[int]) -> int:
     """Record, as `version`'s, the snapshots of every board of the shard as of each hour of `hours`
     from its buckets and mark the hours, in one transaction; returns how many boards were recorded."""
-    from rankings.engine.aggregate import _BUCKET_SUMS  # the tick's own sums, metric for metric
-
     # One row of `hours` per window and hour.
     rows = [(name, configured_windows()[name], at) for name in snapshot_windows() for at in hours]
     bounds = [window.bounds(at) for _, window, at in rows]
     with transaction.atomic(), connection.cursor() as cursor:
-        metrics = _summed_metrics(cursor, _BUCKET_SUMS)
-        sums = _BUCKET_SUMS.replace(_ONE_SIZE, "size = hours.size")
         statement = _TAKE.format(
-            sums=sums.replace(_ONE_RANGE, "start BETWEEN hours.first AND hours.last"),
-            aliases=", ".join(f"m{k}" for k in range(len(metrics))),
+            sums=bucket_sums(size="hours.size", first="hours.first", last="hours.last"),
+            aliases=", ".join(f"m{k}" for k in range(len(METRICS))),
             table=Snapshot._meta.db_table,
         )
         cursor.execute(
@@ -170,7 +152,7 @@ def take(*, shard: int, layout: Layout, version: int, hours: list[int]) -> int:
                 [first for first, _ in bounds],
                 [last for _, last in bounds],
                 shard,
-                list(metrics),
+                list(METRICS),
                 version,
                 rankings_settings.SNAPSHOT_DEPTH,
             ],
@@ -191,17 +173,6 @@ def snapshots_forget_after(instant_: dt.datetime) -> None:
     Snapshot.objects.filter(at__gte=instant_).delete()
     SnapshotHour.objects.filter(at__gte=instant_).delete()
     SnapshotMark.objects.filter(at__gte=instant_).delete()
-
-
-def snapshots_prune(now: dt.datetime) -> int:
-    """Delete the snapshots and marks more than SNAPSHOT_KEEP_SECONDS behind the engine's clock."""
-    from rankings.engine.prune import _older_than
-
-    keep = rankings_settings.SNAPSHOT_KEEP_SECONDS
-    deleted = _older_than(Snapshot._meta.db_table, "at", keep, now)
-    _older_than(SnapshotHour._meta.db_table, "at", keep, now)
-    _older_than(SnapshotMark._meta.db_table, "at", keep, now)
-    return deleted
 
 
 def snapshots_summary(version: int) -> dict:

@@ -167,7 +167,7 @@ def tree_pending() -> TreeChange:
 
 def catalogue_paths() -> dict[str, list[str]]:
     """slug -> its path (root first) in the catalogue's tree, for every category."""
-    parents = dict(Category.objects.values_list("slug", "parent__slug"))
+    parents: dict[str, str | None] = dict(Category.objects.values_list("slug", "parent__slug"))
     return {slug: path_of(slug, parents) for slug in parents}
 
 

@@ -42,7 +42,7 @@ from psycopg import sql
 from catalogue.models import TREE_LOCK_SQL, Category
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.aggregate import shard_rebuild, shards_settle
+from rankings.engine.batches import shard_rebuild, shards_settle
 from rankings.engine.history import history_carry, history_delete, history_record
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount

@@ -4,7 +4,7 @@ into it in order (routed by category when it is laid out otherwise), exactly onc
 from collections import defaultdict
 
 from rankings.engine import store
-from rankings.engine.aggregate import batch_replay
+from rankings.engine.batches import batch_replay
 from rankings.engine.shards import Layout, active_layout, version_layout
 from rankings.engine.split import base_of
 from rankings.models import Batch, RankingVersion, ShardState

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.aggregate import shards_failing
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.snapshots import snapshots_summary
+from rankings.engine.tick import shards_failing
 from rankings.models import IngestLog, PendingSale, RankingVersion, Sale, ShardState, TickLog
 from rankings.operations.engagement_status import SOURCE_PREFIX as ENGAGEMENT_SOURCE
 from rankings.operations.engagement_status import engagement_status

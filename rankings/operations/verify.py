@@ -19,7 +19,7 @@ from django.utils import timezone
 from catalogue.models import Category
 from rankings.conf import METRICS, other_metric, rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.aggregate import shard_rebuild
+from rankings.engine.batches import shard_rebuild
 from rankings.engine.prune import engine_now
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, Layout, version_layout

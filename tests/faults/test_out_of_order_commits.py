@@ -22,9 +22,9 @@ from django.db import connection, transaction
 from django.db.models import Max, Sum
 
 from catalogue.models import Category, Product
-from rankings.engine.aggregate import tick
 from rankings.engine.partitions import sale_partitions_ensure
 from rankings.engine.shards import ALL, active_layout
+from rankings.engine.tick import tick
 from rankings.ingest.sales import sales_ingest
 from rankings.models import Bucket, PendingSale, Sale
 from rankings.operations.verify import rankings_verify

@@ -116,7 +116,11 @@ def _client(name: str, timeout: float) -> Client:
 def _connect(timeout: float, *, patient: bool) -> Client:
     """A client of REDIS_URL: of the one server, or with REDIS_CLUSTER of the cluster that node is in
     (it learns the other nodes from it, and follows a replica that takes over a primary's slots)."""
-    options = {"socket_timeout": timeout, "socket_connect_timeout": timeout, "health_check_interval": 30}
+    options: dict[str, float | Retry] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "health_check_interval": 30,
+    }
     if not clustered():
         return redis.Redis.from_url(settings.REDIS_URL, **options)
     if not patient:

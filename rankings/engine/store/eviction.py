@@ -1,6 +1,7 @@
 """Redis's eviction policy: boards are not a cache, and a policy that may evict them is refused."""
 
 import logging
+from typing import Any
 
 from cachetools import TTLCache
 from django.conf import settings
@@ -64,15 +65,16 @@ def eviction_policy() -> str | None:
 _POLICY_FIELDS = {"maxmemory-policy", b"maxmemory-policy"}
 
 
-def _policy_of_every_primary() -> str:
-    """The maxmemory-policy of the one server, or of a cluster's primaries the first that may evict."""
+def _policy_of_every_primary() -> str | None:
+    """The maxmemory-policy of the one server, or of a cluster's primaries the first that may evict;
+    None when an answer names none."""
     if not clustered():
-        answers = [fast().config_get("maxmemory-policy")]
+        answers: list[dict[Any, Any]] = [fast().config_get("maxmemory-policy")]
     else:
-        answer = fast().config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
+        answer: dict[Any, Any] = fast().config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES)
         # One answer per primary, by node name; a cluster of one primary answers as a server does.
-        answers = [answer] if _POLICY_FIELDS & answer.keys() else answer.values()
-    found = []
+        answers = [answer] if _POLICY_FIELDS & answer.keys() else list(answer.values())
+    found: list[str | None] = []
     for answer in answers:
         policy = answer.get("maxmemory-policy") or answer.get(b"maxmemory-policy")
         found.append(policy.decode() if isinstance(policy, bytes) else policy)

@@ -93,7 +93,7 @@ def others_scores(
     """The other metric's scores of members of several boards ((shard, category, members) each),
     0 where a member has none: one round trip."""
     asked = [(shard, category, ids) for shard, category, ids in members if ids]
-    values = []
+    values: list[list[float | None]] = []
     if asked:
         pipe = fast().pipeline(transaction=False)
         for shard, category, ids in asked:

@@ -254,7 +254,7 @@ def board_thresholds(
 ) -> Thresholds:
     """The members and scores at `ranks` and the board's histogram over `edges`, in one round trip."""
     keys = [board_key(version, shard, window, metric, category), state_key(version, shard)]
-    args = [len(ranks), *ranks, len(edges), *(-edge for edge in edges), *STATE_READ]
+    args: list[int | str] = [len(ranks), *ranks, len(edges), *(-edge for edge in edges), *STATE_READ]
     total, rows, counts, state = script("thresholds")(keys=keys, args=args, client=fast())
     return Thresholds(
         as_of=state_as_of(version, shard, state),
@@ -297,7 +297,7 @@ def members_scores(
     for (shard, window, metric, category, _), members in asked:
         pipe.zmscore(board_key(version, shard, window, metric, category), members)
     replies = iter(pipe.execute() if asked else [])
-    found = []
+    found: list[dict[str, int]] = []
     for *_, members in lookups:
         if not members:
             found.append({})

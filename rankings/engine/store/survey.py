@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import dataclass
+from typing import cast
 
 from redis.cluster import RedisCluster
 
@@ -22,7 +23,7 @@ from rankings.engine.store.writes import shard_board_keys
 @translated
 def board_read_all(key: str) -> list[tuple[str, int]]:
     """Every member of a board in ranking order, with its (positive) score."""
-    return _scored(patient().zrange(key, 0, -1, withscores=True))
+    return _scored(cast(list[tuple[bytes, float]], patient().zrange(key, 0, -1, withscores=True)))
 
 
 def _scored(rows: list[tuple[bytes, float]]) -> list[tuple[str, int]]:
@@ -147,7 +148,7 @@ def boards_heads(
     """Boards of a shard, every one or those of `boards` (window, metric, category): each one's
     (size, first n members with scores); an empty board is left out."""
     if boards is None:
-        boards = [tuple(board_of_key(key)) for key in shard_board_keys(version, shard)]
+        boards = [board_of_key(key) for key in shard_board_keys(version, shard)]
     pipe = patient().pipeline(transaction=False)
     for board in boards:
         key = board_key(version, shard, *board)

@@ -4,11 +4,13 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import cast
 
 from redis.client import Pipeline
 
 from rankings.engine.store.client import (
     ERRORS,
+    Client,
     ResponseError,
     Unreachable,
     clustered,
@@ -29,6 +31,10 @@ ACTIVE_VERSION_TTL = 1.0  # seconds
 # Keys SCAN visits per call: it walks the whole keyspace whatever the pattern (other prefixes'
 # keys too), so a larger step costs far fewer round trips; each call stays a few milliseconds.
 SCAN_COUNT = 10_000
+
+# What a store function given `pipe=` sends its commands through: a block's transaction, or on a
+# Redis Cluster the client itself (see `pipeline`).
+Commands = Pipeline | Client
 
 # prefix -> (the active version as last read from Redis, time.monotonic() of that read): trusted
 # for ACTIVE_VERSION_TTL, and served while Redis is unreachable. A plain dict, read without the
@@ -64,7 +70,7 @@ def active_version(*, fresh: bool = False) -> int:
 
 
 @translated
-def active_set(version: int, epoch: int, *, pipe: Pipeline | None = None) -> int | None:
+def active_set(version: int, epoch: int, *, pipe: Commands | None = None) -> int | None:
     """Point every reader at `version`, made active by switch `epoch` (they see it within
     ACTIVE_VERSION_TTL); refused if the pointer names a later switch (lua/active_set.lua). Returns
     the version named (with `pipe`, the pipeline's result holds it)."""
@@ -82,7 +88,7 @@ def active_ensure(version: int, epoch: int) -> int:
 
 
 @contextmanager
-def pipeline() -> Iterator[Pipeline]:
+def pipeline() -> Iterator[Commands]:
     """Commands of several store functions, each given `pipe=`, sent when the block ends in one
     MULTI/EXEC: no other client's command runs between them, and none is sent if the block raises
     or the connection drops before EXEC.
@@ -116,7 +122,7 @@ _layouts: dict[tuple[str, int], tuple[int, tuple[str, ...]]] = remembered({})
 
 @translated
 def shard_layout_set(
-    version: int, shards: int, pinned: Sequence[str] = (), *, pipe: Pipeline | None = None
+    version: int, shards: int, pinned: Sequence[str] = (), *, pipe: Commands | None = None
 ) -> None:
     """Record the version's layout (its shard count, then its pinned categories, comma-separated:
     slugs hold no comma) where readers find it without PostgreSQL."""
@@ -133,7 +139,7 @@ def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
     value = fast().get(shards_key(version))
     if value is None:
         return None
-    count, *pinned = value.decode().split(",")
+    count, *pinned = cast(bytes, value).decode().split(",")
     layout = (int(count), tuple(pinned))
     remember(_layouts, key, layout)
     return layout
@@ -143,7 +149,7 @@ def shard_layout_get(version: int) -> tuple[int, tuple[str, ...]] | None:
 def generation(version: int) -> str:
     """The current generation token, created if missing (after Redis lost its data)."""
     token = uuid.uuid4().hex
-    return generation_of(patient().set(gen_key(version), token, nx=True, get=True), token)
+    return generation_of(cast(bytes | None, patient().set(gen_key(version), token, nx=True, get=True)), token)
 
 
 def generation_of(held: bytes | None, token: str) -> str:
@@ -154,7 +160,7 @@ def generation_of(held: bytes | None, token: str) -> str:
 @translated
 def generation_get(version: int) -> str | None:
     """The version's generation token, or None when Redis does not hold the version."""
-    value = patient().get(gen_key(version))
+    value = cast(bytes | None, patient().get(gen_key(version)))
     return value.decode() if value else None
 
 

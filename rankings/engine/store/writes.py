@@ -4,7 +4,7 @@ replaced whole by a rebuild. Each is one Lua call on the shard's keys (one Redis
 import threading
 import uuid
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from rankings.conf import metric_pair, rankings_settings
 from rankings.engine.store.client import patient, script, translated
@@ -48,7 +48,7 @@ def shard_open(version: int, shard: int) -> tuple[str, dict[str, str]]:
 
 @translated
 def shard_state(version: int, shard: int) -> dict[str, str]:
-    return _decoded(patient().hgetall(state_key(version, shard)))
+    return _decoded(cast(dict[bytes, bytes], patient().hgetall(state_key(version, shard))))
 
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
@@ -100,7 +100,7 @@ def batch_apply_routed(
 def shard_sources_set(*, version: int, shard: int, gen: str, sources: dict[int, int], replace: bool) -> bool:
     """Record that the shard holds the batches of the active layout's shards up to `sources`
     (shard -> seq); `replace` forgets every other; else a position only grows. False: generation differs."""
-    args = [gen, "replace" if replace else "grow"]
+    args: list[str | int] = [gen, "replace" if replace else "grow"]
     for source, seq in sources.items():
         args.extend((f"from:{source}", seq))
     return bool(script("sources_set")(keys=[state_key(version, shard)], args=args, client=patient()))
@@ -172,7 +172,7 @@ def boards_swap(load: BoardsLoad, *, shard: int, seq: int, as_of: float, gen: st
     stale += [k.replace(":b:", ":t:", 1) for k in stale]
     blob_keys = [k for board in sorted(boards) for k in board_keys(version, shard, *board)]
     keys = [state_key(version, shard)] + [k for pair in pairs for k in pair] + blob_keys + stale
-    args = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, len(blob_keys) // 3]
+    args: list[int | str] = [seq, repr(as_of), gen, len(pairs), BLOB_SIZE, len(blob_keys) // 3]
     script("swap")(keys=keys, args=args, client=patient())
 
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from rankings.engine.aggregate import clock_reset
+from rankings.engine.batches import clock_reset
 from rankings.management.arguments import instant
 from rankings.management.commands.rankings_tick import refuse_far_future
 

@@ -5,8 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from rankings.conf import rankings_settings
-from rankings.engine.aggregate import ClockWentBackwards, tick
 from rankings.engine.shards import ShardCountMismatch, shard_count_checked
+from rankings.engine.tick import ClockWentBackwards, tick
 from rankings.management.arguments import instant
 
 

@@ -1,7 +1,7 @@
-"""The tick: claim pending sales, fold them into buckets, apply the net change to Redis.
+"""A shard's batches: claim pending sales, fold them into buckets, apply the net change to Redis.
 
-For each shard, under that shard's advisory lock, a tick repeats until the
-shard's queue is empty:
+The caller (the tick, a switch-over, a clock reset) holds the shard's advisory lock. A shard is
+brought to `now` a batch at a time:
 
 1. In one PostgreSQL transaction: claim about BATCH_SIZE pending sales
    (DELETE … RETURNING of the rows it sees: no cursor, nothing skipped or repeated),
@@ -15,315 +15,49 @@ shard's queue is empty:
    larger than MAX_BATCH_CHANGES is recorded as several batches (steps) with
    consecutive numbers in the same transaction and applied one call each.
 
-A shard whose work raises is rolled back, logged and retried with a growing
-wait; the other shards tick on. The version written is read under the shard's
-lock, so a switch-over (which holds every shard's lock) is never missed.
-
 Because the change is computed as the difference between two whole windows,
 additions and expiry can never be applied in the wrong order (expiring first would subtract
 old buckets before a batch's sales of those very hours are added, leaving expired sales on the
 board).
 """
 
-import collections
 import datetime as dt
 import logging
-import queue
-import threading
-import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
-from django.utils import timezone
 
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, snapshots, store
+from rankings.engine.buckets import bucket_sums
 from rankings.engine.prune import bucket_cutoff
-from rankings.engine.shards import ALL, Layout, active_of, active_version, layout_checked, shard_count_checked
+from rankings.engine.shards import ALL, Layout, active_version, shard_count_checked
 from rankings.engine.windows import bucket_sizes, configured_windows, oldest_bucket_start
-from rankings.models import Batch, RankingVersion, ShardState, TickLog
+from rankings.models import Batch, ShardState
 
 log = logging.getLogger(__name__)
 
-# A failing shard's error is kept this long on its row (a traceback can be huge).
-ERROR_TEXT_KEPT = 500  # characters
 
 # PostgreSQL's memory for one sort or hash of a tick's transaction (a claim of BATCH_SIZE
 # sales and its fold each need a few tens of MB).
 TICK_WORK_MEM = "64MB"
 
-# Not a shard's failure but the whole tick's: the task's time is up.
-_NOT_ISOLATED = (SoftTimeLimitExceeded,)
-
-
-class ClockWentBackwards(ValueError):
-    pass
-
 
 @dataclass
-class TickReport:
-    as_of: dt.datetime
+class Tally:
+    """What a shard's batches did, counted into the tick's report."""
+
     sales: int = 0
     engagements: int = 0
     batches: int = 0
     redis_writes: int = 0
     too_old: int = 0
     rebuilt_shards: int = 0
-    ticked_shards: list[int] = field(default_factory=list)
-    busy_shards: list[int] = field(default_factory=list)
-    failed_shards: list[int] = field(default_factory=list)
-    backing_off_shards: list[int] = field(default_factory=list)
-    duration_ms: float = 0.0
-
-    def merge(self, other: "TickReport") -> None:
-        """Add another part of the same tick (its shards ticked in another thread)."""
-        for name in ("sales", "engagements", "batches", "redis_writes", "too_old", "rebuilt_shards"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("ticked_shards", "busy_shards", "failed_shards", "backing_off_shards"):
-            getattr(self, name).extend(getattr(other, name))
-            getattr(self, name).sort()
 
 
 def _epoch(value: dt.datetime) -> float:
     return value.timestamp()
-
-
-def tick(
-    *, now: dt.datetime | None = None, log_tick: bool = True, shards: Iterable[int] | None = None
-) -> TickReport:
-    """Aggregate every pending sale and expire buckets, as of `now` (default: the clock).
-
-    With `shards`, only those shards: each worker of a fanned-out tick brings its own up to
-    `now` and never waits for another's. A shard the active version does not have (it was
-    resharded since the caller chose) is skipped.
-    """
-    store.eviction_policy_check()
-    started = timezone.now()
-    clock = time.perf_counter()
-    now = now or started
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    # Refused before anything is claimed while the setting disagrees (see shards.layout_checked).
-    _, layout = layout_checked()
-    selected = list(range(layout.shards)) if shards is None else sorted(set(shards))
-    # These shards' clocks only: another worker's, on another machine's clock, may be a little ahead.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT max(as_of) FROM rankings_shardstate WHERE shard = ANY(%s)", [selected])
-        (latest,) = cursor.fetchone()
-    if latest is not None and now < latest:
-        raise ClockWentBackwards(f"now ({now.isoformat()}) is before the last tick ({latest.isoformat()})")
-
-    report = TickReport(as_of=now)
-    if _side_by_side(selected):
-        _tick_threads(selected, first=layout.shards_of(ALL), now=now, report=report)
-    else:
-        _tick_shards(iter(selected), now=now, report=report)
-    report.duration_ms = (time.perf_counter() - clock) * 1000
-    if log_tick:
-        TickLog.objects.create(
-            started_at=started,
-            as_of=now,
-            duration_ms=report.duration_ms,
-            sales=report.sales,
-            batches=report.batches,
-            redis_writes=report.redis_writes,
-            too_old=report.too_old,
-            rebuilt_shards=report.rebuilt_shards,
-            shards=report.ticked_shards,
-        )
-    return report
-
-
-def _side_by_side(shards: list[int]) -> bool:
-    """Whether a tick of `shards` ticks them in threads: a backlog (TICK_PARALLEL_FROM pending
-    rows or more) over several shards, outside a transaction (a thread's connection would not see
-    its uncommitted sales)."""
-    if min(rankings_settings.TICK_THREADS, len(shards)) < 2 or connection.in_atomic_block:
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(_BACKLOG, {"shards": shards, "most": rankings_settings.TICK_PARALLEL_FROM})
-        (pending,) = cursor.fetchone()
-    return pending >= rankings_settings.TICK_PARALLEL_FROM
-
-
-# The rows pending on some shards, counted up to `most` in each queue.
-_BACKLOG = """
-SELECT (SELECT count(*) FROM (
-            SELECT 1 FROM rankings_pendingsale WHERE shard = ANY(%(shards)s) LIMIT %(most)s) AS sales)
-     + (SELECT count(*) FROM (
-            SELECT 1 FROM rankings_pendingengagement WHERE shard = ANY(%(shards)s) LIMIT %(most)s) AS engaged)
-"""
-
-
-def _tick_threads(shards: list[int], *, first: list[int], now: dt.datetime, report: TickReport) -> None:
-    """Tick `shards` side by side, TICK_THREADS at a time, `first` first (the shards of `all`, where
-    every sale counts: the longest).
-
-    This thread claims each shard (takes its lock, without waiting, on its own connection) before a
-    worker thread is given it, and releases it once the worker is done: a shard another tick holds
-    costs no thread and no connection. A worker starts only when a claimed shard finds every one
-    busy, and ticks on a connection of its own, opened at its first shard and closed at its end; so
-    a tick opens at most one connection per shard it claimed, and at most TICK_THREADS. Should the
-    tick be cut short (its time is up, or a worker raised), each worker finishes the shard it is on,
-    and no other is claimed."""
-    todo = collections.deque(sorted(shards, key=lambda shard: shard not in first))
-    work: queue.SimpleQueue = queue.SimpleQueue()  # claimed shards; None: stop
-    done: queue.SimpleQueue = queue.SimpleQueue()  # (shard, its TickReport or what it raised)
-    workers: list[threading.Thread] = []
-    claims: dict[int, ExitStack] = {}  # each claimed shard's lock, until its worker is done
-    failure: BaseException | None = None
-
-    def worker() -> None:
-        pointed: set[tuple[int, int]] = set()
-        try:
-            for shard in iter(work.get, None):
-                own = TickReport(as_of=now)
-                try:
-                    _tick_shard_isolated(shard=shard, now=now, report=own, pointed=pointed)
-                except BaseException as error:
-                    done.put((shard, error))
-                else:
-                    done.put((shard, own))
-        finally:
-            connection.close()
-
-    def settle_one() -> None:
-        nonlocal failure
-        shard, outcome = done.get()
-        claims.pop(shard).close()
-        if isinstance(outcome, BaseException):
-            failure = failure or outcome
-        else:
-            report.merge(outcome)
-
-    most = min(rankings_settings.TICK_THREADS, len(shards))
-    try:
-        while todo and failure is None:
-            if len(claims) == most:
-                settle_one()
-                continue
-            shard = todo.popleft()
-            claim = ExitStack()
-            if not claim.enter_context(locks.shard_try_lock(shard)):
-                report.busy_shards.append(shard)
-                continue
-            claims[shard] = claim
-            work.put(shard)
-            if len(workers) < len(claims):
-                workers.append(threading.Thread(target=worker, name=f"tick_{len(workers)}"))
-                workers[-1].start()
-    except BaseException as error:
-        failure = failure or error
-    finally:
-        for _ in workers:
-            work.put(None)
-        for thread in workers:
-            thread.join()
-        while not done.empty():
-            settle_one()
-        for claim in claims.values():
-            claim.close()  # claimed, never given to a worker (the tick was cut short meanwhile)
-    report.busy_shards.sort()
-    if failure is not None:
-        raise failure
-
-
-def _tick_shards(shards: Iterator[int], *, now: dt.datetime, report: TickReport) -> None:
-    """Tick each of `shards` whose lock is free, one after another, on this thread's connection."""
-    pointed: set[tuple[int, int]] = set()
-    for shard in shards:
-        with locks.shard_try_lock(shard) as acquired:
-            if not acquired:
-                report.busy_shards.append(shard)
-                continue
-            _tick_shard_isolated(shard=shard, now=now, report=report, pointed=pointed)
-
-
-def _tick_shard_isolated(
-    *, shard: int, now: dt.datetime, report: TickReport, pointed: set[tuple[int, int]]
-) -> None:
-    """Tick one shard (its lock held); an error fails this shard only, which then waits to retry.
-    `pointed`: the (version, switch) pairs this tick has already pointed Redis's readers at."""
-    # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
-    # and a switch to fewer shards leaves none to tick past the new count.
-    version, epoch, layout, state = _shard_read(shard)
-    if shard >= layout.shards:
-        return
-    if state is None:  # its first tick
-        state, _ = ShardState.objects.get_or_create(shard=shard)
-    if state.retry_at is not None and timezone.now() < state.retry_at:
-        report.backing_off_shards.append(shard)
-        return
-    try:
-        if (version, epoch) not in pointed:
-            store.active_ensure(version, epoch)
-            store.shard_layout_set(version, layout.shards, layout.pinned)
-            pointed.add((version, epoch))
-        _tick_shard(state=state, layout=layout, version=version, now=now, report=report)
-    except _NOT_ISOLATED:
-        raise
-    except Exception as error:
-        _shard_failed(shard, error)
-        report.failed_shards.append(shard)
-        return
-    report.ticked_shards.append(shard)
-    if state.failures:
-        ShardState.objects.filter(shard=shard).update(failures=0, last_error="", retry_at=None)
-        log.warning("shard %s ticks again after %s failures", shard, state.failures)
-
-
-# The active version and the shard's state, in one round trip (the first of every shard tick).
-_SHARD_READ = f"""
-WITH active AS ({RankingVersion.ACTIVE_ROW_SQL})
-SELECT active.*, s.seq, s.as_of, s.failures, s.retry_at
-FROM active LEFT JOIN rankings_shardstate s ON s.shard = %s
-"""
-
-
-def _shard_read(shard: int) -> tuple[int, int, Layout, ShardState | None]:
-    """(number, the switch that made it active, layout) of the active version, and the shard's
-    state (None before its first tick)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_SHARD_READ, [shard])
-        row = cursor.fetchone()
-    if row is None:  # a fresh install: version 1 is recorded here
-        return *active_version(), None
-    seq, as_of, failures, retry_at = row[4:]
-    state = (
-        ShardState(shard=shard, seq=seq, as_of=as_of, failures=failures, retry_at=retry_at)
-        if seq is not None
-        else None
-    )
-    return *active_of(row), state
-
-
-def _shard_failed(shard: int, error: Exception) -> None:
-    """Record the failure and when to retry: the wait doubles with each consecutive failure."""
-    log.error("tick of shard %s failed; other shards go on", shard, exc_info=error)
-    state = ShardState.objects.get(shard=shard)
-    failures = state.failures + 1
-    wait = min(
-        rankings_settings.SHARD_RETRY_SECONDS * 2 ** min(failures - 1, 30),
-        rankings_settings.SHARD_RETRY_MAX_SECONDS,
-    )
-    text = f"{type(error).__name__}: {error}".strip()[:ERROR_TEXT_KEPT]
-    ShardState.objects.filter(shard=shard).update(
-        failures=failures, last_error=text, retry_at=timezone.now() + dt.timedelta(seconds=wait)
-    )
-
-
-def shards_failing() -> list[dict]:
-    """The shards whose last tick failed: how often in a row, the error, and when they retry."""
-    return [
-        {"shard": shard, "failures": failures, "error": error, "retryAt": retry_at}
-        for shard, failures, error, retry_at in ShardState.objects.filter(failures__gt=0)
-        .order_by("shard")
-        .values_list("shard", "failures", "last_error", "retry_at")
-    ]
 
 
 def _write_version() -> tuple[int, Layout]:
@@ -334,9 +68,7 @@ def _write_version() -> tuple[int, Layout]:
     return version, layout
 
 
-def _tick_shard(
-    *, state: ShardState, layout: Layout, version: int, now: dt.datetime, report: TickReport
-) -> None:
+def tick_shard(*, state: ShardState, layout: Layout, version: int, now: dt.datetime, report: Tally) -> None:
     """Bring one shard's boards to `now`, a batch of claimed sales at a time (see _tick_to)."""
     shard = state.shard
     gen = _redis_recover(shard=shard, recorded=state.seq, version=version, report=report)
@@ -362,7 +94,7 @@ def _tick_to(
     gen: str,
     now: dt.datetime,
     until: dt.datetime | None,
-    report: TickReport,
+    report: Tally,
 ) -> None:
     """Claim the shard's pending sales (only those counted at or before `until`, if given) and bring
     its boards to `now`, a batch of up to BATCH_SIZE at a time: a backlog is taken whole when it
@@ -377,18 +109,6 @@ def _tick_to(
             return
 
 
-def shards_pending(shards: Iterable[int]) -> list[int]:
-    """Those of `shards` with a sale or engagement event in their queue (committed, not yet claimed)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT s FROM unnest(%s::smallint[]) AS s"
-            " WHERE EXISTS (SELECT 1 FROM rankings_pendingsale WHERE shard = s)"
-            " OR EXISTS (SELECT 1 FROM rankings_pendingengagement WHERE shard = s)",
-            [sorted(set(shards))],
-        )
-        return [shard for (shard,) in cursor.fetchall()]
-
-
 @dataclass
 class _Step:
     """One committed transaction of a tick: the sales it claimed and the batches it recorded."""
@@ -401,7 +121,7 @@ class _Step:
     batches: list[Batch]
 
 
-def _redis_recover(*, shard: int, recorded: int, version: int, report: TickReport) -> str:
+def _redis_recover(*, shard: int, recorded: int, version: int, report: Tally) -> str:
     """Make sure Redis holds the shard's boards as of batch `recorded` (PostgreSQL's last) and
     return the version's generation. Most ticks it does: one round trip. Else apply the batches
     recorded but not applied (a tick stopped between its commit and Redis), and rebuild the shard's
@@ -508,7 +228,7 @@ def _record(
 
 
 def _apply_step(
-    step: _Step, *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: TickReport
+    step: _Step, *, shard: int, layout: Layout, version: int, gen: str, now: dt.datetime, report: Tally
 ) -> None:
     """Apply a committed step's batches to Redis; with none, move the shard's instant on all the same."""
     # Every sale is queued once on the shard of `all` (of its part, when `all` is split).
@@ -533,7 +253,7 @@ def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
     return [changes[i : i + limit] for i in range(0, len(changes), limit)] or [[]]
 
 
-def _apply(*, batch: Batch, version: int, gen: str, report: TickReport) -> None:
+def _apply(*, batch: Batch, version: int, gen: str, report: Tally) -> None:
     """Apply a recorded batch to Redis (again, if need be), then mark it applied."""
     outcome = batch_replay(batch=batch, version=version, gen=gen)
     if outcome < 0:
@@ -604,7 +324,6 @@ SELECT ({_CLAIM_LAST}), EXISTS (
 {_FACTS_TABLE}
 """
 
-
 # The queue row names the boards of this shard the sale counts in: the
 # catalogue is not consulted, so a category deleted meanwhile loses nothing.
 # The claim deletes the rows up to the last sale id that it sees, reading each row once and
@@ -673,14 +392,6 @@ def _claim_engagements(cursor, params: dict) -> tuple[int, int]:
     rows, events = cursor.fetchone()
     return rows, int(events)
 
-
-_BUCKET_SUMS = """
-SELECT category, product_id, sum(units)::bigint, sum(revenue_cents)::bigint, sum(views)::bigint,
-       sum(wishes)::bigint
-FROM rankings_bucket
-WHERE shard = %s AND size = %s AND start BETWEEN %s AND %s
-GROUP BY category, product_id
-"""
 
 # Every board's net change in one statement, as the clock moves: per window (one row of `w`), the
 # buckets that left it subtracted, those that entered it added, and the claimed facts inside it
@@ -824,7 +535,7 @@ def shard_rebuild(*, shard: int, version: int, gen: str) -> None:
             with connection.cursor() as cursor:
                 for w in configured_windows().values():
                     first, last = w.bounds(as_of_t)
-                    cursor.execute(_BUCKET_SUMS, [shard, w.bucket_seconds, first, last])
+                    cursor.execute(bucket_sums(), [shard, w.bucket_seconds, first, last])
                     for category, product_id, *values in cursor.fetchall():
                         for metric, value in zip(METRICS, values, strict=True):
                             boards[(w.name, metric, category)][product_id] = value
@@ -842,10 +553,10 @@ def shards_settle(*, now: dt.datetime | None) -> None:
     is pending): then all of them stand at one instant, between two batches. The caller holds every
     shard's lock (a switch-over that re-lays out the shards); what fails is raised, not isolated."""
     version, layout = _write_version()
-    report = TickReport(as_of=now or timezone.now())
+    report = Tally()
     for shard in range(layout.shards):
         state, _ = ShardState.objects.get_or_create(shard=shard)
         if now is None:  # nothing has ticked yet: only batches to apply, if any
             _redis_recover(shard=shard, recorded=state.seq, version=version, report=report)
         else:
-            _tick_shard(state=state, layout=layout, version=version, now=now, report=report)
+            tick_shard(state=state, layout=layout, version=version, now=now, report=report)
