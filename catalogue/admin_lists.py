@@ -1,7 +1,10 @@
 """Admin lists over tables of millions of rows: counted no further than a cap, paged no deeper."""
 
+from typing import cast
+
 from django.contrib import admin
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 # Rows an admin list counts at most (and so the deepest page it offers): an exact count(*) of ten
@@ -19,7 +22,9 @@ class CappedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         # The keys only: a list's annotations (a row's capped product count) cost per row counted.
-        return self.object_list.order_by().values("pk")[: self.cap + 1].count()
+        # An admin list pages a queryset (the stubs' Paginator takes any sized sequence).
+        rows = cast(QuerySet, self.object_list)
+        return rows.order_by().values("pk")[: self.cap + 1].count()
 
     @property
     def count_capped(self) -> bool:

@@ -157,14 +157,15 @@ def _ancestry(pk: int) -> dict[str, str | None]:
     MAX_TREE_DEPTH and one, as the database keeps the tree), never the whole catalogue."""
     parents: dict[str, str | None] = {}
     slug_of: dict[int, str] = {}
-    chain = []
-    while pk is not None and pk not in slug_of and len(chain) <= MAX_TREE_DEPTH:
-        slug, parent_id = Category.objects.filter(pk=pk).values_list("slug", "parent_id").get()
-        slug_of[pk] = slug
+    chain: list[tuple[str, int | None]] = []
+    at: int | None = pk
+    while at is not None and at not in slug_of and len(chain) <= MAX_TREE_DEPTH:
+        slug, parent_id = Category.objects.filter(pk=at).values_list("slug", "parent_id").get()
+        slug_of[at] = slug
         chain.append((slug, parent_id))
-        pk = parent_id
-    for slug, parent_id in chain:
-        parents[slug] = slug_of.get(parent_id)
+        at = parent_id
+    for child, parent_pk in chain:
+        parents[child] = None if parent_pk is None else slug_of.get(parent_pk)
     return parents
 
 

@@ -19,7 +19,8 @@ it active (the rankings' versions).
 import csv
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import cast
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
@@ -28,8 +29,9 @@ from django.db.models import Q
 
 from .models import NAME_REFUSED, NAME_REFUSED_MESSAGE, RESERVED_SLUG, TREE_LOCK_SQL, Category, tree_problem
 
-SLUG_MAX = Category._meta.get_field("slug").max_length
-NAME_MAX = Category._meta.get_field("name").max_length
+# Both fields declare a max_length (the stubs' get_field() gives any field, whose may be None).
+SLUG_MAX = cast(int, Category._meta.get_field("slug").max_length)
+NAME_MAX = cast(int, Category._meta.get_field("name").max_length)
 
 
 class TreeImportError(ValueError):
@@ -144,29 +146,33 @@ class _Stored:
     id: int
     name: str
     is_placeholder: bool
-    parent: str | int | None  # the parent's slug (its id while the walk up is under way)
+    parent: str | None  # the parent's slug
 
 
 def _named(slugs: set[str]) -> dict[str, _Stored]:
     """The categories of `slugs` and every ancestor of them, a level per statement (the database
     keeps the tree acyclic and MAX_TREE_DEPTH levels deep, so the walk ends): each an index lookup,
     whatever the catalogue's size."""
-    found: dict[str, _Stored] = {}
+    found: dict[str, tuple[int, str, bool, int | None]] = {}
     ids: dict[int, str] = {}
     wanted = Q(slug__in=sorted(slugs))
     while True:
         rows = Category.objects.filter(wanted).values_list(
             "id", "slug", "name", "is_placeholder", "parent_id"
         )
-        up = set()
+        up: set[int] = set()
         for pk, slug, name, is_placeholder, parent_id in rows:
-            found[slug], ids[pk] = _Stored(pk, name, is_placeholder, parent_id), slug
-            up.add(parent_id)
-        up -= {None, *ids}
+            found[slug], ids[pk] = (pk, name, is_placeholder, parent_id), slug
+            if parent_id is not None:
+                up.add(parent_id)
+        up -= ids.keys()
         if not up:
             break
         wanted = Q(pk__in=sorted(up))
-    return {slug: replace(stored, parent=ids.get(stored.parent)) for slug, stored in found.items()}
+    return {
+        slug: _Stored(pk, name, is_placeholder, None if parent_id is None else ids.get(parent_id))
+        for slug, (pk, name, is_placeholder, parent_id) in found.items()
+    }
 
 
 def _write(rows, existing: dict, wanted: dict, moved: list[str], report: TreeImportReport) -> None:

@@ -259,11 +259,17 @@ class RankingsSettings:
 
 
 def _check(name: str, value: Any, declared: Setting) -> None:
-    kind = (int, float) if declared.kind is float else declared.kind
-    if not isinstance(value, kind) or (declared.kind is int and isinstance(value, bool)):
+    if not _of_kind(value, declared.kind):
         raise ImproperlyConfigured(f"RANKINGS[{name!r}] must be a {declared.kind.__name__}, not {value!r}")
     if declared.low is not None and value < declared.low:
         raise ImproperlyConfigured(f"RANKINGS[{name!r}] must be at least {declared.low}, not {value!r}")
+
+
+def _of_kind(value: object, kind: type) -> bool:
+    """Whether `value` is a `kind`: an int is a float too, a bool no int."""
+    if kind is int and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if kind is float else kind)
 
 
 rankings_settings = RankingsSettings()

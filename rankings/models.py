@@ -462,7 +462,7 @@ class SnapshotMark(models.Model):
     at = models.DateTimeField(db_index=True)
 
 
-class ApiTokenQuerySet(models.QuerySet):
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def of_key(self, key: str) -> "ApiToken | None":
         """The token whose key this is, with its user; None for any other string.
 

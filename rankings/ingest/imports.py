@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from tqdm import tqdm
 
@@ -161,9 +161,15 @@ def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield chunk
 
 
-def _import_chunk(chunk: list[_Line], report: ImportReport, kind: _Kind = _SALES) -> list[dict]:
+class _Rejection(TypedDict):
+    line: int
+    id: str | None
+    error: str
+
+
+def _import_chunk(chunk: list[_Line], report: ImportReport, kind: _Kind = _SALES) -> list[_Rejection]:
     """Ingest the parsed lines of one chunk; return the rejections, in line order."""
-    rejections = [
+    rejections: list[_Rejection] = [
         {"line": line.number, "id": None, "error": line.error} for line in chunk if line.error is not None
     ]
     parsed = [line for line in chunk if line.error is None]
@@ -262,7 +268,7 @@ def _csv_records(reader, kind: _Kind = _SALES) -> Iterator[_Line]:
 
 def _csv_event(header: list[str], row: list[str], columns: tuple[str, ...] = CSV_COLUMNS) -> dict:
     """The event a CSV record stands for, in the types JSON would give it."""
-    event = {}
+    event: dict[str, str | int | list[str]] = {}
     for name, cell in zip(header, row, strict=True):
         if name not in columns or cell == "":
             continue
