@@ -376,7 +376,7 @@ class _Aggregate:
         rows = stream(connection, self.query, self.params)
         self.into.take(self._counted(rows) if self.counts else rows)
 
-    def _counted(self, rows: Iterable[tuple]) -> Iterator[tuple]:
+    def _counted(self, rows: Iterable[tuple]) -> Iterator[list]:
         for sales, *row in rows:
             self.sales += sales
             yield row

@@ -9,7 +9,7 @@ batches per aggregate, and the aggregates of two connections run side by side,
 so PostgreSQL's reading overlaps Redis's writing.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future
 
 from rankings.engine import store
@@ -21,8 +21,6 @@ STREAM_ROWS = 5_000
 # Rows put on boards before they are written to Redis in one pipeline: a few hundred
 # thousand members at most, small next to the boards of a large shop.
 WRITE_ROWS = 25_000
-
-_UNKNOWN = object()
 
 
 class BoardStream:
@@ -59,18 +57,17 @@ class BoardStream:
             if self.live.shard_of(self.live.board_of(category, product_id)) not in self.wanted:
                 return None
             return self._board(self.target.board_of(category, product_id))
-        route = self._routes.get(category, _UNKNOWN)
-        if route is _UNKNOWN:
+        if category not in self._routes:
             wanted = self.live.shard_of(category) in self.wanted
-            route = self._routes[category] = self._board(category) if wanted else None
-        return route
+            self._routes[category] = self._board(category) if wanted else None
+        return self._routes[category]
 
     def _board(self, board: str) -> list[tuple[list[str], list[int]]]:
         if board not in self._boards:
             self._boards[board] = [([], []) for _ in self.names]
         return self._boards[board]
 
-    def take(self, rows: Iterable[tuple]) -> None:
+    def take(self, rows: Iterable[Sequence]) -> None:
         """Put every row (category, product id, sums in the order of `names`) on its boards, writing
         them to Redis every WRITE_ROWS rows and once more at the end (see written)."""
         owed = self.owed

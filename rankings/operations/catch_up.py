@@ -2,6 +2,7 @@
 into it in order (routed by category when it is laid out otherwise), exactly once each."""
 
 from collections import defaultdict
+from typing import Any, cast
 
 from rankings.engine import store
 from rankings.engine.batches import batch_replay
@@ -90,7 +91,8 @@ def _catch_up_routed(number: int, layout: Layout, live: Layout) -> int:
 def _replay_routed(number: int, layout: Layout, batch: Batch, gen: str) -> None:
     """One batch of the active layout, each change on its category's shard of `layout`."""
     routed: dict[int, list[store.Change]] = defaultdict(list)
-    for row in batch.changes:
+    # A PackedField gives back the rows it was given (the stubs know a BinaryField's bytes only).
+    for row in cast(list[list[Any]], batch.changes):
         change = store.Change(*row)
         # A board split otherwise in `layout`: the change goes to the board that holds its product there.
         category = layout.board_of(base_of(change.category), change.product_id)

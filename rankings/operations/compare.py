@@ -26,6 +26,10 @@ class BoardComparison:
         return self.live_total == self.new_total and self.live_top == self.new_top
 
 
+# (window, metric, board) -> (the board's size, its first ranks as (product, score))
+Heads = dict[tuple[str, str, str], tuple[int, list[tuple[str, int]]]]
+
+
 # Categories the admin's compare draws at random (besides `all`) from a catalogue larger than this:
 # one request compares their boards, not the sixteen million of a million categories; a catalogue
 # of at most this many is compared whole.
@@ -54,7 +58,8 @@ def versions_compare(
     layout = version_layout(number)
     era_check(number)
     if layout == live:
-        live_heads, new_heads = {}, {}
+        live_heads: Heads = {}
+        new_heads: Heads = {}
         for shard in _shards_of(layout, categories):
             with locks.shard_lock(shard):
                 catch_up(number, shard)
@@ -83,7 +88,7 @@ def _shards_of(layout: Layout, categories: list[str] | None) -> list[int]:
     return sorted({layout.shard_of(part) for c in categories for part in layout.boards_of(c)})
 
 
-def _shard_heads(version: int, layout: Layout, shard: int, top_n: int, categories: list[str] | None) -> dict:
+def _shard_heads(version: int, layout: Layout, shard: int, top_n: int, categories: list[str] | None) -> Heads:
     """The heads of the shard's boards: every one, or those of `categories`."""
     if categories is None:
         return store.boards_heads(version, shard, top_n)
@@ -98,9 +103,9 @@ def _shard_heads(version: int, layout: Layout, shard: int, top_n: int, categorie
     return store.boards_heads(version, shard, top_n, boards)
 
 
-def _merged_heads(heads: dict, top_n: int) -> dict:
+def _merged_heads(heads: Heads, top_n: int) -> Heads:
     """Board heads with each split board's parts merged into one: sizes summed, first ranks merged."""
-    merged: dict = {}
+    merged: Heads = {}
     for (window, metric, category), (total, top) in heads.items():
         key = (window, metric, base_of(category))
         known_total, known_top = merged.get(key, (0, []))
@@ -109,8 +114,8 @@ def _merged_heads(heads: dict, top_n: int) -> dict:
     return merged
 
 
-def _heads(version: int, layout: Layout, top_n: int, categories: list[str] | None) -> dict:
-    heads = {}
+def _heads(version: int, layout: Layout, top_n: int, categories: list[str] | None) -> Heads:
+    heads: Heads = {}
     for shard in _shards_of(layout, categories):
         heads.update(_shard_heads(version, layout, shard, top_n, categories))
     return heads

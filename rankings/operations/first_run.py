@@ -2,6 +2,7 @@
 
 import json
 import secrets
+from typing import Any
 
 import psycopg
 from django.conf import settings
@@ -20,7 +21,7 @@ from rankings.operations.tokens import ingest_token_create
 def database_ensure() -> bool:
     """Create the configured database if it is missing; return whether it was created."""
     db = settings.DATABASES["default"]
-    params = {
+    params: dict[str, Any] = {
         "dbname": "postgres",
         "host": db.get("HOST") or None,
         "port": db.get("PORT") or None,

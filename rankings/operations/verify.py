@@ -111,7 +111,7 @@ def _log_run(source: str, boards: int, repaired: list[int]) -> None:
 def _verify_shard(report: VerifyReport, version: int, shard: int, layout: Layout) -> None:
     state = store.shard_state(version, shard)
     if state.get("asof"):
-        as_of = float(state["asof"])
+        as_of: float | None = float(state["asof"])
     else:  # Redis lost the shard: compare with what the last tick made
         last = ShardState.objects.filter(shard=shard).values_list("as_of", flat=True).first()
         as_of = last.timestamp() if last else None
@@ -280,7 +280,7 @@ def _category_expected(
     with connection.cursor() as cursor:
         for w in configured_windows().values():
             first, last = w.bounds(int(as_of.timestamp()))
-            params = {"shard": shard, "size": w.bucket_seconds, "category": category, "first": first}
+            params: dict[str, int | str] = {"shard": shard, "size": w.bucket_seconds, "category": category, "first": first}
             params |= {"last": last, "top": store.BLOB_SIZE}
             cursor.execute(_CATEGORY_HEADS, params)
             row = cursor.fetchone()
