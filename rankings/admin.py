@@ -168,8 +168,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_select_related = ["user"]
     search_fields = ["^prefix", "=user__username"]
     ordering = ["-created"]
-    fields = ["prefix", "user", "created", "last_used"]
-    readonly_fields = fields
+    fields = readonly_fields = ("prefix", "user", "created", "last_used")
     actions = ["revoke"]
 
     def has_add_permission(self, request):

@@ -20,6 +20,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
@@ -172,7 +173,7 @@ def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) 
         )
         new = named - {slug for (slug,) in cursor.fetchall()}
     taken: set[str] = set()
-    refused: set[str] = set()  # sales to be sent again, and with them their returns
+    refused: set[str | None] = set()  # sales to be sent again, and with them their returns
     kept = []
     for index, data in valid:
         wanted = new.intersection(data.get("categories") or ()) - taken if not data.get("returnOf") else ()
@@ -211,6 +212,9 @@ class BatchIngest:
     stage_columns: str  # its columns, as CREATE TABLE lists them
     stage_types: list[str]  # their types, in order, for the binary COPY
     insert: str  # stores the staged rows and their queue rows; returns the `ord` of each stored
+    # Made from the above for each subclass, as it is declared.
+    _stage_sql: ClassVar[str]
+    _placeholders_sql: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -256,7 +260,7 @@ class BatchIngest:
         invalid: list[dict] = []
         for index, event in enumerate(events):
             data, error = validate(event)
-            if error is not None:
+            if data is None:
                 invalid.append({"index": index, "id": _id_of(event), "error": error})
             elif data["ts"] > limit:
                 invalid.append({"index": index, "id": data.get("id"), "error": too_far_ahead()})

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from decimal import Decimal
 from functools import cached_property
+from typing import Any, NoReturn
 
 import msgspec
 from drf_spectacular.utils import extend_schema_field
@@ -93,7 +94,7 @@ class _EventField(serializers.Field):
         "null": "{name} may not be null",
     }
 
-    def fail(self, key, **kwargs):
+    def fail(self, key: str, **kwargs: Any) -> NoReturn:
         super().fail(key, name=self.field_name, **kwargs)
 
 

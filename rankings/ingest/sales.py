@@ -13,6 +13,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from django.db import connection
 
@@ -360,9 +361,10 @@ def _stored_originals(event_ids: set[str]) -> dict[str, _Original]:
         .values_list("return_of", "qty", "amount_cents")
         .order_by()
     )
-    for original_id, qty, amount_cents in returned:
-        originals[original_id].returned_units += -qty
-        originals[original_id].refunded_cents += amount_cents
+    for return_of, qty, amount_cents in returned:
+        original = originals[cast(str, return_of)]  # never None: filtered on return_of__in
+        original.returned_units += -qty
+        original.refunded_cents += amount_cents
     return originals
 
 

@@ -280,8 +280,8 @@ def _category_expected(
     with connection.cursor() as cursor:
         for w in configured_windows().values():
             first, last = w.bounds(int(as_of.timestamp()))
-            params: dict[str, int | str] = {"shard": shard, "size": w.bucket_seconds, "category": category, "first": first}
-            params |= {"last": last, "top": store.BLOB_SIZE}
+            params: dict[str, int | str] = {"shard": shard, "size": w.bucket_seconds, "category": category}
+            params |= {"first": first, "last": last, "top": store.BLOB_SIZE}
             cursor.execute(_CATEGORY_HEADS, params)
             row = cursor.fetchone()
             drawn = sorted({pid for m in METRICS for pid, _ in spots.get((w.name, m, category), [])})
