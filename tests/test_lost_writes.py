@@ -14,7 +14,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
 from rankings.models import ShardState
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 
@@ -86,6 +86,6 @@ def test_a_reader_that_never_saw_the_lost_batch_serves_the_earlier_boards_with_t
     shop.tick()
     _restore(redis_client, snapshot)
     store.reset_clients()  # a process that has read nothing yet
-    selectors.caches_clear()
+    memory.forget_all()
     served = _top()
     assert not served.stale and served.as_of == earlier.as_of and served.items == earlier.items

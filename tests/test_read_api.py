@@ -53,7 +53,7 @@ def test_ranks_read_from_a_copy_of_the_board_are_those_redis_gives(api, shop, mo
     products = ["p0", "p1", "p2", "p3", "p9", "p404"]
 
     def ranks() -> list:
-        selectors.answers_forget()
+        memory.forget_all("answers")
         return [
             api.get(f"/v1/products/{p}/rank?category=toys&window={window}&metric={metric}") for p in products
         ]
@@ -74,7 +74,7 @@ def test_a_board_copy_is_kept_while_its_shard_is_unwritten_and_made_again_after_
 ):
     monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
     monkeypatch.setattr(selectors, "FRESH_SECONDS", 0.0)  # every read checks the copy against Redis
-    selectors.answers_forget()
+    memory.forget_all("answers")
 
     def rank(product):
         return api.get(f"/v1/products/{product}/rank?category=toys").json()["rank"]
@@ -153,7 +153,7 @@ class TestReadsOfOneShop:
 
     def test_a_top_read_costs_one_catalogue_query(self, api, shop):
         api.get("/v1/categories/toys/top")  # warm the category cache
-        selectors.answers_forget()
+        memory.forget_all("answers")
         with CaptureQueriesContext(connection) as queries:
             api.get("/v1/categories/toys/top")
         assert len(queries) == 1
@@ -167,7 +167,7 @@ class TestReadsOfOneShop:
     def test_a_board_larger_than_a_copy_is_read_from_redis(self, api, shop, monkeypatch):
         monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
         monkeypatch.setattr(selectors, "BOARD_COPY_MEMBERS", 3)  # the toys board has 4
-        selectors.answers_forget()
+        memory.forget_all("answers")
 
         reply = api.get("/v1/products/p2/rank?category=toys&window=30d")
 
@@ -184,7 +184,7 @@ class TestReadsOfOneShop:
         read whole, once, and answers the rest; a product created after the copy is still found."""
         monkeypatch.setattr(selectors, "CATALOGUE_COPY_AFTER", 2)
         api.get("/v1/categories/gifts/top")  # the category names read
-        selectors.answers_forget()
+        memory.forget_all("answers")
         with CaptureQueriesContext(connection) as queries:
             replies = [api.get(f"/v1/products/p{i}/rank?category=gifts") for i in (1, 2, 3, 1, 2, 3, 404)]
         assert [(r.status_code, r.json().get("rank")) for r in replies] == [(200, None)] * 6 + [(404, None)]
@@ -201,7 +201,7 @@ class TestReadsOfOneShop:
         monkeypatch.setattr(selectors, "CATALOGUE_COPY_AFTER", 1)
         monkeypatch.setattr(selectors, "PRODUCT_CACHE_SIZE", 3)  # the shop has 4 products
         api.get("/v1/categories/gifts/top")  # the category names read
-        selectors.answers_forget()
+        memory.forget_all("answers")
         with CaptureQueriesContext(connection) as queries:
             replies = [api.get(f"/v1/products/p{i}/rank?category=gifts") for i in (1, 2, 3, 404)]
         assert [r.status_code for r in replies] == [200, 200, 200, 404]
@@ -270,7 +270,7 @@ class TestReadsOfOneShop:
         # given 150 more categories, "c000" to "c149", named "C000" to "C149"
         for i in range(150):
             Category.objects.create(slug=f"c{i:03}", name=f"C{i:03}")
-        selectors.categories_forget()
+        memory.forget_all("categories")
         # when
         first = api.get("/v1/categories").json()
         middle = api.get("/v1/categories?limit=2&offset=1").json()
@@ -308,7 +308,7 @@ class TestReadsOfOneShop:
         """A read names one category: a process holds the names it was asked for, not the table."""
         # given many categories, none read yet
         Category.objects.bulk_create(Category(slug=f"c{i:04}", name=f"C{i:04}") for i in range(2000))
-        selectors.categories_forget()
+        memory.forget_all("categories")
         # when one of them is read
         with CaptureQueriesContext(connection) as captured:
             assert api.get("/v1/categories/toys/top").status_code == 200
@@ -359,7 +359,7 @@ class TestReadsOfOneShop:
     )
     def test_an_anonymous_read_answers_as_drf_would(self, api, shop, monkeypatch, path):
         fast = api.get(path)
-        selectors.answers_forget()
+        memory.forget_all("answers")
         monkeypatch.setattr(BoardReadApi, "dispatch", ReadApi.dispatch)
         through_drf = api.get(path)
 

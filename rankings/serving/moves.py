@@ -21,20 +21,20 @@ from django.db import DatabaseError, connection
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
+from rankings.engine.instants import instant
 from rankings.models import RankingVersion, Snapshot, SnapshotHour
 from rankings.serving import releases, selectors
+from rankings.serving.layouts import placed
 from rankings.serving.memory import WeighedLRU, WeighedTTL
 from rankings.serving.selectors import (
     Board,
     RankedProduct,
     _items,
     _names,
-    _placed,
     _product,
     _reading,
     _served,
     category_name,
-    instant,
 )
 from rankings.serving.then import gain_percent, ranks_then, then_of
 
@@ -63,7 +63,7 @@ class History:
 
 
 def _depth_slice(category: str, window: str, metric: str, start: int, stop: int) -> store.BoardSlice:
-    version, shard = _placed(category)
+    version, shard = placed(category)
     return store.board_slice(
         version=version, shard=shard, window=window, metric=metric, category=category, start=start, stop=stop
     )
@@ -135,7 +135,7 @@ def board_new(*, category: str, window: str, metric: str, limit: int, offset: in
     category_name(category)
     stale = False
     try:
-        version, shard = _placed(category)
+        version, shard = placed(category)
         found = releases.new_releases(
             version=version, shard=shard, window=window, metric=metric, category=category
         )
@@ -184,9 +184,15 @@ LATEST_HOUR_SECONDS = 30.0  # seconds
 
 # (version, product, category, window, metric, days, latest hour) -> ranks, one an hour, 0 for
 # none; ("hours", version, days, latest hour) -> the version's hours in the period, oldest first.
-_histories = WeighedTTL(maxsize=HISTORY_CACHE_BYTES, ttl=HISTORY_KEEP_SECONDS, timer=time.monotonic)
+_histories = WeighedTTL(
+    name=f"{__name__}._histories",
+    kind="history",
+    maxsize=HISTORY_CACHE_BYTES,
+    ttl=HISTORY_KEEP_SECONDS,
+    timer=time.monotonic,
+)
 # version -> (when its latest hour was read, time.monotonic(); the hour)
-_latest_hour = WeighedLRU(maxsize=2**16)
+_latest_hour = WeighedLRU(name=f"{__name__}._latest_hour", kind="history", maxsize=2**16)
 _history_lock = threading.Lock()
 
 _LATEST_HOUR = f"SELECT max(at) FROM {SnapshotHour._meta.db_table} WHERE version = %s"

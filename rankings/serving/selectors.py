@@ -17,19 +17,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 
-from cachetools import TTLCache
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.conf import ENGAGEMENT_METRICS, MAX_DEPTH, SALES_METRICS
 from rankings.engine import store
+from rankings.engine.instants import instant
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.engine.windows import configured_windows
 from rankings.serving import memory, merge
+from rankings.serving.layouts import layout_of, split_board
 from rankings.serving.memory import WeighedLRU, WeighedTLRU, WeighedTTL
-from rankings.serving.releases import releases_forget
-from rankings.serving.then import ranks_then, ranks_then_forget, ranks_then_prefetch, then_of
+from rankings.serving.then import ranks_then, ranks_then_prefetch, then_of
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -89,13 +89,19 @@ _PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 _UNREAD = object()  # a slug this process has not looked up (or not lately)
 # Each question's last answer, with when it was made (time.monotonic()): fresh for FRESH_SECONDS,
 # and the last known one after that.
-_answers = WeighedLRU(maxsize=LAST_KNOWN_BYTES)
+_answers = WeighedLRU(name="rankings.serving.selectors._answers", maxsize=LAST_KNOWN_BYTES)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
-_product_categories = WeighedLRU(maxsize=PRODUCT_CATEGORIES_BYTES)
-_products = WeighedTTL(maxsize=PRODUCT_CACHE_BYTES, ttl=PRODUCT_CACHE_SECONDS)
+_product_categories = WeighedLRU(
+    name="rankings.serving.selectors._product_categories", maxsize=PRODUCT_CATEGORIES_BYTES
+)
+_products = WeighedTTL(
+    name="rankings.serving.selectors._products", maxsize=PRODUCT_CACHE_BYTES, ttl=PRODUCT_CACHE_SECONDS
+)
 # Each copied board's [copy, when it was last known current]; None for a board too large to copy.
-_board_copies = WeighedLRU(maxsize=BOARD_COPIES_BYTES)
-_board_reads = WeighedTTL(maxsize=BOARD_READS_BYTES, ttl=FRESH_SECONDS)
+_board_copies = WeighedLRU(name="rankings.serving.selectors._board_copies", maxsize=BOARD_COPIES_BYTES)
+_board_reads = WeighedTTL(
+    name="rankings.serving.selectors._board_reads", maxsize=BOARD_READS_BYTES, ttl=FRESH_SECONDS
+)
 _cache_lock = threading.Lock()
 # Set while an answer is computed without the catalogue (PostgreSQL did not
 # answer): names fall back to ids, and the answer is marked stale, not remembered.
@@ -117,11 +123,7 @@ class NotKept(ValueError):
 
 def split_refused(category: str) -> None:
     """NotKept for a category the active version splits."""
-    try:
-        split = category in _layout(store.active_version()).split
-    except store.StoreError:
-        return  # unknown: the read goes on, and answers as it can while Redis is away
-    if split:
+    if split_board(category):
         raise NotKept(f"movers, new releases and rank history are not kept for the split board '{category}'")
 
 
@@ -241,31 +243,6 @@ class UnitsPerPeriod:
 # --- memory ---------------------------------------------------------------------------
 
 
-def answers_forget() -> None:
-    """Forget every remembered answer (fresh and last known) and product name."""
-    global _catalogue_copied, _catalogue_misses
-    with _cache_lock:
-        _catalogue_copied, _catalogue_misses = float("-inf"), 0
-        _answers.clear()
-        _product_categories.clear()
-        _products.clear()
-        _board_copies.clear()
-        _board_reads.clear()
-    releases_forget()
-
-
-def caches_clear() -> None:
-    """Forget everything this process remembers of the read side (answers, names, status figures,
-    rank histories)."""
-    from rankings.operations.status import status_forget
-
-    answers_forget()
-    categories_forget()
-    status_forget()
-    ranks_then_forget()
-    memory.forget_all()
-
-
 def _served(key: tuple, compute, *, boards: bool = True):
     """Answer from memory when fresh; else from Redis; when Redis fails, the last known answer, flagged stale."""
     hit = _fresh(key)
@@ -325,16 +302,29 @@ ALL_NAME = "All products"
 # million. Each process remembers at most CATEGORY_CACHE_BYTES of names (and slugs found unknown),
 # the way it remembers products.
 _category_names = WeighedTLRU(
+    name="rankings.serving.selectors._category_names",
+    kind="categories",
+    seconds=CATEGORY_CACHE_SECONDS,
     maxsize=CATEGORY_CACHE_BYTES,
     ttu=lambda _slug, name, now: now + (CATEGORY_CACHE_SECONDS if name else CATEGORY_MISS_RELOAD_SECONDS),
     timer=time.monotonic,
 )
 # The names as last read, for the reads made while PostgreSQL does not answer.
-_category_known = WeighedLRU(maxsize=CATEGORY_CACHE_BYTES)
+_category_known = WeighedLRU(
+    name="rankings.serving.selectors._category_known", kind="categories", maxsize=CATEGORY_CACHE_BYTES
+)
 # The lists' totals, each a count of the table (at a million categories, a tenth of a second):
 # counted at most this often per process, whatever the requests.
 CATEGORY_COUNT_SECONDS = 60.0  # seconds
-_category_counts: TTLCache = TTLCache(maxsize=2, ttl=CATEGORY_COUNT_SECONDS, timer=time.monotonic)
+# Two counts, each under its SQL (a few hundred bytes).
+CATEGORY_COUNTS_BYTES = 4096  # bytes
+_category_counts = WeighedTTL(
+    name="rankings.serving.selectors._category_counts",
+    kind="categories",
+    maxsize=CATEGORY_COUNTS_BYTES,
+    ttl=CATEGORY_COUNT_SECONDS,
+    timer=time.monotonic,
+)
 
 
 # The tree that counts, as [the version whose tree it is, the tree].
@@ -488,12 +478,13 @@ def categories_tree() -> Tree:
     return tree
 
 
-def categories_forget() -> None:
+def _tree_forget() -> None:
     with _categories_lock:
-        _category_names.clear()
-        _category_known.clear()
-        _category_counts.clear()
         _tree_held[:] = [None, EMPTY]
+
+
+# One version's tree: its size is the catalogue's (tens of megabytes at a million categories).
+memory.keep(f"{__name__}._tree_held", _tree_forget, kind="categories", bytes=None)
 
 
 # --- products -------------------------------------------------------------------------
@@ -501,6 +492,15 @@ def categories_forget() -> None:
 
 _catalogue_copied = float("-inf")  # time.monotonic() of the last copy of the whole catalogue
 _catalogue_misses = 0  # lookups that missed memory since the last copy
+
+
+def _catalogue_forget() -> None:
+    global _catalogue_copied, _catalogue_misses
+    with _cache_lock:
+        _catalogue_copied, _catalogue_misses = float("-inf"), 0
+
+
+memory.keep(f"{__name__}._catalogue_copied", _catalogue_forget, kind="answers", bytes=0)
 
 
 # The one catalogue query of a rank read: written out, because building it through the ORM costs
@@ -624,47 +624,6 @@ def product_detail(*, product_id: str) -> ProductDetail:
 # --- boards -------------------------------------------------------------------------
 
 
-def _shard(category: str, version: int) -> int:
-    """The board's shard under the version's own layout (a pinned category has a shard of its own):
-    from Redis, else from PostgreSQL."""
-    return _layout(version).shard_of(category)
-
-
-def _layout(version: int) -> Layout:
-    """The version's own layout (which shards hold which boards, which boards are split): from
-    Redis, else from PostgreSQL."""
-    layout = store.shard_layout_get(version)
-    if layout is None:
-        from rankings.models import RankingVersion
-
-        try:
-            layout = RankingVersion.objects.filter(number=version).values_list("shards", "pinned").first()
-        except DatabaseError as error:
-            raise store.Unreachable(f"the shard layout of version {version} is unknown") from error
-        if layout is None:
-            raise store.Unreachable(f"the shard layout of version {version} is unknown")
-    shards, pinned = layout
-    return _layout_of(shards, tuple(pinned))
-
-
-# A version's layout never changes: each is made once (with what it derives, such as its split).
-_layout_of = functools.lru_cache(maxsize=store.REMEMBERED_PREFIXES)(Layout)
-
-
-def _placed(category: str) -> tuple[int, int]:
-    """(active version, shard) of a category's boards: where every read of one board goes."""
-    version = store.active_version()
-    return version, _shard(category, version)
-
-
-@functools.lru_cache(maxsize=1024)  # the same few instants, between two ticks, for every read
-def instant(as_of: float | None) -> dt.datetime | None:
-    """A board's as_of (epoch seconds) as a UTC datetime, to the second; None when unknown."""
-    if not as_of:
-        return None
-    return dt.datetime.fromtimestamp(int(as_of), tz=dt.UTC)
-
-
 def money(cents: int) -> Decimal:
     """Cents as an exact amount with two places."""
     return Decimal(cents).scaleb(-2)
@@ -784,7 +743,7 @@ def _top_key(category: str, window: str, metric: str, limit: int, offset: int) -
 
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
     version = store.active_version()
-    layout = _layout(version)
+    layout = layout_of(version)
     ranks = {
         "window": window,
         "metric": metric,
@@ -843,7 +802,7 @@ def _heads_read(
         return {}
     try:
         version = store.active_version()
-        layout = _layout(version)
+        layout = layout_of(version)
         if layout.split:
             read = merge.heads(
                 version=version, layout=layout, boards=[(c, window, metric, limits[c]) for c in categories]
@@ -874,7 +833,7 @@ def _product_rank(*, product_id: str, category: str, window: str, metric: str) -
     if not _PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
     version = store.active_version()
-    layout = _layout(version)
+    layout = layout_of(version)
     if category in layout.split:
         found = _split_member_rank(version, layout, window, metric, category, product_id)
     else:
@@ -989,7 +948,7 @@ def product_ranks(*, product_id: str, window: str, metric: str, every_level: boo
 
 def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> Ranks:
     version = store.active_version()
-    layout = _layout(version)
+    layout = layout_of(version)
     found = store.members_ranks(
         version=version,
         window=window,
@@ -1047,7 +1006,7 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     _product(product_id)
     version = store.active_version()
-    layout = _layout(version)
+    layout = layout_of(version)
     if category in layout.split:
         found, start, board = merge.neighbors(
             version=version,

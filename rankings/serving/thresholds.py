@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from rankings.engine import store
+from rankings.engine.instants import instant
 from rankings.serving import merge
+from rankings.serving.layouts import layout_of
 from rankings.serving.selectors import (
     NotFound,
     Unavailable,
-    _layout,
     _reading,
     _served,
     category_name,
-    instant,
     money,
 )
 
@@ -65,7 +65,7 @@ def board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
 
 def _board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
     version = store.active_version()
-    layout = _layout(version)
+    layout = layout_of(version)
     edges = _EDGES["revenue" if metric == "revenue" else "count"]
     # A split board: the parts' histograms summed, the threshold ranks from their merge.
     read = merge.thresholds if category in layout.split else store.board_thresholds
@@ -132,7 +132,7 @@ def product_climb(*, product_id: str, category: str, window: str, metric: str, r
         return None
     try:
         version = store.active_version()
-        layout = _layout(version)
+        layout = layout_of(version)
         where = {"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}
         before = (merge.ordered_before if category in layout.split else store.ordered_before)(
             version=version,
