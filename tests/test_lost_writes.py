@@ -14,7 +14,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
 from rankings.models import ShardState
-from rankings.serving import memory, selectors
+from rankings.serving import answers, memory, selectors
 
 from .rankings_helpers import Shop
 
@@ -38,9 +38,9 @@ def _prefix() -> str:
 
 def _top() -> selectors.Board:
     # as if FRESH_SECONDS had passed: the next read asks Redis, and the last known answers stay
-    with selectors._cache_lock:
-        for key, (made, answer) in list(selectors._answers.items()):
-            selectors._answers[key] = (made - selectors.FRESH_SECONDS, answer)
+    with answers._answers_lock:
+        for key, (made, answer) in list(answers._answers.items()):
+            answers._answers[key] = (made - answers.FRESH_SECONDS, answer)
     return selectors.board_top(category="toys", window="7d", metric="units", limit=10, offset=0)
 
 

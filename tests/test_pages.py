@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings.serving import memory, selectors
+from rankings.serving import answers, memory, selectors
 from rankings.serving.charts import bar_chart
 from rankings.serving.page_parts import age_text
 from rankings.serving.pages import daily_units
@@ -321,7 +321,7 @@ def test_with_redis_stopped_pages_show_the_last_known_rankings_with_a_note(clien
     # when Redis stops
     own_redis.kill()
     own_redis.wait()
-    time.sleep(selectors.FRESH_SECONDS + 0.2)
+    time.sleep(answers.FRESH_SECONDS + 0.2)
     # then each page serves what it last knew, saying so, with the instant it was exact
     for url in urls:
         reply = client.get(url)

@@ -8,7 +8,7 @@ import pytest
 
 from catalogue.models import Category, Product
 from rankings.engine import store
-from rankings.serving import selectors
+from rankings.serving import answers, selectors
 
 WINDOW = "7d"
 PRODUCTS = 300
@@ -48,7 +48,7 @@ def test_answers_remembered_stay_within_their_bytes_however_limit_and_offset_var
     """400 distinct pages of about 26 KB each, under a bound of 4 MiB (the cache's own kind, made
     smaller so that a few hundred pages pass it): a cache of answers counted in entries grows by
     about 10 MiB; one counted in bytes stays within its bound."""
-    monkeypatch.setattr(selectors, "_answers", type(selectors._answers)(maxsize=4 * MiB))
+    monkeypatch.setattr(answers, "_answers", type(answers._answers)(maxsize=4 * MiB))
     selectors.board_top(category="toys", window=WINDOW, metric="units", limit=100, offset=0)  # names read
     gc.collect()
     tracemalloc.start()
@@ -61,7 +61,7 @@ def test_answers_remembered_stay_within_their_bytes_however_limit_and_offset_var
     finally:
         tracemalloc.stop()
     assert grown <= 4 * MiB + MiB, f"grew by {grown / MiB:.1f} MiB"
-    assert selectors._answers.currsize <= 4 * MiB
+    assert answers._answers.currsize <= 4 * MiB
 
 
 def test_every_page_remembered_is_served_stale_while_redis_is_unreachable(board, settings):
@@ -70,7 +70,7 @@ def test_every_page_remembered_is_served_stale_while_redis_is_unreachable(board,
     fresh = [selectors.board_top(category="toys", window=WINDOW, **page) for page in pages]
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
     store.reset_clients()
-    time.sleep(selectors.FRESH_SECONDS)
+    time.sleep(answers.FRESH_SECONDS)
     for page, known in zip(pages, fresh, strict=True):
         stale = selectors.board_top(category="toys", window=WINDOW, **page)
         assert stale.stale and (stale.items, stale.as_of) == (known.items, known.as_of)

@@ -13,7 +13,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import Layout
 from rankings.engine.split import part_index, part_names
-from rankings.serving import memory, selectors, thresholds
+from rankings.serving import board_reader, memory, selectors, thresholds
 
 HASHED = 2
 WINDOW = "7d"
@@ -98,8 +98,8 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
         )
     # ranks of random products, answered from copies of the parts (as a reader of many products is)
     memory.forget_all("answers")
-    copy_after = selectors.BOARD_COPY_AFTER
-    selectors.BOARD_COPY_AFTER = 1
+    copy_after = board_reader.BOARD_COPY_AFTER
+    board_reader.BOARD_COPY_AFTER = 1
     try:
         for pid in [*asked, "nobody"]:
             args = {"product_id": pid, "window": WINDOW, "metric": metric}
@@ -108,8 +108,8 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
                 selectors.product_rank(category=SINGLE, **args),
             )
     finally:
-        selectors.BOARD_COPY_AFTER = copy_after
-    assert not board or selectors._board_copies, "the premise: the ranks were read from copies"
+        board_reader.BOARD_COPY_AFTER = copy_after
+    assert not board or board_reader._board_copies, "the premise: the ranks were read from copies"
     args = {"window": WINDOW, "metric": metric}
     _same(
         thresholds.board_thresholds(category=SPLIT, **args),

@@ -12,15 +12,9 @@ from decimal import Decimal
 from rankings.engine import store
 from rankings.engine.instants import instant
 from rankings.serving import merge
+from rankings.serving.answers import NotFound, Unavailable, money, reading, served
+from rankings.serving.categories import category_name
 from rankings.serving.layouts import layout_of
-from rankings.serving.selectors import (
-    NotFound,
-    Unavailable,
-    _reading,
-    _served,
-    category_name,
-    money,
-)
 
 RANKS = (1, 10, 100, 1_000, 10_000)
 
@@ -54,10 +48,10 @@ class Thresholds:
     stale: bool = False
 
 
-@_reading
+@reading
 def board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
     category_name(category)
-    return _served(
+    return served(
         ("thresholds", category, window, metric),
         lambda: _board_thresholds(category=category, window=window, metric=metric),
     )
