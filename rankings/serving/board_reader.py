@@ -223,3 +223,37 @@ def neighbors(
         version, layout, category=category, window=window, metric=metric, start=start, stop=found.rank + n
     )
     return found, start, board
+
+
+def thresholds(
+    version: int,
+    layout: Layout,
+    *,
+    category: str,
+    window: str,
+    metric: str,
+    ranks: list[int],
+    edges: list[int],
+) -> store.Thresholds:
+    """The board's scores at `ranks` and its histogram over `edges` (of a split board, the parts'
+    histograms summed and the ranks from their merge)."""
+    board = {"window": window, "metric": metric, "category": category, "ranks": ranks, "edges": edges}
+    if category in layout.split:
+        return merge.thresholds(version=version, layout=layout, **board)
+    return store.board_thresholds(version=version, shard=layout.shard_of(category), **board)
+
+
+def ordered_before(
+    version: int, layout: Layout, *, category: str, window: str, metric: str, score: int, product_id: str
+) -> int:
+    """How many members of the board a product of `score` would rank behind."""
+    board = {
+        "window": window,
+        "metric": metric,
+        "category": category,
+        "score": score,
+        "product_id": product_id,
+    }
+    if category in layout.split:
+        return merge.ordered_before(version=version, layout=layout, **board)
+    return store.ordered_before(version=version, shard=layout.shard_of(category), **board)

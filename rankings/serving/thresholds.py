@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from rankings.engine import store
 from rankings.engine.instants import instant
-from rankings.serving import merge
+from rankings.serving import board_reader
 from rankings.serving.answers import NotFound, Unavailable, money, reading, served
 from rankings.serving.categories import category_name
 from rankings.serving.layouts import layout_of
@@ -61,16 +61,8 @@ def _board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
     version = store.active_version()
     layout = layout_of(version)
     edges = _EDGES["revenue" if metric == "revenue" else "count"]
-    # A split board: the parts' histograms summed, the threshold ranks from their merge.
-    read = merge.thresholds if category in layout.split else store.board_thresholds
-    found = read(
-        version=version,
-        **({"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}),
-        window=window,
-        metric=metric,
-        category=category,
-        ranks=list(RANKS),
-        edges=edges,
+    found = board_reader.thresholds(
+        version, layout, category=category, window=window, metric=metric, ranks=list(RANKS), edges=edges
     )
     return Thresholds(
         category=category,
@@ -127,13 +119,12 @@ def product_climb(*, product_id: str, category: str, window: str, metric: str, r
     try:
         version = store.active_version()
         layout = layout_of(version)
-        where = {"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}
-        before = (merge.ordered_before if category in layout.split else store.ordered_before)(
-            version=version,
-            **where,
+        before = board_reader.ordered_before(
+            version,
+            layout,
+            category=category,
             window=window,
             metric=metric,
-            category=category,
             score=score + more,
             product_id=product_id,
         )
