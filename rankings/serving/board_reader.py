@@ -6,6 +6,7 @@ The selectors ask it for a board by category and never branch on the layout."""
 
 import threading
 import time
+from typing import Any
 
 from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS
 from rankings.engine import store
@@ -57,7 +58,7 @@ def sales_beside(
     found = iter(store.members_scores(version=version, lookups=lookups))
     sales = []
     for parts in held:
-        beside = {}
+        beside: dict[str, tuple[int, int]] = {}
         for members in parts.values():
             units, cents = next(found), next(found)
             beside.update((pid, (units.get(pid, 0), cents.get(pid, 0))) for pid in members)
@@ -151,7 +152,13 @@ def board_slice(
     version: int, layout: Layout, *, category: str, window: str, metric: str, start: int, stop: int
 ) -> store.BoardSlice:
     """Ranks start+1 … stop+1 of a board (0-based, inclusive), with its total and instant."""
-    ranks = {"window": window, "metric": metric, "category": category, "start": start, "stop": stop}
+    ranks: dict[str, Any] = {
+        "window": window,
+        "metric": metric,
+        "category": category,
+        "start": start,
+        "stop": stop,
+    }
     if category in layout.split:
         return merge.board_slice(version=version, layout=layout, **ranks)
     return store.board_slice(version=version, shard=layout.shard_of(category), **ranks)
@@ -237,7 +244,13 @@ def thresholds(
 ) -> store.Thresholds:
     """The board's scores at `ranks` and its histogram over `edges` (of a split board, the parts'
     histograms summed and the ranks from their merge)."""
-    board = {"window": window, "metric": metric, "category": category, "ranks": ranks, "edges": edges}
+    board: dict[str, Any] = {
+        "window": window,
+        "metric": metric,
+        "category": category,
+        "ranks": ranks,
+        "edges": edges,
+    }
     if category in layout.split:
         return merge.thresholds(version=version, layout=layout, **board)
     return store.board_thresholds(version=version, shard=layout.shard_of(category), **board)
@@ -247,7 +260,7 @@ def ordered_before(
     version: int, layout: Layout, *, category: str, window: str, metric: str, score: int, product_id: str
 ) -> int:
     """How many members of the board a product of `score` would rank behind."""
-    board = {
+    board: dict[str, Any] = {
         "window": window,
         "metric": metric,
         "category": category,

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from functools import lru_cache
 from operator import attrgetter
+from typing import cast
 
-from cachetools import LRUCache, TLRUCache, TTLCache
+from cachetools import Cache, LRUCache, TLRUCache, TTLCache
 
 # What cachetools keeps beside each entry (its slots in the data, size and order dicts, a link in
 # the TTL caches' list), measured with tracemalloc: 130 bytes for an LRUCache, 220 for a TTLCache.
@@ -133,8 +134,9 @@ class _Weighed:
         its entries' longest life when it is not `ttl` (a TLRU cache's)."""
         super().__init__(*args, **kwargs)
         if name is not None:
-            ttl = getattr(self, "ttl", seconds)
-            keep(name, self.clear, kind=kind, bytes=self.maxsize, seconds=ttl, cache=self)
+            cache = cast(Cache, self)  # a cachetools cache: this class comes first in the subclasses
+            ttl = getattr(cache, "ttl", seconds)
+            keep(name, cache.clear, kind=kind, bytes=int(cache.maxsize), seconds=ttl, cache=cache)
 
     def __setitem__(self, key, value) -> None:
         self._key = key
