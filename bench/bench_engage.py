@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench import harness
 from rankings.engine.windows import configured_windows
+from rankings.serving import memory
 
 BATCH = 10_000  # events per POST: the API's largest batch
 HTTP_BATCHES = 10  # per run of one client; each of four clients sends a quarter as many
@@ -279,7 +280,6 @@ def _paced(url: str, token: str, tag: str) -> tuple[list[float], float, float]:
 
 
 def lag(table: harness.Table, runs: int) -> None:
-    from rankings.serving import selectors
 
     p50s, p99s, views, sales = [], [], [], []
     with harness.services() as url:
@@ -290,7 +290,7 @@ def lag(table: harness.Table, runs: int) -> None:
             p99s.append(harness.percentile(lags, 99))
             views.append(view_rate)
             sales.append(sale_rate)
-            selectors.caches_clear()
+            memory.forget_all()
     note = (
         f"posted {harness.median(views):,.0f} views/s and {harness.median(sales):,.0f} sales/s; "
         "ticks woken on commit, beat every 2 s"

@@ -18,6 +18,7 @@ import urllib.parse
 
 from bench import harness
 from rankings.engine.windows import configured_windows
+from rankings.serving.memory import forget_all
 
 # (events/s, events per POST, clients): a large shop's peak, five times an average of 400 sales/s;
 # and ten times that, from two clients (one alone does not post it on this machine).
@@ -258,7 +259,6 @@ def _paced(url: str, token: str, tag: str, rate: int, batch: int, clients: int) 
 
 def end_to_end(table: harness.Table, runs: int) -> None:
     """Lag from accept to visible at 2,000 and 20,000 events/s, and the sustained rate from one client."""
-    from rankings.serving import selectors
 
     lags: dict[int, tuple[list[float], list[float], list[float]]] = {rate: ([], [], []) for rate, *_ in PACED}
     rates = []
@@ -283,7 +283,7 @@ def end_to_end(table: harness.Table, runs: int) -> None:
             last = f"probe-flood{run}-{n}-{category}"
             _await(watcher, poster.sent, last=last)
             rates.append(poster.events / (watcher.seen.get(last, time.monotonic()) - started))
-            selectors.caches_clear()
+            forget_all()
     for rate, *_ in PACED:
         p50, p99, achieved = lags[rate]
         note = f"posted {harness.median(achieved):,.0f} events/s; ticks woken on commit, beat every 2 s"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bench import harness
 from bench.bench_read import _wrk
+from rankings.serving.memory import forget_all
 
 MEMBERS = int(os.environ.get("BENCH_SCALE_MEMBERS", "10000000"))
 CATEGORIES = int(os.environ.get("BENCH_SCALE_CATEGORIES", "1000000"))
@@ -210,7 +211,6 @@ def _million_categories(table: harness.Table, runs: int) -> None:
 
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
-    from rankings.serving import selectors
     from rankings.serving.pages import HOME_CATEGORIES
 
     harness.reset()
@@ -221,7 +221,7 @@ def _million_categories(table: harness.Table, runs: int) -> None:
     print(
         f"  wrote {CATEGORIES:,} categories, {5 * CATEGORIES:,} products in {time.perf_counter() - started:.0f} s"
     )
-    selectors.caches_clear()
+    forget_all()
     now = timezone.now().replace(microsecond=0)
     tick(now=now)
     # One sale per product of SAMPLED categories, with the catalogue's categories (left out of the event).

@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rankings.serving import memory
 from tests import processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +56,6 @@ def reset() -> None:
     from django.db import connection
 
     from rankings.engine import store
-    from rankings.serving import selectors
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -68,7 +68,7 @@ def reset() -> None:
     keys = list(r.scan_iter(f"{BENCH_PREFIX}:*", count=5000))
     for first in range(0, len(keys), 5000):  # a million categories leave millions of keys
         r.unlink(*keys[first : first + 5000])
-    selectors.caches_clear()
+    memory.forget_all()
 
 
 def median(values):

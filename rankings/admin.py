@@ -23,7 +23,7 @@ from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.engine.windows import configured_windows
 from rankings.models import ApiToken, Engagement, IngestLog, RankingVersion, Sale, SaleId
 from rankings.operations import backfill, compare
-from rankings.operations import dashboard as operations
+from rankings.serving import dashboard as operations
 
 
 class ReadOnlyAdmin(LargeTableAdmin):

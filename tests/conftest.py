@@ -15,6 +15,7 @@ from redis.cluster import RedisCluster
 from rest_framework.test import APIClient
 
 from rankings.conf import rankings_settings
+from rankings.serving import memory
 
 
 def pytest_addoption(parser):
@@ -125,9 +126,8 @@ def redis_client(redis_cluster_session):
 def _clean_redis(redis_client):
     """Each test starts with no key of this run's prefix in Redis and no remembered answers."""
     from rankings.engine import store
-    from rankings.serving import selectors
 
-    selectors.caches_clear()
+    memory.forget_all()
     store.reset_clients()
     yield
     prefix = rankings_settings.KEY_PREFIX

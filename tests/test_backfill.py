@@ -10,7 +10,7 @@ from rankings.engine import store
 from rankings.engine.shards import shard_count
 from rankings.models import RankingVersion
 from rankings.operations import backfill, board_stream, compare
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from .processes import django_env, python
 from .rankings_helpers import Shop
@@ -89,7 +89,7 @@ def test_a_reader_never_sees_a_missing_empty_or_mixed_board_during_the_switch():
         from django.db import connection
 
         while not stop.is_set():
-            selectors.answers_forget()
+            memory.forget_all("answers")
             answers.append(
                 selectors.board_top(category="c0", window="30d", metric="units", limit=50, offset=0)
             )

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from rankings.engine import store
 from rankings.models import RankingVersion
-from rankings.serving import selectors
+from rankings.serving import layouts, memory
 
 from .rankings_helpers import Shop
 
@@ -67,7 +67,7 @@ def big_board(redis_client):
     shop.send(shop.sale("p1", qty=2, amount="2.00"))
     shop.tick()
     version = store.active_version(fresh=True)
-    shard = selectors._shard("toys", version)
+    shard = layouts.layout_of(version).shard_of("toys")
     pipe = redis_client.pipeline(transaction=False)
     for metric in ("units", "revenue"):
         key = store.board_key(version, shard, "7d", metric, "toys")
@@ -76,14 +76,14 @@ def big_board(redis_client):
             chunk = dict(list(scores.items())[start : start + 5000])
             pipe.zadd(key, chunk)
     pipe.execute()
-    selectors.caches_clear()
+    memory.forget_all()
     return shop
 
 
 def test_the_deepest_page_of_a_large_board_reads_one_page(api, big_board, monkeypatch):
     # given the active version and names known
     api.get("/v1/categories/toys/top?limit=100&offset=200")
-    selectors.answers_forget()
+    memory.forget_all("answers")
     replies = RedisReplies(monkeypatch)
     # when the deepest page a client may ask for is read
     with CaptureQueriesContext(connection) as queries:
@@ -100,7 +100,7 @@ def test_the_deepest_page_of_a_large_board_reads_one_page(api, big_board, monkey
 
 def test_neighbours_read_at_most_2n_plus_one_members(api, big_board, monkeypatch):
     api.get("/v1/products/p1/neighbors?category=toys&n=1")
-    selectors.answers_forget()
+    memory.forget_all("answers")
     replies = RedisReplies(monkeypatch)
 
     reply = api.get("/v1/products/p1/neighbors?category=toys&n=50")
@@ -114,7 +114,7 @@ def test_neighbours_read_at_most_2n_plus_one_members(api, big_board, monkeypatch
 
 def test_thresholds_of_a_large_board_are_one_round_trip_of_a_few_values(api, big_board, monkeypatch):
     api.get("/v1/categories/toys/top?limit=1")
-    selectors.answers_forget()
+    memory.forget_all("answers")
     replies = RedisReplies(monkeypatch)
 
     reply = api.get("/v1/categories/toys/thresholds")
@@ -141,7 +141,7 @@ def test_a_thousand_categories_with_their_paths_cost_a_fixed_number_of_queries(a
     Category.objects.bulk_create([Category(slug=f"k{i:04}", name=f"K {i:04}") for i in range(1000)])
     tree = {f"k{i:04}": f"k{i - 1:04}" for i in range(1000) if i % 6}
     RankingVersion.objects.filter(number=store.active_version()).update(tree=tree)
-    selectors.caches_clear()
+    memory.forget_all()
     # when a page of them is read
     with CaptureQueriesContext(connection) as queries:
         reply = api.get("/v1/categories?limit=1000&offset=1")
@@ -168,16 +168,16 @@ def test_movers_of_a_large_board_read_its_first_ranks_only(api, redis_client, mo
     shop.send(shop.sale("p1", qty=2))
     shop.tick()
     version = store.active_version(fresh=True)
-    shard = selectors._shard("toys", version)
+    shard = layouts.layout_of(version).shard_of("toys")
     pipe = redis_client.pipeline(transaction=False)
     for metric in ("units", "revenue"):
         key = store.board_key(version, shard, "1d", metric, "toys")
         for start in range(0, MEMBERS, 5000):
             pipe.zadd(key, {f"m{i:05}": -(1 + i % 3) for i in range(start, start + 5000)})
     pipe.execute()
-    selectors.caches_clear()
+    memory.forget_all()
     api.get("/v1/categories/toys/top?window=1d&limit=1")
-    selectors.answers_forget()
+    memory.forget_all("answers")
     replies = RedisReplies(monkeypatch)
     # when the movers are read
     reply = api.get("/v1/categories/toys/movers?window=1d&limit=100")

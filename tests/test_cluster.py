@@ -8,7 +8,7 @@ from redis.cluster import RedisCluster
 from rankings.engine import store
 from rankings.engine.shards import ALL, Layout, active_layout, shard_count, shard_of
 from rankings.operations.backfill import version_build, version_switch
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 
@@ -149,6 +149,6 @@ def test_a_split_board_spreads_its_parts_over_the_primaries_and_reads_exactly(cl
     built = version_build(layout=Layout(4), activate=True)
     assert store.active_version(fresh=True) == built.number
     shop.assert_exact()
-    selectors.caches_clear()
+    memory.forget_all()
     again = selectors.board_top(category=ALL, window="7d", metric="units", limit=100, offset=0)
     assert again.items == top.items

@@ -16,6 +16,7 @@ from rankings.engine.prune import engine_now, prune
 from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
 from rankings.operations.backfill import version_build
 from rankings.operations.tokens import token_create
+from rankings.serving import memory
 
 from .rankings_helpers import Shop
 
@@ -327,13 +328,12 @@ def test_the_demo_sends_views_and_wishes_with_the_sales_skew():
 
 
 def test_the_status_shows_engagement_rate_lag_and_retention(admin_client):
-    from rankings.operations.status import status_forget
 
     shop = Shop(dt.datetime.now(dt.UTC))  # the status's rates are by the wall clock
     shop.engage(*[shop.engagement("p1", ago=d * DAY) for d in range(3)])
     shop.tick()
     shop.engage(shop.engagement("p2"))
-    status_forget()
+    memory.forget_all("status")
 
     figures = admin_client.get("/v1/status").json()
 

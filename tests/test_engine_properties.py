@@ -57,7 +57,7 @@ from rankings.models import (
     SnapshotMark,
 )
 from rankings.operations import backfill
-from rankings.serving import moves, selectors
+from rankings.serving import memory, moves, selectors
 from rankings.serving.then import gain_percent
 
 from .rankings_helpers import Shop
@@ -120,7 +120,7 @@ def _reset():
     if keys:
         r.delete(*keys)
     store.reset_clients()
-    selectors.caches_clear()
+    memory.forget_all()
 
 
 def _ancestors(slug: str, parents: dict[str, str | None]) -> list[str]:
@@ -289,7 +289,7 @@ class SalesHistory(RuleBasedStateMachine):
             return
         # What a reader remembers (answers for half a second, category names for a second or
         # more) would be a moment behind the tick just run: forgotten, the reads are of now.
-        selectors.caches_clear()
+        memory.forget_all()
         boards = self._boards_now()
         released = self._releases()
         for window in rankings_settings.SNAPSHOT_WINDOWS:
@@ -475,8 +475,8 @@ class SalesHistory(RuleBasedStateMachine):
             return
         for slug in set(layout.split) - {"all"}:  # a category no sale has named yet is not in the catalogue
             Category.objects.get_or_create(slug=slug, defaults={"name": slug})
-        selectors.answers_forget()
-        selectors.categories_forget()
+        memory.forget_all("answers")
+        memory.forget_all("categories")
         whole = boards_recompute(shard=0, layout=Layout(1), now=self.shop.now.timestamp(), tree=active_tree())
         for category in layout.split:
             for window in rankings_settings.WINDOWS:

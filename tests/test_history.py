@@ -14,7 +14,7 @@ from rankings.engine.shards import Layout
 from rankings.models import Sale, Snapshot, SnapshotHour
 from rankings.operations import backfill
 from rankings.operations.status import status_read
-from rankings.serving import selectors
+from rankings.serving import memory
 
 from .rankings_helpers import START, Shop
 
@@ -97,7 +97,7 @@ def test_a_rebuild_records_the_history_of_every_hour_from_the_sales_and_a_switch
     assert _hours_of(1) == [int(START.timestamp()), int(START.timestamp()) + HOUR]
 
     backfill.version_build(activate=True)
-    selectors.caches_clear()
+    memory.forget_all()
     first_sale = min(Sale.objects.values_list("counted_at", flat=True))
     first = -(-int(first_sale.timestamp()) // HOUR) * HOUR
     hours = list(range(first, int(START.timestamp()) + HOUR + 1, HOUR))
@@ -162,7 +162,7 @@ def test_a_rebuild_records_the_history_of_every_hour_from_the_sales_and_a_switch
 
     # a switch back serves the old version's history again, carried on with the hours ticked since
     backfill.version_switch(number=1)
-    selectors.caches_clear()
+    memory.forget_all()
     assert _hours_of(1) == [int(START.timestamp()), int(START.timestamp()) + HOUR, *more]
     assert _stored(1) == {**live, **ticked}
     points = api.get("/v1/products/p3/history?category=toys&window=7d&days=32").json()["points"]

@@ -14,7 +14,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
 from rankings.models import ShardState
-from rankings.serving import selectors
+from rankings.serving import answers, memory, selectors
 
 from .rankings_helpers import Shop
 
@@ -38,9 +38,9 @@ def _prefix() -> str:
 
 def _top() -> selectors.Board:
     # as if FRESH_SECONDS had passed: the next read asks Redis, and the last known answers stay
-    with selectors._cache_lock:
-        for key, (made, answer) in list(selectors._answers.items()):
-            selectors._answers[key] = (made - selectors.FRESH_SECONDS, answer)
+    with answers._answers_lock:
+        for key, (made, answer) in list(answers._answers.items()):
+            answers._answers[key] = (made - answers.FRESH_SECONDS, answer)
     return selectors.board_top(category="toys", window="7d", metric="units", limit=10, offset=0)
 
 
@@ -86,6 +86,6 @@ def test_a_reader_that_never_saw_the_lost_batch_serves_the_earlier_boards_with_t
     shop.tick()
     _restore(redis_client, snapshot)
     store.reset_clients()  # a process that has read nothing yet
-    selectors.caches_clear()
+    memory.forget_all()
     served = _top()
     assert not served.stale and served.as_of == earlier.as_of and served.items == earlier.items

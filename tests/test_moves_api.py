@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from catalogue.models import Category, Product
-from rankings.serving import selectors
+from rankings.serving import memory
 
 from .conftest import built_once_for_the_class
 from .rankings_helpers import START, Shop
@@ -57,13 +57,13 @@ def test_new_releases_leave_when_their_release_turns_30_days_old(api, shop):
     # 30 days after noon yesterday: p3 and p2 are still new (exactly 30 days), p5 no longer
     shop.now = START + dt.timedelta(days=30)
     shop.tick()
-    selectors.answers_forget()
+    memory.forget_all("answers")
     body = api.get("/v1/categories/toys/new?window=30d").json()
     assert [i["productId"] for i in body["items"]] == ["p3", "p2"]
     # one second later, neither
     shop.now += dt.timedelta(seconds=1)
     shop.tick()
-    selectors.answers_forget()  # what a reader remembers for half a second
+    memory.forget_all("answers")  # what a reader remembers for half a second
     assert api.get("/v1/categories/toys/new?window=30d").json()["items"] == []
 
 

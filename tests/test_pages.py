@@ -10,9 +10,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from catalogue.models import Category, Product
-from rankings.serving import selectors
+from rankings.serving import answers, memory, selectors
 from rankings.serving.charts import bar_chart
-from rankings.serving.pages import age_text, daily_units
+from rankings.serving.page_parts import age_text
+from rankings.serving.pages import daily_units
 
 from .conftest import built_once_for_the_class
 from .rankings_helpers import Shop
@@ -150,7 +151,7 @@ def test_home_reads_every_leader_in_one_redis_round_trip(client, monkeypatch):
     # given fifty categories with sellers, the active version already known
     _many_categories(50)
     client.get("/")
-    selectors.answers_forget()
+    memory.forget_all("answers")
     # when the home page is drawn again
     trips = RedisRoundTrips(monkeypatch)
     reply = client.get("/")
@@ -321,7 +322,7 @@ def test_with_redis_stopped_pages_show_the_last_known_rankings_with_a_note(clien
     # when Redis stops
     own_redis.kill()
     own_redis.wait()
-    time.sleep(selectors.FRESH_SECONDS + 0.2)
+    time.sleep(answers.FRESH_SECONDS + 0.2)
     # then each page serves what it last knew, saying so, with the instant it was exact
     for url in urls:
         reply = client.get(url)
@@ -374,7 +375,7 @@ class TestPagesOfOneSmallShop:
 
     def test_boards_top_many_answers_like_board_top(self, shop):
         many = selectors.boards_top_many(limits={"toys": 2, "gifts": 3}, window="7d", metric="revenue")
-        selectors.answers_forget()
+        memory.forget_all("answers")
 
         for category, limit in (("toys", 2), ("gifts", 3)):
             one = selectors.board_top(category=category, window="7d", metric="revenue", limit=limit, offset=0)
@@ -480,7 +481,7 @@ class TestPagesOfOneSmallShop:
         empty = client.get("/c/toys/?window=1h&page=1")
         assert empty.status_code == 200
         Category.objects.create(slug="garden", name="Garden")
-        selectors.categories_forget()
+        memory.forget_all("categories")
         garden = client.get("/c/garden/")
         assert garden.status_code == 200
         assert "No sales in this window." in garden.content.decode()

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings.serving import memory, selectors
+from rankings.serving import answers, board_reader, catalogue_reads, categories, memory, selectors
 from rankings.serving.api import BoardReadApi, ReadApi
 
 from .conftest import built_once_for_the_class
@@ -53,17 +53,17 @@ def test_ranks_read_from_a_copy_of_the_board_are_those_redis_gives(api, shop, mo
     products = ["p0", "p1", "p2", "p3", "p9", "p404"]
 
     def ranks() -> list:
-        selectors.answers_forget()
+        memory.forget_all("answers")
         return [
             api.get(f"/v1/products/{p}/rank?category=toys&window={window}&metric={metric}") for p in products
         ]
 
     # when the same ranks are read with no copy, then with a copy made at the first read
     direct = ranks()
-    monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
+    monkeypatch.setattr(board_reader, "BOARD_COPY_AFTER", 1)
     copied = ranks()
     # then the copy was really made, and every answer (404 for an unknown product) is the same
-    assert selectors._board_copies, "no board was copied"
+    assert board_reader._board_copies, "no board was copied"
     assert [(r.status_code, r.json()) for r in copied] == [(r.status_code, r.json()) for r in direct]
     assert [r.status_code for r in direct] == [200] * 5 + [404]
     assert direct[0].json()["rank"] is not None and direct[4].json()["rank"] is None
@@ -72,19 +72,19 @@ def test_ranks_read_from_a_copy_of_the_board_are_those_redis_gives(api, shop, mo
 def test_a_board_copy_is_kept_while_its_shard_is_unwritten_and_made_again_after_a_tick(
     api, shop, monkeypatch
 ):
-    monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
-    monkeypatch.setattr(selectors, "FRESH_SECONDS", 0.0)  # every read checks the copy against Redis
-    selectors.answers_forget()
+    monkeypatch.setattr(board_reader, "BOARD_COPY_AFTER", 1)
+    monkeypatch.setattr(answers, "FRESH_SECONDS", 0.0)  # every read checks the copy against Redis
+    memory.forget_all("answers")
 
     def rank(product):
         return api.get(f"/v1/products/{product}/rank?category=toys").json()["rank"]
 
     # when a copy is made and read again with no tick in between
     assert rank("p3") == 4
-    (first,) = [copy for copy, _ in selectors._board_copies.values()]
+    (first,) = [copy for copy, _ in board_reader._board_copies.values()]
     assert rank("p3") == 4
     # then the same copy answered
-    assert [copy for copy, _ in selectors._board_copies.values()] == [first]
+    assert [copy for copy, _ in board_reader._board_copies.values()] == [first]
 
     # when a tick moves p3 to the top, the next read (of a product not asked before: no
     # remembered answer) sees it from a new copy: p0 went from 2nd to 3rd
@@ -92,7 +92,7 @@ def test_a_board_copy_is_kept_while_its_shard_is_unwritten_and_made_again_after_
     shop.send(shop.sale("p3", qty=20))
     shop.tick()
     assert rank("p0") == 3
-    (second,) = [copy for copy, _ in selectors._board_copies.values()]
+    (second,) = [copy for copy, _ in board_reader._board_copies.values()]
     assert second is not first
 
 
@@ -153,7 +153,7 @@ class TestReadsOfOneShop:
 
     def test_a_top_read_costs_one_catalogue_query(self, api, shop):
         api.get("/v1/categories/toys/top")  # warm the category cache
-        selectors.answers_forget()
+        memory.forget_all("answers")
         with CaptureQueriesContext(connection) as queries:
             api.get("/v1/categories/toys/top")
         assert len(queries) == 1
@@ -165,14 +165,14 @@ class TestReadsOfOneShop:
         assert body["percentile"] == 75.0
 
     def test_a_board_larger_than_a_copy_is_read_from_redis(self, api, shop, monkeypatch):
-        monkeypatch.setattr(selectors, "BOARD_COPY_AFTER", 1)
-        monkeypatch.setattr(selectors, "BOARD_COPY_MEMBERS", 3)  # the toys board has 4
-        selectors.answers_forget()
+        monkeypatch.setattr(board_reader, "BOARD_COPY_AFTER", 1)
+        monkeypatch.setattr(board_reader, "BOARD_COPY_MEMBERS", 3)  # the toys board has 4
+        memory.forget_all("answers")
 
         reply = api.get("/v1/products/p2/rank?category=toys&window=30d")
 
         assert reply.json()["rank"] == 3
-        assert [copy for copy, _ in selectors._board_copies.values()] == [None]
+        assert [copy for copy, _ in board_reader._board_copies.values()] == [None]
 
     def test_a_product_without_sales_on_a_board_is_unranked_not_an_error(self, api, shop):
         body = api.get("/v1/products/p1/rank?category=gifts").json()
@@ -182,9 +182,9 @@ class TestReadsOfOneShop:
     def test_unranked_products_read_many_times_cost_one_copy_of_the_catalogue(self, api, shop, monkeypatch):
         """A reader of many unranked products: after CATALOGUE_COPY_AFTER lookups the catalogue is
         read whole, once, and answers the rest; a product created after the copy is still found."""
-        monkeypatch.setattr(selectors, "CATALOGUE_COPY_AFTER", 2)
+        monkeypatch.setattr(catalogue_reads, "CATALOGUE_COPY_AFTER", 2)
         api.get("/v1/categories/gifts/top")  # the category names read
-        selectors.answers_forget()
+        memory.forget_all("answers")
         with CaptureQueriesContext(connection) as queries:
             replies = [api.get(f"/v1/products/p{i}/rank?category=gifts") for i in (1, 2, 3, 1, 2, 3, 404)]
         assert [(r.status_code, r.json().get("rank")) for r in replies] == [(200, None)] * 6 + [(404, None)]
@@ -198,10 +198,10 @@ class TestReadsOfOneShop:
     def test_a_catalogue_larger_than_the_product_memory_is_looked_up_product_by_product(
         self, api, shop, monkeypatch
     ):
-        monkeypatch.setattr(selectors, "CATALOGUE_COPY_AFTER", 1)
-        monkeypatch.setattr(selectors, "PRODUCT_CACHE_SIZE", 3)  # the shop has 4 products
+        monkeypatch.setattr(catalogue_reads, "CATALOGUE_COPY_AFTER", 1)
+        monkeypatch.setattr(catalogue_reads, "PRODUCT_CACHE_SIZE", 3)  # the shop has 4 products
         api.get("/v1/categories/gifts/top")  # the category names read
-        selectors.answers_forget()
+        memory.forget_all("answers")
         with CaptureQueriesContext(connection) as queries:
             replies = [api.get(f"/v1/products/p{i}/rank?category=gifts") for i in (1, 2, 3, 404)]
         assert [r.status_code for r in replies] == [200, 200, 200, 404]
@@ -270,7 +270,7 @@ class TestReadsOfOneShop:
         # given 150 more categories, "c000" to "c149", named "C000" to "C149"
         for i in range(150):
             Category.objects.create(slug=f"c{i:03}", name=f"C{i:03}")
-        selectors.categories_forget()
+        memory.forget_all("categories")
         # when
         first = api.get("/v1/categories").json()
         middle = api.get("/v1/categories?limit=2&offset=1").json()
@@ -296,7 +296,7 @@ class TestReadsOfOneShop:
     ):
         """A flood of one made-up slug must not turn into a flood of queries."""
         # given an interval longer than the test
-        monkeypatch.setattr(selectors, "CATEGORY_MISS_RELOAD_SECONDS", 60.0, raising=False)
+        monkeypatch.setattr(categories, "CATEGORY_MISS_RELOAD_SECONDS", 60.0, raising=False)
         # when one unknown slug is asked for eighty times
         with django_assert_max_num_queries(1):
             replies = [api.get("/v1/categories/made-up/top").status_code for i in range(40)]
@@ -308,34 +308,34 @@ class TestReadsOfOneShop:
         """A read names one category: a process holds the names it was asked for, not the table."""
         # given many categories, none read yet
         Category.objects.bulk_create(Category(slug=f"c{i:04}", name=f"C{i:04}") for i in range(2000))
-        selectors.categories_forget()
+        memory.forget_all("categories")
         # when one of them is read
         with CaptureQueriesContext(connection) as captured:
             assert api.get("/v1/categories/toys/top").status_code == 200
         # then one query read the category table, for that slug, and the process remembers that one name
         read = [q["sql"] for q in captured.captured_queries if "catalogue_category" in q["sql"]]
         assert len(read) == 1 and "slug = ANY" in read[0]
-        assert list(selectors._category_names) == ["toys"]
+        assert list(categories._category_names) == ["toys"]
 
     def test_the_names_a_process_remembers_are_bounded(self, shop, monkeypatch):
         # given a process that remembers the bytes of 3 category names (slug, name and bookkeeping)
         bound = 3 * (memory.ENTRY_BYTES + memory.weight("c0") + memory.weight("C0"))
         monkeypatch.setattr(
-            selectors, "_category_names", memory.WeighedTLRU(maxsize=bound, ttu=lambda *_: float("inf"))
+            categories, "_category_names", memory.WeighedTLRU(maxsize=bound, ttu=lambda *_: float("inf"))
         )
-        monkeypatch.setattr(selectors, "_category_known", memory.WeighedLRU(maxsize=bound))
+        monkeypatch.setattr(categories, "_category_known", memory.WeighedLRU(maxsize=bound))
         Category.objects.bulk_create(Category(slug=f"c{i}", name=f"C{i}") for i in range(10))
         # when every category is read
         names = selectors.categories_names([f"c{i}" for i in range(10)])
         # then each was found, and only the last three are held
         assert names == {f"c{i}": f"C{i}" for i in range(10)}
-        assert sorted(selectors._category_names) == ["c7", "c8", "c9"]
-        assert len(selectors._category_known) == 3
+        assert sorted(categories._category_names) == ["c7", "c8", "c9"]
+        assert len(categories._category_known) == 3
 
     def test_a_category_created_a_moment_ago_is_found_after_the_interval(self, api, shop, monkeypatch):
         api.get("/v1/categories")
         Category.objects.create(slug="kites", name="Kites")
-        monkeypatch.setattr(selectors, "CATEGORY_MISS_RELOAD_SECONDS", 0.0)
+        monkeypatch.setattr(categories, "CATEGORY_MISS_RELOAD_SECONDS", 0.0)
 
         assert api.get("/v1/categories/kites/top").status_code == 200
 
@@ -359,7 +359,7 @@ class TestReadsOfOneShop:
     )
     def test_an_anonymous_read_answers_as_drf_would(self, api, shop, monkeypatch, path):
         fast = api.get(path)
-        selectors.answers_forget()
+        memory.forget_all("answers")
         monkeypatch.setattr(BoardReadApi, "dispatch", ReadApi.dispatch)
         through_drf = api.get(path)
 

@@ -11,7 +11,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.throttling import ScopedRateThrottle, SimpleRateThrottle
 
 from catalogue.models import Category
-from rankings.serving import pages, selectors
+from rankings.serving import memory, page_parts
 
 from .rankings_helpers import Shop
 
@@ -118,7 +118,7 @@ def _categories(count: int, *, parent: Category | None = None, prefix: str = "c"
     Category.objects.bulk_create(made, batch_size=5000)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE catalogue_category")
-    selectors.categories_forget()
+    memory.forget_all("categories")
     return [c.slug for c in made]
 
 
@@ -265,7 +265,7 @@ def test_a_board_page_offers_no_page_past_the_depth(client, monkeypatch):
     shop = Shop()
     shop.send(*[shop.sale(f"t{i}", categories=["toys"], qty=i + 1) for i in range(120)])
     shop.tick()
-    monkeypatch.setattr(pages, "MAX_DEPTH", 100)
+    monkeypatch.setattr(page_parts, "MAX_DEPTH", 100)
     # when
     second = client.get("/c/toys/?page=2")
     third = client.get("/c/toys/?page=3")

@@ -8,7 +8,7 @@ import pytest
 
 from catalogue.models import Category, Product
 from rankings.engine import store
-from rankings.serving import selectors
+from rankings.serving import answers, selectors
 
 WINDOW = "7d"
 PRODUCTS = 300
@@ -48,7 +48,7 @@ def test_answers_remembered_stay_within_their_bytes_however_limit_and_offset_var
     """400 distinct pages of about 26 KB each, under a bound of 4 MiB (the cache's own kind, made
     smaller so that a few hundred pages pass it): a cache of answers counted in entries grows by
     about 10 MiB; one counted in bytes stays within its bound."""
-    monkeypatch.setattr(selectors, "_answers", type(selectors._answers)(maxsize=4 * MiB))
+    monkeypatch.setattr(answers, "_answers", type(answers._answers)(maxsize=4 * MiB))
     selectors.board_top(category="toys", window=WINDOW, metric="units", limit=100, offset=0)  # names read
     gc.collect()
     tracemalloc.start()
@@ -61,7 +61,7 @@ def test_answers_remembered_stay_within_their_bytes_however_limit_and_offset_var
     finally:
         tracemalloc.stop()
     assert grown <= 4 * MiB + MiB, f"grew by {grown / MiB:.1f} MiB"
-    assert selectors._answers.currsize <= 4 * MiB
+    assert answers._answers.currsize <= 4 * MiB
 
 
 def test_every_page_remembered_is_served_stale_while_redis_is_unreachable(board, settings):
@@ -70,7 +70,67 @@ def test_every_page_remembered_is_served_stale_while_redis_is_unreachable(board,
     fresh = [selectors.board_top(category="toys", window=WINDOW, **page) for page in pages]
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
     store.reset_clients()
-    time.sleep(selectors.FRESH_SECONDS)
+    time.sleep(answers.FRESH_SECONDS)
     for page, known in zip(pages, fresh, strict=True):
         stale = selectors.board_top(category="toys", window=WINDOW, **page)
         assert stale.stale and (stale.items, stale.as_of) == (known.items, known.as_of)
+
+
+def _serving_modules():
+    import importlib
+    import pkgutil
+
+    import rankings.serving
+
+    return [
+        importlib.import_module(f"rankings.serving.{info.name}")
+        for info in pkgutil.iter_modules(rankings.serving.__path__)
+    ]
+
+
+def _caches_of(module):
+    """(name, cache) of every cache a module keeps at its top level: cachetools caches, and those of
+    functions memoised with cachetools or functools."""
+    import cachetools
+
+    for name, value in vars(module).items():
+        if getattr(value, "__module__", module.__name__) != module.__name__ and not isinstance(
+            value, cachetools.Cache
+        ):
+            continue  # imported from elsewhere: found in its own module
+        if isinstance(value, cachetools.Cache):
+            yield f"{module.__name__}.{name}", value
+        elif isinstance(getattr(value, "cache", None), cachetools.Cache):
+            yield f"{module.__name__}.{name}", value.cache
+        elif hasattr(value, "cache_info"):
+            yield f"{module.__name__}.{name}", value
+
+
+def test_every_cache_of_the_read_path_is_registered_with_its_bound_in_bytes():
+    """One list says what a reader process remembers: a cache kept anywhere else would escape
+    forget_all() and the bounds."""
+    from rankings.serving import memory
+
+    found = dict(cache for module in _serving_modules() for cache in _caches_of(module))
+    registered = {entry.name: entry for entry in memory.kept()}
+
+    assert found, "no cache found: the scan itself is broken"
+    unregistered = [name for name, cache in found.items() if registered.get(name) is None]
+    assert unregistered == []
+    for name, cache in found.items():
+        assert registered[name].cache is cache, name
+        if not hasattr(cache, "cache_info"):  # a cachetools cache: weighed, its bound in bytes
+            assert isinstance(cache, memory.WeighedLRU | memory.WeighedTTL | memory.WeighedTLRU), name
+            assert registered[name].bytes == cache.maxsize, name
+
+
+def test_forget_all_empties_every_cache_of_the_read_path():
+    from rankings.serving import memory
+
+    _serving_modules()
+    caches = [entry.cache for entry in memory.kept() if isinstance(entry.cache, dict | memory.WeighedLRU)]
+    weighed = [c for c in caches if hasattr(c, "maxsize") and not hasattr(c, "cache_info")]
+    for i, cache in enumerate(weighed):
+        cache[("filled", i)] = i
+    memory.forget_all()
+    assert [len(cache) for cache in weighed] == [0] * len(weighed)

@@ -13,8 +13,8 @@ from rankings.engine import store
 from rankings.engine.shards import active_layout, shard_of
 from rankings.engine.windows import configured_windows
 from rankings.models import PendingSale, VerifyLog
-from rankings.operations import dashboard as operations
 from rankings.operations import verify
+from rankings.serving import dashboard as operations
 
 from .rankings_helpers import Shop
 

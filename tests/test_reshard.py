@@ -20,7 +20,7 @@ from rankings.ingest import sales
 from rankings.ingest.engagement import EngagementIngest
 from rankings.models import Batch, PendingEngagement, PendingSale, RankingVersion, Sale, ShardState
 from rankings.operations import backfill, compare
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 
@@ -127,7 +127,7 @@ def _state_follows(layout: Layout) -> None:
 
 def _reads_equal_the_recompute(categories) -> int:
     """Every category's 7-day board as readers get it equals the recompute of its shard; returns the reads."""
-    selectors.caches_clear()
+    memory.forget_all()
     version = store.active_version(fresh=True)
     _, layout = active_layout()
     reads = 0

@@ -23,7 +23,7 @@ from rankings.engine import store
 from rankings.engine.shards import ShardCountMismatch
 from rankings.models import PendingSale, RankingVersion, Sale
 from rankings.operations import backfill
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 
@@ -221,7 +221,7 @@ def test_readers_find_each_board_by_the_active_versions_shard_count(settings):
     shop.tick()
 
     _shards(settings, 8)
-    selectors.caches_clear()
+    memory.forget_all()
     for slug in CATEGORIES:
         board = selectors.board_top(category=slug, window="7d", metric="units", limit=10, offset=0)
         assert sum(item.units for item in board.items) == 2, slug
@@ -252,7 +252,7 @@ def test_readers_take_the_shard_count_from_redis_without_asking_postgresql(setti
     shop.tick()
     selectors.board_top(category="toys", window="7d", metric="units", limit=10, offset=0)
     store.reset_clients()
-    selectors.answers_forget()
+    memory.forget_all("answers")
     # when it reads a board
     with CaptureQueriesContext(connection) as queries:
         board = selectors.board_top(category="books", window="7d", metric="units", limit=10, offset=0)

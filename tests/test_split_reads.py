@@ -13,7 +13,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import Layout
 from rankings.engine.split import part_index, part_names
-from rankings.serving import selectors, thresholds
+from rankings.serving import board_reader, memory, selectors, thresholds
 
 HASHED = 2
 WINDOW = "7d"
@@ -42,7 +42,7 @@ def _write(redis_client, board: dict[str, tuple[int, ...]], parts: int) -> Layou
     if keys:
         redis_client.delete(*keys)
     store.reset_clients()
-    selectors.answers_forget()
+    memory.forget_all("answers")
     layout = Layout(HASHED + parts, part_names(SPLIT, parts))
     store.shard_layout_set(1, layout.shards, layout.pinned)
     gen = store.generation(1)
@@ -97,9 +97,9 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
             selectors.product_neighbors(category=SINGLE, n=n, **args),
         )
     # ranks of random products, answered from copies of the parts (as a reader of many products is)
-    selectors.answers_forget()
-    copy_after = selectors.BOARD_COPY_AFTER
-    selectors.BOARD_COPY_AFTER = 1
+    memory.forget_all("answers")
+    copy_after = board_reader.BOARD_COPY_AFTER
+    board_reader.BOARD_COPY_AFTER = 1
     try:
         for pid in [*asked, "nobody"]:
             args = {"product_id": pid, "window": WINDOW, "metric": metric}
@@ -108,8 +108,8 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
                 selectors.product_rank(category=SINGLE, **args),
             )
     finally:
-        selectors.BOARD_COPY_AFTER = copy_after
-    assert not board or selectors._board_copies, "the premise: the ranks were read from copies"
+        board_reader.BOARD_COPY_AFTER = copy_after
+    assert not board or board_reader._board_copies, "the premise: the ranks were read from copies"
     args = {"window": WINDOW, "metric": metric}
     _same(
         thresholds.board_thresholds(category=SPLIT, **args),
@@ -187,7 +187,7 @@ def test_a_split_board_lost_in_redis_is_rebuilt_by_the_next_tick_and_merged_agai
     before = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
     assert before.total == 40
     redis_client.delete(*redis_client.scan_iter(rankings_settings.KEY_PREFIX + ":*"))
-    selectors.answers_forget()
+    memory.forget_all("answers")
     store.reset_clients()
     report = shop.tick()
     assert report.rebuilt_shards == rankings_settings.SHARDS + 3

@@ -12,7 +12,7 @@ from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import ALL, Layout, active_layout, layout_plan
 from rankings.models import PendingSale, RankingVersion, Sale
 from rankings.operations import backfill, compare
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 from .test_reshard import (
@@ -41,7 +41,7 @@ def _merged_reads_equal_the_whole_recompute(shop: Shop, categories) -> None:
     shop.advance(seconds=1)
     shop.tick()
     assert not PendingSale.objects.exists()
-    selectors.caches_clear()
+    memory.forget_all()
     whole = boards_recompute(shard=0, layout=Layout(1), now=shop.now.timestamp())
     listed = set()
     for category in categories:

@@ -12,7 +12,7 @@ from catalogue.models import Category, Product
 from rankings.engine import store
 from rankings.engine.recompute import boards_recompute
 from rankings.engine.shards import active_layout
-from rankings.serving import selectors, thresholds
+from rankings.serving import memory, thresholds
 
 from .conftest import built_once_for_the_class
 from .rankings_helpers import Shop
@@ -111,7 +111,7 @@ class TestClimbsOnOneBoard:
     @pytest.fixture
     def toys(self, toys_once):
         shop = toys_once.restored()
-        selectors.answers_forget()
+        memory.forget_all("answers")
         return shop
 
     @pytest.mark.parametrize("metric", ["units", "revenue"])

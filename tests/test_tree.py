@@ -12,6 +12,7 @@ from catalogue.models import Category
 from rankings.engine.tree import Tree, active_tree, categories_expand, tree_affected, tree_pending
 from rankings.models import RankingVersion
 from rankings.operations import backfill
+from rankings.serving import memory
 
 from .rankings_helpers import Shop
 from .test_reshard import PausedIngest, _sales
@@ -344,15 +345,14 @@ def test_the_category_list_carries_parent_and_path(api):
 
 def test_the_category_list_follows_the_tree_that_counts_not_a_pending_edit(api):
     """A move waits for its rebuild and switch: until then the list shows the tree the boards count with."""
-    from rankings.serving import selectors
 
     _shop_with_tree()
     Category.objects.filter(slug="strategy").update(parent=Category.objects.get(slug="garden"))
-    selectors.categories_forget()
+    memory.forget_all("categories")
     items = {item["slug"]: item for item in api.get("/v1/categories").json()["items"]}
     assert items["strategy"]["parent"] == "board-games"
     backfill.version_build(activate=True)
-    selectors.categories_forget()
+    memory.forget_all("categories")
     items = {item["slug"]: item for item in api.get("/v1/categories").json()["items"]}
     assert items["strategy"]["path"] == ["garden", "strategy"]
 

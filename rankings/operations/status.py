@@ -1,16 +1,15 @@
 """The system's health: a liveness answer anyone may see, and the figures an operator sees."""
 
 import datetime as dt
-import threading
 import time
 
-from cachetools import TTLCache, cached
 from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
+from rankings.engine.instants import instant
 from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.snapshots import snapshots_summary
 from rankings.engine.tick import shards_failing
@@ -32,9 +31,6 @@ STALE_AFTER = 60  # seconds
 # a backlog of millions (a large import) shows as at least this many, and the lag says how far
 # behind it is, for the cost of counting this many (a few milliseconds) once a second per process.
 PENDING_COUNTED = 100_000  # queue rows
-# The figures cost a handful of queries and a SCAN of Redis: one computation a
-# second per process serves any number of callers.
-FIGURES_CACHE_SECONDS = 1.0  # seconds
 
 
 def liveness_read() -> dict:
@@ -43,8 +39,6 @@ def liveness_read() -> dict:
 
     No database query, so it answers as long as Redis does.
     """
-    from rankings.serving.selectors import instant
-
     try:
         version = store.active_version()
         # The tick writes the count beside the boards; without it there is nothing to serve.
@@ -59,25 +53,6 @@ def liveness_read() -> dict:
         return {"status": "down", "as_of": None}
     state = "stale" if time.time() - as_of > STALE_AFTER else "ok"
     return {"status": state, "as_of": instant(as_of)}
-
-
-# One computation at a time: callers that arrive meanwhile wait for it rather than repeat it.
-_figures_lock = threading.Lock()
-
-
-@cached(
-    TTLCache(maxsize=1, ttl=FIGURES_CACHE_SECONDS),
-    key=lambda: "figures",
-    lock=_figures_lock,
-    condition=threading.Condition(_figures_lock),
-)
-def status_cached() -> dict:
-    """status_read(), computed at most once per FIGURES_CACHE_SECONDS in this process."""
-    return status_read()
-
-
-def status_forget() -> None:
-    status_cached.cache_clear()
 
 
 # Each shard's lowest queued sale, through the queue's primary key (shard, sale): one statement

@@ -34,8 +34,9 @@ from rankings.conf import MAX_DEPTH, METRICS, rankings_settings
 from rankings.engine.shards import ShardCountMismatch
 from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
-from rankings.operations.status import liveness_read, status_cached
-from rankings.serving import selectors
+from rankings.operations.status import liveness_read
+from rankings.serving import memory, selectors
+from rankings.serving.dashboard import status_cached
 from rankings.serving.memory import WeighedLRU
 from rankings.serving.thresholds import Thresholds, board_thresholds
 from rankings.serving.throttling import has_credentials
@@ -227,7 +228,9 @@ def _board_params(**extra):
 # Validated query strings, per parameter class: a hot board is asked the same
 # question thousands of times a second, and building a serializer costs more
 # than answering from memory. Bounded in bytes: the key holds the query string as sent.
-_valid_params = WeighedLRU(maxsize=8 * 2**20)  # bytes: about 10,000 query strings
+_valid_params = WeighedLRU(
+    name=f"{__name__}._valid_params", kind="process", maxsize=8 * 2**20
+)  # bytes: about 10,000 query strings
 _valid_params_lock = threading.Lock()
 
 
@@ -268,6 +271,10 @@ _READ_CACHE_CONTROL = f"max-age={READ_MAX_AGE}, public"
 def iso_text(value: dt.datetime | None) -> str | None:
     """An instant as the API writes it: ISO 8601 in UTC with a Z, to the second."""
     return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+# 1,024 instants and their 20-character texts: under 512 bytes each with what the cache keeps beside.
+memory.keep(f"{__name__}.iso_text", iso_text.cache_clear, kind="process", bytes=1024 * 512, cache=iso_text)
 
 
 def money_text(value: Decimal) -> str:

@@ -6,6 +6,7 @@ from rest_framework.response import Response
 
 from rankings.serving import selectors
 from rankings.serving.api import _READ_ERRORS, _THROTTLED, MAX_DEPTH, ReadApi, _Error, _params
+from rankings.serving.categories import CATEGORY_COUNT_SECONDS
 
 
 class CategoryListParams(serializers.Serializer):
@@ -34,9 +35,7 @@ class CategoryItemReply(serializers.Serializer):
 class CategoryListReply(serializers.Serializer):
     """A page of categories; each item's url is where its best sellers are read."""
 
-    total = serializers.IntegerField(
-        help_text=f"counted at most every {selectors.CATEGORY_COUNT_SECONDS:g} s"
-    )
+    total = serializers.IntegerField(help_text=f"counted at most every {CATEGORY_COUNT_SECONDS:g} s")
     next = serializers.CharField(
         allow_null=True, help_text="pass as after= for the page that follows; null on the last page"
     )

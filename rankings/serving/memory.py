@@ -4,12 +4,13 @@ key and their value, so that no client fills one by varying what it asks."""
 import dataclasses
 import datetime as dt
 import sys
-import weakref
+from collections.abc import Callable
 from decimal import Decimal
-from functools import cache
+from functools import lru_cache
 from operator import attrgetter
+from typing import cast
 
-from cachetools import LRUCache, TLRUCache, TTLCache
+from cachetools import Cache, LRUCache, TLRUCache, TTLCache
 
 # What cachetools keeps beside each entry (its slots in the data, size and order dicts, a link in
 # the TTL caches' list), measured with tracemalloc: 130 bytes for an LRUCache, 220 for a TTLCache.
@@ -19,7 +20,7 @@ _CONTAINERS = (tuple, list, set, frozenset)
 _LEAVES = frozenset({str, bytes, int, float, bool, type(None), Decimal, dt.datetime, dt.date})
 
 
-@cache
+@lru_cache(maxsize=64)  # the value types of the program: a few dozen dataclasses
 def _fields(kind: type):
     """What reads the attributes a value of this type holds: a dataclass's fields; None for any
     other type."""
@@ -60,15 +61,61 @@ def weight(value) -> int:
     return size if held is None else size + weight(held)
 
 
-_every: list[weakref.ref] = []  # every cache bounded in bytes, for forget_all
+@dataclasses.dataclass(frozen=True, slots=True)
+class Kept:
+    """One thing a reader process remembers: where, its bound in bytes, its time to live."""
+
+    name: str  # module.attribute
+    kind: str  # one of KINDS
+    bytes: int | None  # the bound; None: one value whose size the data decides (a version's tree)
+    seconds: float | None  # how long an entry is kept at most; None: until evicted or forgotten
+    clear: Callable[[], None]
+    cache: object = None  # the cache itself, when it is one
 
 
-def forget_all() -> None:
-    """Empty every cache bounded in bytes, wherever it is kept (between tests, after a restore)."""
-    for ref in _every:
-        kept = ref()
-        if kept is not None:
-            kept.clear()
+# What is remembered, by kind: forget_all(kind) forgets one kind only (a test that reads again
+# without the answers, but with the category names it had).
+KINDS = (
+    "answers",  # answers and what they are made of: product names, prices and categories, board copies
+    "categories",  # category names, the lists' counts, the tree that counts
+    "history",  # snapshots' ranks 24 hours before, rank histories
+    "status",  # the status figures
+    "process",  # what the process derives once: layouts, texts of instants, validated parameters
+)
+# Every cache and remembered value of the read path, by name: the one list of what a reader keeps.
+_kept: dict[str, Kept] = {}
+
+
+def keep(
+    name: str,
+    clear: Callable[[], None],
+    *,
+    kind: str,
+    bytes: int | None,
+    seconds: float | None = None,
+    cache=None,
+) -> None:
+    """Register something a reader process remembers, forgotten by forget_all()."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+    _kept[name] = Kept(name, kind, bytes, seconds, clear, cache)
+
+
+def kept() -> list[Kept]:
+    """Everything a reader process remembers, with its bound and time to live."""
+    return list(_kept.values())
+
+
+# Each entry a type and what reads its fields: well under a kilobyte.
+keep(f"{__name__}._fields", _fields.cache_clear, kind="process", bytes=64 * 1024, cache=_fields)
+
+
+def forget_all(*kinds: str) -> None:
+    """Forget everything a reader process remembers (between tests, after a switch or a restore);
+    of the `kinds` given only, when some are."""
+    for entry in list(_kept.values()):
+        if not kinds or entry.kind in kinds:
+            entry.clear()
 
 
 class _Weighed:
@@ -80,9 +127,16 @@ class _Weighed:
 
     _key = None
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(
+        self, *args, name: str | None = None, kind: str = "answers", seconds: float | None = None, **kwargs
+    ) -> None:
+        """`name`: where the cache is kept (module.attribute), to register it as of `kind`; `seconds`:
+        its entries' longest life when it is not `ttl` (a TLRU cache's)."""
         super().__init__(*args, **kwargs)
-        _every.append(weakref.ref(self))
+        if name is not None:
+            cache = cast(Cache, self)  # a cachetools cache: this class comes first in the subclasses
+            ttl = getattr(cache, "ttl", seconds)
+            keep(name, cache.clear, kind=kind, bytes=int(cache.maxsize), seconds=ttl, cache=cache)
 
     def __setitem__(self, key, value) -> None:
         self._key = key

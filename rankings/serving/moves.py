@@ -6,7 +6,7 @@ board restricted to the latest releases, read in one consistent pass and kept, o
 board, until a tick writes its shard (rankings/serving/releases.py): a product leaves the moment
 its release is RANKINGS_NEW_DAYS behind the board's asOf. History reads the ranks of one product
 in a board's snapshots, remembered per board until the next hour is snapshotted. Every other
-answer is remembered as the other reads are (selectors._served): fresh for half a second, last
+answer is remembered as the other reads are (answers.served): fresh for half a second, last
 known while Redis is unreachable.
 """
 
@@ -21,21 +21,15 @@ from django.db import DatabaseError, connection
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
+from rankings.engine.instants import instant
 from rankings.models import RankingVersion, Snapshot, SnapshotHour
 from rankings.serving import releases, selectors
+from rankings.serving.answers import Board, RankedProduct, catalogue_failed, figures, reading, served
+from rankings.serving.boards import items_of
+from rankings.serving.catalogue_reads import catalogue_product, product_names
+from rankings.serving.categories import category_name
+from rankings.serving.layouts import placed
 from rankings.serving.memory import WeighedLRU, WeighedTTL
-from rankings.serving.selectors import (
-    Board,
-    RankedProduct,
-    _items,
-    _names,
-    _placed,
-    _product,
-    _reading,
-    _served,
-    category_name,
-    instant,
-)
 from rankings.serving.then import gain_percent, ranks_then, then_of
 
 HOUR = 3600  # seconds
@@ -63,7 +57,7 @@ class History:
 
 
 def _depth_slice(category: str, window: str, metric: str, start: int, stop: int) -> store.BoardSlice:
-    version, shard = _placed(category)
+    version, shard = placed(category)
     return store.board_slice(
         version=version, shard=shard, window=window, metric=metric, category=category, start=start, stop=stop
     )
@@ -72,12 +66,12 @@ def _depth_slice(category: str, window: str, metric: str, start: int, stop: int)
 # --- movers and shakers ----------------------------------------------------------------
 
 
-@_reading
+@reading
 def board_movers(*, category: str, window: str, metric: str, limit: int) -> Movers:
     """The products ranked now within the first DEPTH whose rank 24 hours before was lower or none."""
     selectors.split_refused(category)
     category_name(category)
-    return _served(
+    return served(
         ("movers", category, window, metric, limit),
         lambda: _board_movers(category=category, window=window, metric=metric, limit=limit),
     )
@@ -101,13 +95,13 @@ def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Mov
     # Unranked then first (by rank now), then the largest gain, then rank now; ranks are unique.
     moved.sort(key=lambda m: (m[1] is not None, -(gain_percent(m[0], m[1]) or 0), m[0]))
     chosen = moved[:limit]
-    names = _names([row[0] for _, _, row in chosen])
+    names = product_names([row[0] for _, _, row in chosen])
     items = tuple(
         RankedProduct(
             rank,
             row[0],
             names.get(row[0], row[0]),
-            *selectors._figures(metric, row[1], row[2], None),
+            *figures(metric, row[1], row[2], None),
             rank_then=rank_then,
         )
         for rank, rank_then, row in chosen
@@ -126,7 +120,7 @@ def _board_movers(*, category: str, window: str, metric: str, limit: int) -> Mov
 # --- hot new releases ------------------------------------------------------------------
 
 
-@_reading
+@reading
 def board_new(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
     """Ranks offset+1 … offset+limit of the board restricted to the products released at most
     NEW_DAYS days before its asOf (the NEW_MOST latest of them): a slice of the board's one answer
@@ -135,7 +129,7 @@ def board_new(*, category: str, window: str, metric: str, limit: int, offset: in
     category_name(category)
     stale = False
     try:
-        version, shard = _placed(category)
+        version, shard = placed(category)
         found = releases.new_releases(
             version=version, shard=shard, window=window, metric=metric, category=category
         )
@@ -144,7 +138,7 @@ def board_new(*, category: str, window: str, metric: str, limit: int, offset: in
         if found is None:
             raise selectors.Unavailable("rankings are unavailable right now; try again shortly") from error
     page = found.rows[offset : offset + limit]
-    items = _items([(pid, score, other) for pid, score, other, _ in page], offset + 1, metric)
+    items = items_of([(pid, score, other) for pid, score, other, _ in page], offset + 1, metric)
     return Board(
         category=category,
         window=window,
@@ -154,14 +148,14 @@ def board_new(*, category: str, window: str, metric: str, limit: int, offset: in
         items=tuple(
             dataclasses.replace(item, released_at=row[3]) for item, row in zip(items, page, strict=True)
         ),
-        stale=stale or selectors._catalogue_failed.get(),
+        stale=stale or catalogue_failed.get(),
     )
 
 
 # --- a product's rank history ----------------------------------------------------------
 
 
-@_reading
+@reading
 def product_history(*, product_id: str, category: str, window: str, metric: str, days: int) -> History:
     """The product's rank in each hourly snapshot of the last `days` days, oldest first; None where
     it was not in the snapshot's first DEPTH ranks."""
@@ -184,9 +178,15 @@ LATEST_HOUR_SECONDS = 30.0  # seconds
 
 # (version, product, category, window, metric, days, latest hour) -> ranks, one an hour, 0 for
 # none; ("hours", version, days, latest hour) -> the version's hours in the period, oldest first.
-_histories = WeighedTTL(maxsize=HISTORY_CACHE_BYTES, ttl=HISTORY_KEEP_SECONDS, timer=time.monotonic)
+_histories = WeighedTTL(
+    name=f"{__name__}._histories",
+    kind="history",
+    maxsize=HISTORY_CACHE_BYTES,
+    ttl=HISTORY_KEEP_SECONDS,
+    timer=time.monotonic,
+)
 # version -> (when its latest hour was read, time.monotonic(); the hour)
-_latest_hour = WeighedLRU(maxsize=2**16)
+_latest_hour = WeighedLRU(name=f"{__name__}._latest_hour", kind="history", maxsize=2**16)
 _history_lock = threading.Lock()
 
 _LATEST_HOUR = f"SELECT max(at) FROM {SnapshotHour._meta.db_table} WHERE version = %s"
@@ -286,7 +286,7 @@ def product_histories(
 ) -> dict[str, History]:
     """product_history of several categories, each board's from memory until the next hour is
     snapshotted, the others' in one query (a product's page charts them all)."""
-    _product(product_id)
+    catalogue_product(product_id)
     try:
         version = _active_version()
         hours = _hours(version, days)

@@ -8,7 +8,8 @@ from django.urls import reverse
 from rankings.conf import METRICS, rankings_settings
 from rankings.serving import moves, selectors
 from rankings.serving.charts import rank_chart
-from rankings.serving.pages import (
+from rankings.serving.layouts import split_board
+from rankings.serving.page_parts import (
     CHART_HEIGHT,
     CHART_WIDTH,
     DEFAULT_METRIC,
@@ -17,16 +18,16 @@ from rankings.serving.pages import (
     PAGE_SIZE,
     WINDOW_CHOICES,
     WINDOW_LABELS,
-    _choice,
-    _freshness,
-    _links,
-    _page_number,
-    _query,
-    _ranked,
     category_url,
+    choice_param,
+    freshness_of,
+    page_links,
+    page_number,
     page_view,
+    query_string,
+    ranked_rows,
 )
-from rankings.serving.then import gain_percent, split_board
+from rankings.serving.then import gain_percent
 
 MOVERS_SHOWN = 100  # rows of the movers page
 HISTORY_DAYS = 7  # days of rank history on a product's page
@@ -45,12 +46,14 @@ def mover_text(item, *, known: bool = True) -> str:
 
 def _snapshot_params(request) -> tuple[str, str]:
     windows = list(rankings_settings.SNAPSHOT_WINDOWS)
-    window = _choice(request, "window", windows, DEFAULT_WINDOW if DEFAULT_WINDOW in windows else windows[0])
-    return window, _choice(request, "metric", METRICS, DEFAULT_METRIC)
+    window = choice_param(
+        request, "window", windows, DEFAULT_WINDOW if DEFAULT_WINDOW in windows else windows[0]
+    )
+    return window, choice_param(request, "metric", METRICS, DEFAULT_METRIC)
 
 
 def _url(name: str, slug: str, window: str, metric: str, **extra) -> str:
-    return reverse(name, args=[slug]) + _query(window, metric, **extra)
+    return reverse(name, args=[slug]) + query_string(window, metric, **extra)
 
 
 def _switches(name: str, slug: str, window: str, metric: str, windows) -> dict:
@@ -74,7 +77,7 @@ def movers(request, slug):
     board = moves.board_movers(category=slug, window=window, metric=metric, limit=MOVERS_SHOWN)
     rows = [
         {"row": row, "text": mover_text(row.item, known=board.then is not None)}
-        for row in _ranked(board.items, window=window, metric=metric, known=board.then is not None)
+        for row in ranked_rows(board.items, window=window, metric=metric, known=board.then is not None)
     ]
     return render(
         request,
@@ -89,7 +92,7 @@ def movers(request, slug):
             "rows": rows,
             "total": board.total,
             "then": board.then,
-            "freshness": _freshness(board),
+            "freshness": freshness_of(board),
         },
     )
 
@@ -97,16 +100,16 @@ def movers(request, slug):
 @page_view
 def new_releases(request, slug):
     """Hot new releases of a category: its best sellers released in the last RANKINGS_NEW_DAYS days."""
-    window = _choice(request, "window", list(rankings_settings.WINDOWS), DEFAULT_WINDOW)
-    metric = _choice(request, "metric", METRICS, DEFAULT_METRIC)
-    page = _page_number(request)
+    window = choice_param(request, "window", list(rankings_settings.WINDOWS), DEFAULT_WINDOW)
+    metric = choice_param(request, "metric", METRICS, DEFAULT_METRIC)
+    page = page_number(request)
     offset = (page - 1) * PAGE_SIZE
     name = selectors.category_name(slug)
     board = moves.board_new(category=slug, window=window, metric=metric, limit=PAGE_SIZE, offset=offset)
     pages = Paginator(range(board.total), PAGE_SIZE, allow_empty_first_page=True)
     if page > pages.num_pages:
         raise selectors.NotFound(f"page {page} is past the end of the new releases of {name}.")
-    links = _links(
+    links = page_links(
         page, pages, lambda p: _url("new-releases", slug, window, metric, page=p if p > 1 else None)
     )
     return render(
@@ -119,11 +122,11 @@ def new_releases(request, slug):
             "window_label": WINDOW_LABELS.get(window, window),
             "metric_label": METRIC_LABELS.get(metric, metric),
             "switches": _switches("new-releases", slug, window, metric, rankings_settings.WINDOWS),
-            "items": _ranked(board.items, window=window, metric=metric),
+            "items": ranked_rows(board.items, window=window, metric=metric),
             "total": board.total,
             "days": rankings_settings.NEW_DAYS,
             "pages": links,
-            "freshness": _freshness(board),
+            "freshness": freshness_of(board),
         },
     )
 

@@ -13,18 +13,18 @@ import threading
 import time
 from dataclasses import dataclass
 
-from cachetools import LRUCache, TTLCache
 from django.db import connection
 
 from catalogue.models import Product
 from rankings.conf import MAX_DEPTH, rankings_settings
 from rankings.engine import store
 from rankings.models import ProductTotal
+from rankings.serving.memory import WeighedLRU, WeighedTTL
 
 # Rows of new releases kept per process, over every board (a row is a product id, two scores and
 # an instant: about 200 bytes). A board keeps at most MAX_DEPTH rows, so the largest few boards'
 # whole lists fit at once; a least recently read board is dropped first.
-HELD_ROWS = 50_000  # rows: about 10 MB
+HELD_BYTES = 16 * 2**20  # bytes: about 50,000 rows
 
 # A product's release is the catalogue's where an editor set it, else its first sale's time: the
 # latest `most` of those at or after `since`, by two index scans (catalogue_product.released_at,
@@ -59,9 +59,13 @@ class NewReleases:
 # again after this long, so that a product first sold meanwhile is among them by the next tick.
 LATEST_SECONDS = 0.5  # seconds: what any answer of the read path may lag
 
-_held: LRUCache = LRUCache(maxsize=HELD_ROWS, getsizeof=lambda held: 1 + len(held.rows))
-# (since, most) -> the latest releases read for it: two instants, at most NEW_MOST products each.
-_latest: TTLCache = TTLCache(maxsize=2, ttl=LATEST_SECONDS, timer=time.monotonic)
+_held = WeighedLRU(name=f"{__name__}._held", maxsize=HELD_BYTES)
+# (since, most) -> the latest releases read for it: two instants, at most NEW_MOST products each
+# (about 2 MB each at the default 10,000).
+LATEST_BYTES = 8 * 2**20  # bytes
+_latest = WeighedTTL(
+    name=f"{__name__}._latest", maxsize=LATEST_BYTES, ttl=LATEST_SECONDS, timer=time.monotonic
+)
 _lock = threading.Lock()
 
 
@@ -121,9 +125,3 @@ def last_known(*, category: str, window: str, metric: str) -> NewReleases | None
     """The board's new releases as last read, for while Redis or the catalogue is away."""
     with _lock:
         return _held.get((category, window, metric))
-
-
-def releases_forget() -> None:
-    with _lock:
-        _held.clear()
-        _latest.clear()

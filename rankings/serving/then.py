@@ -14,6 +14,7 @@ from django.db import DatabaseError
 
 from rankings.conf import rankings_settings
 from rankings.models import Snapshot, SnapshotHour
+from rankings.serving.layouts import split_board
 from rankings.serving.memory import WeighedLRU
 
 HOUR = 3600  # seconds
@@ -23,7 +24,7 @@ THEN_HOURS = 24  # a board is compared with its snapshot this many hours before
 # each as product -> rank), thousands of smaller ones.
 THEN_CACHE_BYTES = 48 * 2**20  # bytes
 
-_known = WeighedLRU(maxsize=THEN_CACHE_BYTES)
+_known = WeighedLRU(name=f"{__name__}._known", kind="history", maxsize=THEN_CACHE_BYTES)
 _lock = threading.Lock()
 
 
@@ -37,18 +38,6 @@ def then_of(as_of: dt.datetime | None) -> dt.datetime | None:
 
 def snapshot_windows() -> tuple[str, ...]:
     return tuple(rankings_settings.SNAPSHOT_WINDOWS)
-
-
-def split_board(category: str) -> bool:
-    """Whether the active version splits the category: its parts are snapshotted apart, so its rank
-    24 hours before is unknown."""
-    from rankings.engine import store
-    from rankings.serving.selectors import _layout
-
-    try:
-        return category in _layout(store.active_version()).split
-    except store.StoreError:
-        return False
 
 
 def _version() -> int | None:
@@ -134,11 +123,6 @@ def ranks_then_prefetch(boards: list[tuple[str, str, str, dt.datetime | None]]) 
         return
     with _lock:
         _known.update(found)
-
-
-def ranks_then_forget() -> None:
-    with _lock:
-        _known.clear()
 
 
 def gain_percent(rank: int, rank_then: int | None) -> int | None:

@@ -10,17 +10,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from rankings.engine import store
-from rankings.serving import merge
-from rankings.serving.selectors import (
-    NotFound,
-    Unavailable,
-    _layout,
-    _reading,
-    _served,
-    category_name,
-    instant,
-    money,
-)
+from rankings.engine.instants import instant
+from rankings.serving import board_reader
+from rankings.serving.answers import NotFound, Unavailable, money, reading, served
+from rankings.serving.categories import category_name
+from rankings.serving.layouts import layout_of
 
 RANKS = (1, 10, 100, 1_000, 10_000)
 
@@ -54,10 +48,10 @@ class Thresholds:
     stale: bool = False
 
 
-@_reading
+@reading
 def board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
     category_name(category)
-    return _served(
+    return served(
         ("thresholds", category, window, metric),
         lambda: _board_thresholds(category=category, window=window, metric=metric),
     )
@@ -65,18 +59,10 @@ def board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
 
 def _board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
     version = store.active_version()
-    layout = _layout(version)
+    layout = layout_of(version)
     edges = _EDGES["revenue" if metric == "revenue" else "count"]
-    # A split board: the parts' histograms summed, the threshold ranks from their merge.
-    read = merge.thresholds if category in layout.split else store.board_thresholds
-    found = read(
-        version=version,
-        **({"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}),
-        window=window,
-        metric=metric,
-        category=category,
-        ranks=list(RANKS),
-        edges=edges,
+    found = board_reader.thresholds(
+        version, layout, category=category, window=window, metric=metric, ranks=list(RANKS), edges=edges
     )
     return Thresholds(
         category=category,
@@ -132,14 +118,13 @@ def product_climb(*, product_id: str, category: str, window: str, metric: str, r
         return None
     try:
         version = store.active_version()
-        layout = _layout(version)
-        where = {"layout": layout} if category in layout.split else {"shard": layout.shard_of(category)}
-        before = (merge.ordered_before if category in layout.split else store.ordered_before)(
-            version=version,
-            **where,
+        layout = layout_of(version)
+        before = board_reader.ordered_before(
+            version,
+            layout,
+            category=category,
             window=window,
             metric=metric,
-            category=category,
             score=score + more,
             product_id=product_id,
         )

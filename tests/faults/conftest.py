@@ -5,7 +5,7 @@ import pytest
 import redis as redis_lib
 
 from rankings.engine import store
-from rankings.serving import selectors
+from rankings.serving import memory
 
 from .. import processes
 
@@ -31,7 +31,7 @@ def fault_redis(private_redis, settings):
     settings.REDIS_URL = private_redis.url
     settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": private_redis.url}}
     store.reset_clients()
-    selectors.caches_clear()
+    memory.forget_all()
     yield private_redis
     store.reset_clients()
-    selectors.caches_clear()
+    memory.forget_all()

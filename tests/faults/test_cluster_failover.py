@@ -22,7 +22,7 @@ from redis.cluster import RedisCluster
 from rankings.engine import store
 from rankings.engine.shards import ALL, active_layout, shard_of
 from rankings.models import ShardState, TickLog
-from rankings.serving import selectors
+from rankings.serving import memory
 
 from .. import processes
 from .stack import (
@@ -52,11 +52,11 @@ def cluster(tmp_path, settings):
     cluster = processes.redis_cluster(tmp_path / "cluster")
     settings.REDIS_URL, settings.REDIS_CLUSTER = cluster.url, True
     store.reset_clients()
-    selectors.caches_clear()
+    memory.forget_all()
     yield cluster
     cluster.stop()
     store.reset_clients()
-    selectors.caches_clear()
+    memory.forget_all()
 
 
 def _node_client(node: processes.Process) -> redis_lib.Redis:

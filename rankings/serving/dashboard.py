@@ -1,7 +1,10 @@
-"""The operator's view: what the status page of the admin shows, beyond GET /v1/status."""
+"""The operator's view: the status figures as GET /v1/status serves them (computed at most once a
+second per process), and what the status page of the admin shows beyond them."""
 
 import datetime as dt
+import threading
 
+from cachetools import cached
 from django.utils import timezone
 
 from rankings.engine import store
@@ -10,9 +13,32 @@ from rankings.operations.status import status_read
 from rankings.operations.verify import redis_safety
 from rankings.serving import selectors
 from rankings.serving.charts import Chart, bar_chart
+from rankings.serving.memory import WeighedTTL
 
 HOUR = 3600  # seconds: one bar of the chart
 CHART_HOURS = 48
+# The figures cost a handful of queries and a SCAN of Redis: one computation a
+# second per process serves any number of callers.
+FIGURES_CACHE_SECONDS = 1.0  # seconds
+# One set of figures: a few kilobytes (a few windows, shards failing, engagement).
+FIGURES_BYTES = 2**20  # bytes
+
+
+# One computation at a time: callers that arrive meanwhile wait for it rather than repeat it.
+_figures_lock = threading.Lock()
+
+
+@cached(
+    WeighedTTL(
+        name=f"{__name__}.status_cached", kind="status", maxsize=FIGURES_BYTES, ttl=FIGURES_CACHE_SECONDS
+    ),
+    key=lambda: "figures",
+    lock=_figures_lock,
+    condition=threading.Condition(_figures_lock),
+)
+def status_cached() -> dict:
+    """status_read(), computed at most once per FIGURES_CACHE_SECONDS in this process."""
+    return status_read()
 
 
 def operations_read() -> dict:
