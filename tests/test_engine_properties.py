@@ -26,6 +26,7 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
+from django.core.management.color import no_style
 from django.db import connection, transaction
 from django.db.models import Min
 from django.test import override_settings
@@ -86,36 +87,16 @@ clock_steps = st.one_of(
 )
 
 
-# Referencing tables before the tables they reference.
-_HISTORY_TABLES = [
-    "rankings_pendingsale",
-    "rankings_saleid",
-    "rankings_sale",
-    "rankings_bucket",
-    "rankings_shardstate",
-    "rankings_batch",
-    "rankings_pendingengagement",
-    "rankings_engagementid",
-    "rankings_engagement",
-    "rankings_ticklog",
-    "rankings_ingestlog",
-    "rankings_rankingversion",
-    "rankings_snapshot",
-    "rankings_snapshothour",
-    "rankings_snapshotmark",
-    "rankings_producttotal",
-    "catalogue_product_categories",
-    "catalogue_product",
-    "catalogue_category",
-]
-
-
 def _reset():
-    """Empties the tables of a history: deleting a few hundred rows costs far less than truncating
-    (a new file for each table and partition)."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        for table in _HISTORY_TABLES:
-            cursor.execute(f"DELETE FROM {table}")
+    """Empties the tables of a history the way the database is emptied after every test that commits
+    (tests/conftest.py), and the boards in Redis."""
+    tables = [
+        table
+        for table in connection.introspection.django_table_names(only_existing=True, include_views=False)
+        if table.startswith(("rankings_", "catalogue_"))
+    ]
+    with transaction.atomic():
+        connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), tables))
     r = store.patient()
     keys = list(r.scan_iter(f"{rankings_settings.KEY_PREFIX}:*"))
     if keys:
