@@ -2,6 +2,7 @@
 
 import contextlib
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -64,6 +65,7 @@ def _emptied_by_delete():
 
     truncate = DatabaseOperations.sql_flush
 
+    @functools.wraps(truncate)  # tests/test_flush.py pins what it replaces
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences:
             return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)

@@ -1,12 +1,18 @@
 """A small driver for engine tests: a shop with a clock, sales, ticks and the recompute check."""
 
 import datetime as dt
+from decimal import Decimal
 
+from catalogue.models import Category
+from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.tick import tick
 from rankings.ingest.engagement import engagements_ingest
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.verify import rankings_verify
+from rankings.serving import selectors
+
+from . import oracle
 
 START = dt.datetime(2026, 3, 2, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -72,3 +78,22 @@ class Shop:
         report = rankings_verify()
         assert report.exact, "\n".join(d.describe() for d in report.differences)
         return report
+
+    def assert_served_exact(self, parents: dict[str, str | None]):
+        """Every board of every category, as the API serves it (a split board merged), is the tests'
+        own reference as of now under the tree `parents`: windows, returns, the tree and the order
+        by the contract alone."""
+        selectors.caches_clear()
+        want = oracle.boards(self.now, parents)
+        for category in [oracle.ALL, *Category.objects.values_list("slug", flat=True)]:
+            for window in rankings_settings.WINDOWS:
+                for metric in METRICS:
+                    top = selectors.board_top(
+                        category=category, window=window, metric=metric, limit=100, offset=0
+                    )
+                    got = [(item.product_id, getattr(item, metric)) for item in top.items]
+                    rows = want.get((window, metric, category), [])
+                    if metric == "revenue":
+                        rows = [(pid, Decimal(cents) / 100) for pid, cents in rows]
+                    assert got == rows, (window, metric, category)
+                    assert top.total == len(rows)

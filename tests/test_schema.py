@@ -126,40 +126,107 @@ def test_every_response_is_documented_and_no_input_causes_a_server_error(case, a
         assert reply["accepted"] + reply["duplicates"] + len(reply["rejected"]) == len(case.body["events"])
 
 
-def _sample_answers():
-    """One typed answer per reply, every optional value present."""
+def _sample_answers() -> dict:
+    """Every hand-written reply (one that writes its JSON itself, not field by field) with one typed
+    answer, every optional value present."""
     import datetime as dt
     from decimal import Decimal
 
-    from rankings.serving import selectors
+    from rankings.serving import api as read_api
+    from rankings.serving import categories_api, moves, moves_api, selectors
+    from rankings.serving.thresholds import Thresholds
 
     at = dt.datetime(2026, 3, 2, 12, tzinfo=dt.UTC)
-    item = selectors.RankedProduct(1, "p1", "Kite", 3, Decimal("12.30"), views=40, wishes=2)
+    item = selectors.RankedProduct(1, "p1", "Kite", 3, Decimal("12.30"), views=40, wishes=2, rank_then=4)
+    new = selectors.RankedProduct(1, "p1", "Kite", 3, Decimal("12.30"), views=40, wishes=2, released_at=at)
     ranked = selectors.CategoryRank("toys", 1, 3, Decimal("12.30"), 4, 25.0, views=40, wishes=2)
     return {
-        "BoardTopReply": selectors.Board("toys", "7d", "units", at, 4, (item,)),
-        "ProductRankReply": selectors.Rank(
-            "p1", "toys", "7d", "views", at, 1, 3, Decimal("12.30"), 4, 25.0, views=40, wishes=2
+        "BoardTopReply": (read_api.BoardTopReply, selectors.Board("toys", "7d", "units", at, 4, (item,))),
+        "ProductRankReply": (
+            read_api.ProductRankReply,
+            selectors.Rank(
+                "p1", "toys", "7d", "views", at, 1, 3, Decimal("12.30"), 4, 25.0, views=40, wishes=2
+            ),
         ),
-        "ProductRanksReply": selectors.Ranks("p1", "7d", "units", at, (ranked,)),
-        "ProductNeighborsReply": selectors.Neighbors("p1", "toys", "7d", "units", at, 1, (item,)),
+        "ProductRanksReply": (
+            read_api.ProductRanksReply,
+            selectors.Ranks("p1", "7d", "units", at, (ranked,)),
+        ),
+        "ProductNeighborsReply": (
+            read_api.ProductNeighborsReply,
+            selectors.Neighbors("p1", "toys", "7d", "units", at, 1, (item,)),
+        ),
+        "ThresholdsReply": (
+            read_api.ThresholdsReply,
+            Thresholds(
+                "toys", "7d", "revenue", at, 4, ((1, Decimal("12.30")),), ((Decimal(1), Decimal(2), 3),)
+            ),
+        ),
+        "BoardMoversReply": (
+            moves_api.BoardMoversReply,
+            moves.Movers("toys", "1d", "units", at, 1, (item,), then=at - dt.timedelta(hours=24)),
+        ),
+        "BoardNewReply": (moves_api.BoardNewReply, selectors.Board("toys", "7d", "units", at, 1, (new,))),
+        "ProductHistoryReply": (
+            moves_api.ProductHistoryReply,
+            moves.History("p1", "toys", "1d", "units", (moves.HistoryPoint(at, 2),)),
+        ),
+        "CategoryListReply": (
+            categories_api.CategoryListReply,
+            selectors.CategoriesPage(2, [("all", "All"), ("toys", "Toys")], next="toys"),
+        ),
     }
 
 
 @pytest.mark.parametrize("name", sorted(_sample_answers()))
-def test_each_reply_writes_exactly_the_fields_its_schema_declares(name):
-    """A read reply is written by a plain function for speed; its keys, and those of its nested
-    items, are the fields the same serializer declares for the OpenAPI schema."""
-    from rankings.serving import api as read_api
+@pytest.mark.django_db
+def test_each_reply_writes_exactly_the_fields_its_schema_declares(name, rf):
+    """A reply written by a plain function for speed (or by hand, as the categories' list): its
+    keys, and those of its nested items, are the fields the same serializer declares for the
+    OpenAPI schema."""
+    reply_class, answer = _sample_answers()[name]
+    reply = reply_class(context={"request": rf.get("/v1/categories")})
+    written = reply.to_representation(answer)
 
-    reply_class = getattr(read_api, name)
-    written = reply_class().to_representation(_sample_answers()[name])
-
-    declared = reply_class().fields
+    declared = reply.fields
     assert list(written) == [f for f in written if f in declared] and set(written) == set(declared)
     for key, value in written.items():
-        if isinstance(value, list):
-            assert value and set(value[0]) == set(declared[key].child.fields), key
+        if isinstance(value, list) and hasattr(declared[key], "child"):
+            child = declared[key].child
+            if hasattr(child, "fields"):
+                assert value and set(value[0]) == set(child.fields), key
+
+
+def test_every_hand_written_reply_is_checked():
+    """Each reply of the API that writes its own JSON (its `wire`, or its own to_representation),
+    other than the items nested in another, is among the sampled ones above."""
+    from rest_framework import serializers
+
+    from rankings.serving import api as read_api
+    from rankings.serving import categories_api, engagement_api, moves_api
+
+    replies = {
+        name: value
+        for module in (read_api, moves_api, categories_api, engagement_api)
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and issubclass(value, serializers.Serializer)
+        and name.endswith("Reply")
+        and not name.startswith("_")
+        and value.__module__ == module.__name__
+    }
+    nested = {
+        type(field.child).__name__
+        for reply in replies.values()
+        for field in reply().fields.values()
+        if isinstance(field, serializers.ListSerializer)
+    }
+    hand_written = {
+        name
+        for name, reply in replies.items()
+        if name not in nested and ("wire" in vars(reply) or "to_representation" in vars(reply))
+    }
+    assert hand_written == set(_sample_answers())
 
 
 def test_the_documented_batch_limit_is_the_setting(settings):

@@ -1,0 +1,134 @@
+"""The tests' own reference: every board and hourly snapshot from the raw rows, by the contract alone.
+
+Plain Python over the stored sales and engagement events, written from the
+meaning of the numbers (docs/api.md; the engine's own recompute is checked
+against it, not trusted): nothing here comes from `rankings.engine`, so a wrong
+window bound, tree expansion or split layout there cannot agree with it.
+
+- A window of n buckets of s seconds, as of `now`, holds the events whose time
+  falls in the UTC-aligned bucket containing `now` (a moment ahead of `now`
+  included) or in the n-1 before it.
+- A return counts at its original sale's time, in the original's categories.
+- An event counts once in `all`, once in each of its categories and once in
+  every ancestor of them (the active version's tree).
+- A board ranks by score descending, then product id in byte order; a score of
+  0 or less is not ranked.
+"""
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rankings.conf import rankings_settings
+from rankings.models import Engagement, Sale
+
+ALL = "all"
+
+Boards = dict[tuple[str, str, str], list[tuple[str, int]]]  # (window, metric, category) -> ranked rows
+
+
+@dataclass(frozen=True)
+class Counted:
+    """One event as the boards count it: when, what, where, how much of each metric."""
+
+    row_id: int
+    at: float  # epoch seconds
+    product_id: str
+    categories: tuple[str, ...]
+    scores: dict[str, int]
+    engagement: bool
+
+
+def events() -> list[Counted]:
+    """Every stored sale (a return at its original's time and categories) and engagement event."""
+    sales = list(
+        Sale.objects.values_list(
+            "id", "event_id", "ts", "product_id", "categories", "qty", "amount_cents", "return_of"
+        )
+    )
+    originals = {event_id: (ts, categories) for _, event_id, ts, _, categories, qty, _, _ in sales if qty > 0}
+    found = []
+    for row_id, _, ts, product_id, categories, qty, cents, return_of in sales:
+        if return_of is not None:
+            ts, categories = originals[return_of]
+            cents = -cents  # a refund subtracts
+        found.append(
+            Counted(
+                row_id, ts.timestamp(), product_id, tuple(categories), {"units": qty, "revenue": cents}, False
+            )
+        )
+    for row_id, ts, product_id, categories, kind in Engagement.objects.values_list(
+        "id", "ts", "product_id", "categories", "kind"
+    ):
+        scores = {"views": int(kind == "view"), "wishes": int(kind == "wish")}
+        # An event counts from its whole second.
+        found.append(Counted(row_id, float(int(ts.timestamp())), product_id, tuple(categories), scores, True))
+    return found
+
+
+def counted_in(categories: tuple[str, ...], parents: dict[str, str | None]) -> set[str]:
+    """`all`, the categories and every ancestor of each, once."""
+    found = {ALL}
+    for slug in categories:
+        while slug is not None and slug not in found:
+            found.add(slug)
+            slug = parents.get(slug)
+    return found
+
+
+def in_window(at: float, now: float, bucket_seconds: int, buckets: int) -> bool:
+    """Whether an event at `at` is in the window as of `now`: its bucket is `now`'s or one of the n-1 before."""
+    newest = int(now // bucket_seconds)
+    return newest - buckets < int(at // bucket_seconds) <= newest
+
+
+def windows() -> Iterator[tuple[str, int, int]]:
+    for name, (bucket_seconds, buckets) in rankings_settings.WINDOWS.items():
+        yield name, bucket_seconds, buckets
+
+
+def ranked(totals: dict[str, int]) -> list[tuple[str, int]]:
+    rows = [(pid, score) for pid, score in totals.items() if score > 0]
+    return sorted(rows, key=lambda row: (-row[1], row[0].encode()))
+
+
+def boards(now: dt.datetime, parents: dict[str, str | None], counted: list[Counted] | None = None) -> Boards:
+    """Every non-empty board as of `now` under the tree `parents` (slug -> parent slug)."""
+    return _boards(counted if counted is not None else events(), now.timestamp(), parents, lambda event: True)
+
+
+def _boards(counted, now: float, parents, known, names=None) -> Boards:
+    totals: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for name, bucket_seconds, buckets in windows():
+        if names is not None and name not in names:
+            continue
+        for event in counted:
+            if not known(event) or not in_window(event.at, now, bucket_seconds, buckets):
+                continue
+            for category in counted_in(event.categories, parents):
+                for metric, score in event.scores.items():
+                    totals[(name, metric, category)][event.product_id] += score
+    found = {key: ranked(scores) for key, scores in totals.items()}
+    return {key: rows for key, rows in found.items() if rows}
+
+
+def snapshots(
+    hours: list[int], parents: dict[str, str | None], *, earlier_sale: int = 0, earlier_engagement: int = 0
+) -> dict[tuple[int, str, str, str], list[str]]:
+    """The snapshot of each hour in `hours` (epoch seconds) of every board of the snapshot windows:
+    the first SNAPSHOT_DEPTH product ids as of the hour, over what was counted by then (the events
+    stored up to the ids `earlier_*`, and those at or before the hour)."""
+    counted = events()
+    depth = rankings_settings.SNAPSHOT_DEPTH
+    names = set(rankings_settings.SNAPSHOT_WINDOWS)
+    found = {}
+    for hour in hours:
+
+        def known(event, hour=hour):
+            earlier = earlier_engagement if event.engagement else earlier_sale
+            return event.row_id <= earlier or event.at <= hour
+
+        for (window, metric, category), rows in _boards(counted, hour, parents, known, names).items():
+            found[(hour, window, metric, category)] = [pid for pid, _ in rows[:depth]]
+    return found
