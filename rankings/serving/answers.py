@@ -235,11 +235,13 @@ def _units_revenue(metric: str, score: int, other: int) -> tuple[int, Decimal]:
     return units, money(revenue)
 
 
-def figures(metric: str, score: int, other: int, sales: tuple[int, int] | None) -> tuple:
-    """(units, revenue) of a sales board's member; of an engagement board's, (units, revenue, views,
-    wishes), its sales read beside (`sales`: units and revenue cents)."""
+def figures(
+    metric: str, score: int, other: int, sales: tuple[int, int] | None
+) -> tuple[int, Decimal, int | None, int | None]:
+    """(units, revenue, None, None) of a sales board's member; of an engagement board's, (units,
+    revenue, views, wishes), its sales read beside (`sales`: units and revenue cents)."""
     if metric not in ENGAGEMENT_METRICS:
-        return _units_revenue(metric, score, other)
+        return *_units_revenue(metric, score, other), None, None
     views, wishes = (score, other) if metric == "views" else (other, score)
     units, cents = sales or (0, 0)
     return units, money(cents), views, wishes

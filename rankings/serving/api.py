@@ -6,6 +6,7 @@ import io
 import logging
 import threading
 from decimal import Decimal
+from typing import ClassVar
 
 import msgspec
 from django.conf import settings
@@ -216,13 +217,11 @@ class SalesIngestApi(BatchIngestApi):
 # --- the read path ------------------------------------------------------------------
 
 
-def _board_params(**extra):
-    fields = {
-        "window": serializers.ChoiceField(choices=list(rankings_settings.WINDOWS), default="7d"),
-        "metric": serializers.ChoiceField(choices=list(METRICS), default="units"),
-        **extra,
-    }
-    return type("BoardParams", (serializers.Serializer,), fields)
+class BoardParams(serializers.Serializer):
+    """Parameters of a read of a board: its window and metric."""
+
+    window = serializers.ChoiceField(choices=list(rankings_settings.WINDOWS), default="7d")
+    metric = serializers.ChoiceField(choices=list(METRICS), default="units")
 
 
 # Validated query strings, per parameter class: a hot board is asked the same
@@ -291,7 +290,7 @@ class _Reply(serializers.Serializer):
     """
 
     @staticmethod
-    def wire(answer) -> dict:
+    def wire(answer, /) -> dict:
         raise NotImplementedError
 
     def to_representation(self, instance):
@@ -372,7 +371,7 @@ class BoardTopReply(_BoardAnswer):
         ref_name = "BoardTop"
 
 
-class CategoryRankReply(_Reply):
+class _CategoryRankFields(_Reply):
     category = serializers.CharField()
     rank = serializers.IntegerField(allow_null=True)
     units = serializers.IntegerField()
@@ -382,31 +381,35 @@ class CategoryRankReply(_Reply):
     views = serializers.IntegerField(required=False, help_text="metric views or wishes only")
     wishes = serializers.IntegerField(required=False, help_text="metric views or wishes only")
 
-    @staticmethod
-    def wire(found: selectors.CategoryRank | selectors.Rank) -> dict:
-        wire = {
-            "category": found.category,
-            "rank": found.rank,
-            "units": found.units,
-            "revenue": money_text(found.revenue),
-            "total": found.total,
-            "percentile": found.percentile,
-        }
-        if found.views is not None:
-            wire["views"] = found.views
-            wire["wishes"] = found.wishes
-        return wire
+
+def _category_rank_wire(found: selectors.CategoryRank | selectors.Rank) -> dict:
+    wire = {
+        "category": found.category,
+        "rank": found.rank,
+        "units": found.units,
+        "revenue": money_text(found.revenue),
+        "total": found.total,
+        "percentile": found.percentile,
+    }
+    if found.views is not None:
+        wire["views"] = found.views
+        wire["wishes"] = found.wishes
+    return wire
+
+
+class CategoryRankReply(_CategoryRankFields):
+    wire = staticmethod(_category_rank_wire)
 
     class Meta:
         ref_name = "CategoryRank"
 
 
-class ProductRankReply(_BoardAnswer, CategoryRankReply):
+class ProductRankReply(_BoardAnswer, _CategoryRankFields):
     productId = serializers.CharField()  # noqa: N815
 
     @staticmethod
     def wire(found: selectors.Rank) -> dict:
-        return {"productId": found.product_id, **_answer_wire(found), **CategoryRankReply.wire(found)}
+        return {"productId": found.product_id, **_answer_wire(found), **_category_rank_wire(found)}
 
     class Meta:
         ref_name = "ProductRank"
@@ -425,7 +428,7 @@ class ProductRanksReply(_BoardAnswer):
         return {
             "productId": found.product_id,
             **_answer_wire(found),
-            "ranks": [CategoryRankReply.wire(r) for r in found.ranks],
+            "ranks": [_category_rank_wire(r) for r in found.ranks],
             "more": found.more,
         }
 
@@ -564,6 +567,8 @@ class ReadApi(APIView):
     throttle_scope = "reads"
     content_negotiation_class = JsonOnly
 
+    _default_headers: ClassVar[dict]  # set on each view class by default_response_headers
+
     def perform_authentication(self, request):
         pass
 
@@ -571,7 +576,7 @@ class ReadApi(APIView):
     def default_response_headers(self) -> dict:
         """DRF's (the methods allowed), worked out once per view rather than once per read."""
         view = type(self)
-        if "_default_headers" not in view.__dict__:
+        if "_default_headers" not in view.__dict__:  # each view class its own
             view._default_headers = super().default_response_headers
         return dict(view._default_headers)
 
@@ -609,7 +614,7 @@ class BoardReadApi(ReadApi):
         return drf
 
 
-class TopParams(_board_params()):
+class TopParams(BoardParams):
     limit = serializers.IntegerField(min_value=1, max_value=100, default=50)
     offset = serializers.IntegerField(min_value=0, max_value=MAX_DEPTH - 1, default=0)
 
@@ -631,8 +636,8 @@ class BoardTopApi(BoardReadApi):
         return _selected(BoardTopReply, selectors.board_top, category=slug, **_params(TopParams, request))
 
 
-class RankParams(_board_params(category=serializers.SlugField(max_length=50))):
-    pass
+class RankParams(BoardParams):
+    category = serializers.SlugField(max_length=50)
 
 
 class ProductRankApi(BoardReadApi):
@@ -649,7 +654,7 @@ class ProductRankApi(BoardReadApi):
         )
 
 
-class RanksParams(_board_params()):
+class RanksParams(BoardParams):
     pass
 
 
@@ -667,7 +672,8 @@ class ProductRanksApi(BoardReadApi):
         )
 
 
-class NeighborParams(_board_params(category=serializers.SlugField(max_length=50))):
+class NeighborParams(BoardParams):
+    category = serializers.SlugField(max_length=50)
     n = serializers.IntegerField(min_value=1, max_value=50, default=5)
 
 

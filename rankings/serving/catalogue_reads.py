@@ -158,13 +158,12 @@ def product_category_slugs(product_id: str) -> list[str]:
         )
     except DatabaseError as error:
         catalogue_unreachable()
-        with _cache_lock:
-            categories = _product_categories.get(product_id)
-        if categories is None:
+        known = categories_last_read(product_id)
+        if known is None:
             raise Unavailable(
                 "the catalogue is unavailable and this product's categories are unknown"
             ) from error
-        return categories
+        return known
     with _cache_lock:
         _product_categories[product_id] = categories
     return categories

@@ -21,7 +21,9 @@ class CategoryItemReply(serializers.Serializer):
     slug = serializers.CharField()
     name = serializers.CharField()
     url = serializers.URLField()
-    parent = serializers.CharField(
+    # DRF's serializer metaclass takes declared fields off the class, so this field never shadows
+    # Field.parent (the serializer a field is bound to); the stubs type the class attribute as that.
+    parent = serializers.CharField(  # type: ignore[assignment]
         allow_null=True, help_text="the category above it in the tree the boards count with; null at the top"
     )
     path = serializers.ListField(

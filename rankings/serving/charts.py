@@ -96,6 +96,7 @@ def rank_chart(points: list[tuple[Any, int | None]], *, width: int, height: int)
     top, span = height * (1 - ROOM) / 2, height * ROOM
 
     def y(rank: int) -> float:
+        assert worst is not None  # only ranked points are drawn, and then there is a worst
         return top if worst == 1 else top + span * (rank - 1) / (worst - 1)
 
     drawn = [

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from functools import lru_cache
 from operator import attrgetter
-from typing import cast
 
 from cachetools import Cache, LRUCache, TLRUCache, TTLCache
 
@@ -44,7 +43,7 @@ def weight(value) -> int:
     """The bytes `value` holds, counting everything it refers to (what is shared, once per
     reference: a bound, never less than the truth). A type's own objects (classes, functions,
     time zones) are not counted: they exist anyway. Values are data: no cycles."""
-    kind = type(value)
+    kind: type = type(value)
     size = sys.getsizeof(value)
     if kind in _LEAVES:
         return size
@@ -118,25 +117,25 @@ def forget_all(*kinds: str) -> None:
             entry.clear()
 
 
-class _Weighed:
+class _Weighed(Cache):
     """A cache bounded in bytes: `maxsize` is bytes, each entry weighs its key and its value, and an
     entry heavier than the whole cache is not kept (cachetools would refuse it with an error).
 
-    The key being stored is held for getsizeof, which cachetools calls with the value alone: callers
+    The key being stored is held for the weighing, which cachetools calls with the value alone: callers
     hold a lock around every use of a cache, as cachetools requires anyway."""
 
     _key = None
 
     def __init__(
-        self, *args, name: str | None = None, kind: str = "answers", seconds: float | None = None, **kwargs
+        self, *, name: str | None = None, kind: str = "answers", seconds: float | None = None, **kwargs
     ) -> None:
         """`name`: where the cache is kept (module.attribute), to register it as of `kind`; `seconds`:
-        its entries' longest life when it is not `ttl` (a TLRU cache's)."""
-        super().__init__(*args, **kwargs)
+        its entries' longest life when it is not `ttl` (a TLRU cache's); the rest are the cachetools
+        cache's own, by keyword."""
+        super().__init__(getsizeof=self._weigh, **kwargs)
         if name is not None:
-            cache = cast(Cache, self)  # a cachetools cache: this class comes first in the subclasses
-            ttl = getattr(cache, "ttl", seconds)
-            keep(name, cache.clear, kind=kind, bytes=int(cache.maxsize), seconds=ttl, cache=cache)
+            ttl = getattr(self, "ttl", seconds)
+            keep(name, self.clear, kind=kind, bytes=int(self.maxsize), seconds=ttl, cache=self)
 
     def __setitem__(self, key, value) -> None:
         self._key = key
@@ -147,7 +146,7 @@ class _Weighed:
         finally:
             self._key = None
 
-    def getsizeof(self, value) -> int:
+    def _weigh(self, value) -> int:
         return ENTRY_BYTES + weight(self._key) + weight(value)
 
 

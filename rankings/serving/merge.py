@@ -336,7 +336,8 @@ def heads(
 ) -> list[store.BoardSlice | None]:
     """store.board_heads for boards (category, window, metric, n) some of which are split: one round
     trip for them all; a split board's head is merged from its parts' (None if one cannot answer)."""
-    flat, spans = [], []
+    flat: list[tuple[int, str, str, str, int]] = []
+    spans: list[tuple[int, int, int]] = []
     for category, window, metric, n in boards:
         parts = _parts(layout, category)
         spans.append((len(flat), len(parts), n))

@@ -134,9 +134,10 @@ def board_new(*, category: str, window: str, metric: str, limit: int, offset: in
             version=version, shard=shard, window=window, metric=metric, category=category
         )
     except (store.StoreError, DatabaseError) as error:
-        found, stale = releases.last_known(category=category, window=window, metric=metric), True
-        if found is None:
+        held = releases.last_known(category=category, window=window, metric=metric)
+        if held is None:
             raise selectors.Unavailable("rankings are unavailable right now; try again shortly") from error
+        found, stale = held, True
     page = found.rows[offset : offset + limit]
     items = items_of([(pid, score, other) for pid, score, other, _ in page], offset + 1, metric)
     return Board(
@@ -250,8 +251,9 @@ def _places(
         category: (version, product_id, category, window, metric, days, hours[-1]) for category in categories
     }
     with _history_lock:
-        found = {category: _histories.get(key) for category, key in keys.items()}
-    missing = [category for category, ranks in found.items() if ranks is None]
+        remembered = {category: _histories.get(key) for category, key in keys.items()}
+    found = {category: ranks for category, ranks in remembered.items() if ranks is not None}
+    missing = [category for category in remembered if category not in found]
     if not missing:
         return found
     index = {at: i for i, at in enumerate(hours)}

@@ -25,17 +25,14 @@ from rankings.serving.then import gain_percent
 HISTORY_DAYS_MAX = 32  # days: snapshots are kept 32 days
 
 
-def _snapshot_params(**extra):
+class SnapshotParams(serializers.Serializer):
     """Parameters of a read of snapshots: only the windows that have them."""
-    fields = {
-        "window": serializers.ChoiceField(choices=list(rankings_settings.SNAPSHOT_WINDOWS), default="7d"),
-        "metric": serializers.ChoiceField(choices=list(METRICS), default="units"),
-        **extra,
-    }
-    return type("SnapshotParams", (serializers.Serializer,), fields)
+
+    window = serializers.ChoiceField(choices=list(rankings_settings.SNAPSHOT_WINDOWS), default="7d")
+    metric = serializers.ChoiceField(choices=list(METRICS), default="units")
 
 
-class MoversParams(_snapshot_params()):
+class MoversParams(SnapshotParams):
     limit = serializers.IntegerField(min_value=1, max_value=100, default=50)
 
 
@@ -128,7 +125,8 @@ class BoardNewApi(BoardReadApi):
         return _selected(BoardNewReply, moves.board_new, category=slug, **_params(TopParams, request))
 
 
-class HistoryParams(_snapshot_params(category=serializers.SlugField(max_length=50))):
+class HistoryParams(SnapshotParams):
+    category = serializers.SlugField(max_length=50)
     days = serializers.IntegerField(min_value=1, max_value=HISTORY_DAYS_MAX, default=30)
 
 

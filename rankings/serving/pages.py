@@ -70,10 +70,10 @@ def _home_links(number: int | None, shown: selectors.CategoriesPage) -> dict:
         following = f"{home}?page={number + 1}"
     else:
         following = f"{home}?{urlencode({'after': shown.next})}"
-    counted = shown.total is not None and shown.total <= MAX_DEPTH
+    counted = shown.total if shown.total is not None and shown.total <= MAX_DEPTH else None
     return {
         "number": number,
-        "last": math.ceil(shown.total / HOME_CATEGORIES) if counted else None,
+        "last": math.ceil(counted / HOME_CATEGORIES) if counted is not None else None,
         "previous": (home + (f"?page={number - 1}" if number > 2 else "")) if number and number > 1 else None,
         "first": home if number is None else None,
         "next": following,
@@ -191,12 +191,17 @@ def _subcategories(children: selectors.CategoriesPage, *, window: str, metric: s
         {
             "name": child_name,
             "url": category_url(child, window=window, metric=metric),
-            "leader": (
-                ranked_rows(
-                    boards[child].items, window=window, metric=metric, known=boards[child].then is not None
-                )
-                or [None]
-            )[0],
+            "leader": next(
+                iter(
+                    ranked_rows(
+                        boards[child].items,
+                        window=window,
+                        metric=metric,
+                        known=boards[child].then is not None,
+                    )
+                ),
+                None,
+            ),
         }
         for child, child_name in children.items
     ]
@@ -316,7 +321,8 @@ def _engagement_badges(product_id: str, names: dict, window: str, metric: str) -
     shown = []
     for m in ENGAGEMENT_METRICS:
         overall, ranks = _product_ranks(product_id, window, m)
-        ranked = [r for r in (overall, *ranks.ranks) if r.rank]
+        everywhere: tuple[selectors.Rank | selectors.CategoryRank, ...] = (overall, *ranks.ranks)
+        ranked = [r for r in everywhere if r.rank]
         if ranked:
             shown.append(
                 {

@@ -1,6 +1,7 @@
 """A product's standing: its rank on a board, its ranks in each of its categories, its neighbours."""
 
 import dataclasses
+from collections.abc import Sequence
 
 from rankings.conf import ENGAGEMENT_METRICS
 from rankings.engine import store
@@ -79,6 +80,7 @@ def product_ranks(*, product_id: str, window: str, metric: str, every_level: boo
     """The product's rank in each of its first PRODUCT_CATEGORIES_READ catalogue categories by slug,
     in one Redis round trip; with `every_level`, in them and their ancestors in the tree that
     counts (each once), the first PRODUCT_CATEGORIES_READ of those. `more` says some were left out."""
+    categories: Sequence[str] | None
     if catalogue_product(product_id) is None:
         categories = categories_last_read(product_id)
         if categories is None:
@@ -145,6 +147,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
     )
     if board is None:
         return Neighbors(product_id, category, window, metric, instant(found.as_of), None, ())
+    assert found.rank is not None  # a product with a slice around it has a rank
     as_of = instant(board.as_of)
     (sales,) = board_reader.sales_beside(
         version, layout, window, metric, [(category, [pid for pid, _, _ in board.rows])]

@@ -93,10 +93,12 @@ def ranks_then_prefetch(boards: list[tuple[str, str, str, dt.datetime | None]]) 
     """Read the compared snapshots of many boards ((category, window, metric, asOf)) not yet known,
     in one query: a page of many boards' leaders pays one query, not one per board."""
     version = _version()
+    if version is None:
+        return
     wanted = set()
     for category, window, metric, as_of in boards:
         then = then_of(as_of)
-        if then is not None and version is not None and window in snapshot_windows():
+        if then is not None and window in snapshot_windows():
             wanted.add((version, category, window, metric, then))
     with _lock:
         wanted = {key for key in wanted if _known.get(key, _UNKNOWN) is _UNKNOWN}

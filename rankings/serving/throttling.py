@@ -8,6 +8,7 @@ import ipaddress
 
 from django.conf import settings
 from rest_framework import exceptions
+from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle, ScopedRateThrottle, SimpleRateThrottle
 
 
@@ -83,10 +84,10 @@ class FailedAuthenticationThrottle(_OptionalRate, SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
 
-def authentication_failure_throttle(request) -> None:
+def authentication_failure_throttle(request: Request) -> None:
     """Raise Throttled when a request whose authentication failed is over its address's read limit."""
     throttle = FailedAuthenticationThrottle()
-    if not throttle.allow_request(request, None):
+    if not throttle.allow_request(request, request.parser_context["view"]):  # DRF's view of the request
         raise exceptions.Throttled(throttle.wait())
 
 
