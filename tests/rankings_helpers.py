@@ -10,7 +10,7 @@ from rankings.engine.tick import tick
 from rankings.ingest.engagement import engagements_ingest
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.verify import rankings_verify
-from rankings.serving import selectors
+from rankings.serving import memory, selectors
 
 from . import oracle
 
@@ -83,7 +83,7 @@ class Shop:
         """Every board of every category, as the API serves it (a split board merged), is the tests'
         own reference as of now under the tree `parents`: windows, returns, the tree and the order
         by the contract alone."""
-        selectors.caches_clear()
+        memory.forget_all()
         want = oracle.boards(self.now, parents)
         for category in [oracle.ALL, *Category.objects.values_list("slug", flat=True)]:
             for window in rankings_settings.WINDOWS:
