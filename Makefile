@@ -87,11 +87,12 @@ bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
 	$(PY) -m bench $(BENCH_ARGS)
 
-# Style, then the layers of the imports (pyproject.toml's contracts).
+# Style, the layers of the imports (pyproject.toml's contracts), then the types (mypy.ini).
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 format: install-dev
 	$(VENV)/bin/ruff check --fix .
