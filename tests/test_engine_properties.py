@@ -59,7 +59,7 @@ from rankings.models import (
 )
 from rankings.operations import backfill
 from rankings.serving import memory, moves, selectors
-from rankings.serving.then import gain_percent
+from rankings.serving.rank_then import gain_percent
 
 from . import oracle
 from .rankings_helpers import Shop

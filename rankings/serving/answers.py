@@ -70,7 +70,7 @@ class RankedProduct:
     # On an engagement board (metric views or wishes) only: its views and wishes beside its sales.
     views: int | None = None
     wishes: int | None = None
-    rank_then: int | None = None  # its rank 24 hours before (rankings/serving/then.py)
+    rank_then: int | None = None  # its rank 24 hours before (rankings/serving/rank_then.py)
     released_at: dt.datetime | None = None  # on a new-releases board (rankings/serving/moves.py)
 
 

@@ -8,7 +8,7 @@ from rankings.serving.answers import Board, NotFound, RankedProduct, figures, fr
 from rankings.serving.catalogue_reads import product_names
 from rankings.serving.categories import categories_names, category_name
 from rankings.serving.layouts import layout_of
-from rankings.serving.then import ranks_then, ranks_then_prefetch, then_of
+from rankings.serving.rank_then import ranks_then, ranks_then_prefetch, then_of
 
 
 def items_of(

@@ -1,7 +1,7 @@
 """What moves (docs/api.md, "What moves"): movers and shakers, hot new releases and a product's rank history.
 
 Movers compare a board's first SNAPSHOT_DEPTH ranks now (Redis) with the snapshot 24 hours
-before (PostgreSQL, remembered per process: rankings/serving/then.py). New releases are the
+before (PostgreSQL, remembered per process: rankings/serving/rank_then.py). New releases are the
 board restricted to the latest releases, read in one consistent pass and kept, one answer per
 board, until a tick writes its shard (rankings/serving/releases.py): a product leaves the moment
 its release is RANKINGS_NEW_DAYS behind the board's asOf. History reads the ranks of one product
@@ -30,7 +30,7 @@ from rankings.serving.catalogue_reads import catalogue_product, product_names
 from rankings.serving.categories import category_name
 from rankings.serving.layouts import placed
 from rankings.serving.memory import WeighedLRU, WeighedTTL
-from rankings.serving.then import gain_percent, ranks_then, then_of
+from rankings.serving.rank_then import gain_percent, ranks_then, then_of
 
 HOUR = 3600  # seconds
 

@@ -20,7 +20,7 @@ from rankings.serving.api import (
     _selected,
     iso_text,
 )
-from rankings.serving.then import gain_percent
+from rankings.serving.rank_then import gain_percent
 
 HISTORY_DAYS_MAX = 32  # days: snapshots are kept 32 days
 

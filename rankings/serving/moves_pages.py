@@ -27,7 +27,7 @@ from rankings.serving.page_parts import (
     query_string,
     ranked_rows,
 )
-from rankings.serving.then import gain_percent
+from rankings.serving.rank_then import gain_percent
 
 MOVERS_SHOWN = 100  # rows of the movers page
 HISTORY_DAYS = 7  # days of rank history on a product's page

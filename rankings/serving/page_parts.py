@@ -17,7 +17,7 @@ from django.views.decorators.cache import cache_control
 from rankings.conf import MAX_DEPTH, METRICS, rankings_settings
 from rankings.serving import selectors
 from rankings.serving.paths import CategorySlug
-from rankings.serving.then import move_of
+from rankings.serving.rank_then import move_of
 from rankings.serving.throttling import PageThrottle
 
 # Rows per page of a category's best sellers.

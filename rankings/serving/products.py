@@ -29,7 +29,7 @@ from rankings.serving.catalogue_reads import (
 )
 from rankings.serving.categories import categories_tree, category_name
 from rankings.serving.layouts import layout_of
-from rankings.serving.then import ranks_then
+from rankings.serving.rank_then import ranks_then
 
 
 @reading
