@@ -250,3 +250,7 @@ def own_redis(settings, tmp_path):
     yield server
     server.kill()
     store.reset_clients()
+
+
+# The browser tests' Chromium and page, for every browser module (each defines its own `shop`).
+from .browser import chromium, chromium_path, page  # noqa: E402, F401

@@ -18,7 +18,7 @@ from rankings.engine.tick import tick
 from rankings.operations.demo import DemoShape, demo_seed
 from rankings.operations.first_run import demo_history
 
-from .test_browser import DESKTOP, PHONE, chromium, chromium_path, shot  # noqa: F401 - fixtures
+from .browser import DESKTOP, PHONE, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -79,7 +79,7 @@ def log_in(page) -> None:
     page.get_by_role("button", name="Log in").click()
 
 
-def test_the_pages_have_no_serious_accessibility_violation(chromium, live_server, shop):  # noqa: F811
+def test_the_pages_have_no_serious_accessibility_violation(chromium, live_server, shop):
     context = chromium.new_context(viewport=DESKTOP, base_url=live_server.url, bypass_csp=True)
     page = context.new_page()
     try:
@@ -101,7 +101,7 @@ def test_the_pages_have_no_serious_accessibility_violation(chromium, live_server
     assert found == {name: [] for name in found}
 
 
-def test_the_pages_read_well_at_a_phone_width_with_their_sections_apart(chromium, live_server, shop):  # noqa: F811
+def test_the_pages_read_well_at_a_phone_width_with_their_sections_apart(chromium, live_server, shop):
     context = chromium.new_context(viewport=PHONE, base_url=live_server.url, is_mobile=True, has_touch=True)
     page = context.new_page()
     try:

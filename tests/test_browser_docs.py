@@ -2,12 +2,12 @@
 
 import pytest
 
-from .test_browser import CHROMIUM_ARGS, chromium_path  # noqa: F401 (a fixture)
+from .browser import CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_docs_render_under_the_content_security_policy(chromium_path, live_server):  # noqa: F811
+def test_the_docs_render_under_the_content_security_policy(chromium_path, live_server):
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:

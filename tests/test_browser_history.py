@@ -12,7 +12,7 @@ from rankings.engine.tick import tick
 from rankings.operations.demo import DemoShape, demo_seed
 from rankings.operations.first_run import demo_history
 
-from .test_browser import DESKTOP, chromium, chromium_path, shot  # noqa: F401 - fixtures
+from .browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -27,17 +27,6 @@ def shop():
     out = io.StringIO()
     demo_history(out)
     assert "hourly history: " in out.getvalue()
-
-
-@pytest.fixture
-def page(chromium, live_server, shop):  # noqa: F811 - the imported fixture
-    context = chromium.new_context(viewport=DESKTOP, base_url=live_server.url)
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, errors
 
 
 def test_after_the_demo_loads_lists_show_arrows_movers_climb_and_ranks_have_a_history(page):

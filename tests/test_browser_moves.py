@@ -11,8 +11,8 @@ import pytest
 
 from catalogue.models import Category, Product
 
+from .browser import shot
 from .rankings_helpers import START, Shop
-from .test_browser import DESKTOP, chromium, chromium_path, shot  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -33,17 +33,6 @@ def shop():
     shop.send(shop.sale("p3", qty=20), shop.sale("p2", qty=4), shop.sale("p5", qty=2), shop.sale("p0", qty=1))
     shop.tick()
     return shop
-
-
-@pytest.fixture
-def page(chromium, live_server, shop):  # noqa: F811 - the imported fixture
-    context = chromium.new_context(viewport=DESKTOP, base_url=live_server.url)
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, errors
 
 
 def test_the_movers_page_lists_the_climbs_of_the_day(page):
