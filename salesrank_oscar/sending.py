@@ -49,14 +49,20 @@ class Batch:
 
 
 def outbox_send() -> Outcome:
-    """Send every row waiting now: categories first, then products, then sales and returns."""
+    """Send every row waiting now: categories first, then products, then sales and returns. An
+    endpoint that refuses its requests stops only its own rows; salesrank unreachable stops all."""
     outcome = Outcome()
     outbox_prune()
-    try:
-        for kind, (path, key, build, counts) in STREAMS.items():
+    failures = []
+    for kind, (path, key, build, counts) in STREAMS.items():
+        try:
             _stream_send(kind, path, key, build, counts, outcome)
-    except (client.Unreachable, client.Refused) as error:
-        outcome.failure = str(error)
+        except client.Refused as error:  # this endpoint refuses (a permission missing): the others may not
+            failures.append(str(error))
+        except client.Unreachable as error:
+            failures.append(str(error))
+            break
+    outcome.failure = "; ".join(failures)
     return outcome
 
 

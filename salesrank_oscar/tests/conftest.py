@@ -1,13 +1,43 @@
 """Fixtures of the app's tests: the example shop's database (each run's own, dropped after), a real
-salesrank shared by the session's tests, and a small Oscar catalogue."""
+salesrank shared by the session's tests, and a small Oscar catalogue of each test's own.
+
+The salesrank starts in the background as soon as the tests are collected, while the shop's
+database is made and the tests that do not need it run first.
+"""
 
 import importlib
+import itertools
+import tempfile
+import threading
 from decimal import Decimal as D
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
 
 from .salesrank import salesrank_started
+
+_starting: dict = {}
+
+
+def _needs_salesrank(item) -> bool:
+    return "salesrank" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config, items):
+    if not any(_needs_salesrank(item) for item in items):
+        return
+    log_dir = Path(tempfile.mkdtemp(prefix="salesrank-oscar-"))
+
+    def start():
+        try:
+            _starting["server"] = salesrank_started(log_dir)
+        except BaseException as error:  # raised again by the fixture, in the test that waits for it
+            _starting["error"] = error
+
+    _starting["thread"] = threading.Thread(target=start, daemon=True)
+    _starting["thread"].start()
+    items.sort(key=_needs_salesrank)  # stable: the others first, in their order
 
 
 @pytest.fixture(scope="session")
@@ -22,11 +52,20 @@ def django_db_setup(django_db_setup, django_db_blocker):
         connection.close()
 
 
+def pytest_sessionfinish(session):
+    """The salesrank stopped and dropped, however the session ends (a failure under -x included)."""
+    if "thread" in _starting:
+        _starting["thread"].join()
+    if "server" in _starting:
+        _starting.pop("server").close()
+
+
 @pytest.fixture(scope="session")
-def salesrank(tmp_path_factory):
-    server = salesrank_started(tmp_path_factory.mktemp("salesrank"))
-    yield server
-    server.close()
+def salesrank():
+    _starting["thread"].join()
+    if "error" in _starting:
+        raise _starting["error"]
+    return _starting["server"]
 
 
 @pytest.fixture
@@ -47,15 +86,21 @@ def _forgotten():
     cache.clear()
 
 
+_tags = itertools.count(1)
+
+
 @pytest.fixture
 def catalogue(db):
-    """Toys (with Board games under it) and Books; a product in each, one in two."""
-    from oscar.apps.catalogue.categories import create_from_breadcrumbs
+    """Toys (with Board games under it) and Books, their slugs the test's own (the tests share one
+    salesrank); a product in one, a product in two."""
+    from oscar.core.loading import get_model
     from oscar.test.factories import create_product
 
-    toys = create_from_breadcrumbs("Toys")
-    board_games = create_from_breadcrumbs("Toys > Board games")
-    books = create_from_breadcrumbs("Books")
+    Category = get_model("catalogue", "Category")
+    tag = next(_tags)
+    toys = Category.add_root(name="Toys", slug=f"toys-{tag}")
+    board_games = toys.add_child(name="Board games", slug=f"board-games-{tag}")
+    books = Category.add_root(name="Books", slug=f"books-{tag}")
     chess = create_product(title="Chess set", price=D("25.00"), num_in_stock=1000)
     chess.categories.add(board_games)
     atlas = create_product(title="Atlas", price=D("12.50"), num_in_stock=1000)

@@ -78,7 +78,10 @@ class Salesrank:
         self.web, self.ticking = started[0], started[1:]
 
     def close(self) -> None:
-        processes.stop_all([p for p in [self.web, *self.ticking] if p is not None])
+        """Everything stopped (killed: nothing of it is kept) and dropped."""
+        for process in [self.web, *self.ticking]:
+            if process is not None:
+                process.kill()
         with psycopg.connect(dbname="postgres", autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
         for number in (0, 1):  # the boards' database, and the broker's (the queues of the prefix)
