@@ -15,29 +15,88 @@ from pathlib import Path
 import pytest
 from django.core.cache import cache
 
-from .salesrank import salesrank_started
+from tests import processes
+from tests.browser import chromium, chromium_path, page  # noqa: F401 (the suite's browser fixtures)
 
-_starting: dict = {}
+from . import shop_side
+from .salesrank import salesrank_made
+
+_started: dict = {}
 
 
-def _needs_salesrank(item) -> bool:
-    return "salesrank" in getattr(item, "fixturenames", ())
+def _needs(item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(config, items):
-    if not any(_needs_salesrank(item) for item in items):
+    if not any(_needs(item, "salesrank") for item in items):
         return
+    with_worker = any(_needs(item, "shop_worker") for item in items)
     log_dir = Path(tempfile.mkdtemp(prefix="salesrank-oscar-"))
 
     def start():
         try:
-            _starting["server"] = salesrank_started(log_dir)
+            server = _started["salesrank"] = salesrank_made(log_dir)
+            started = server.start_all()
+            if with_worker:
+                started.append(_started.setdefault("shop_worker", shop_side.worker(log_dir, server)))
+            processes.wait_all_ready(started)
         except BaseException as error:  # raised again by the fixture, in the test that waits for it
-            _starting["error"] = error
+            _started["error"] = error
 
-    _starting["thread"] = threading.Thread(target=start, daemon=True)
-    _starting["thread"].start()
-    items.sort(key=_needs_salesrank)  # stable: the others first, in their order
+    _started["thread"] = threading.Thread(target=start, daemon=True)
+    _started["thread"].start()
+    items.sort(key=lambda item: _needs(item, "salesrank"))  # stable: the others first, in their order
+
+
+def pytest_sessionfinish(session):
+    """What the session started, stopped and dropped, however it ends (a failure under -x included)."""
+    if "thread" in _started:
+        _started["thread"].join()
+    if "shop_worker" in _started:
+        _started.pop("shop_worker").kill()
+        shop_side.queue_delete()
+    if "salesrank" in _started:
+        _started.pop("salesrank").close()
+
+
+def _waited(name: str):
+    _started["thread"].join()
+    if "error" in _started:
+        raise _started["error"]
+    return _started[name]
+
+
+@pytest.fixture(scope="session")
+def salesrank():
+    """A real salesrank shared by the session's tests: web, worker, beat ticking every half second."""
+    return _waited("salesrank")
+
+
+@pytest.fixture(scope="session")
+def shop_worker(salesrank):
+    """The example shop's Celery worker, sending to the session's salesrank."""
+    return _waited("shop_worker")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _emptied_by_delete():
+    """A test that commits (the browser's) is followed by emptying every table. Django truncates
+    them, which makes new files for each of Oscar's hundred tables (seconds each time); deleting
+    the few rows a test leaves takes milliseconds. Django's foreign keys are checked at commit,
+    when every table is empty, so the order of the deletes does not matter."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences:
+            return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)
+        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+
+    DatabaseOperations.sql_flush = sql_flush
+    yield
+    DatabaseOperations.sql_flush = truncate
 
 
 @pytest.fixture(scope="session")
@@ -50,22 +109,6 @@ def django_db_setup(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         migration.create_materialized_view(None, None)
         connection.close()
-
-
-def pytest_sessionfinish(session):
-    """The salesrank stopped and dropped, however the session ends (a failure under -x included)."""
-    if "thread" in _starting:
-        _starting["thread"].join()
-    if "server" in _starting:
-        _starting.pop("server").close()
-
-
-@pytest.fixture(scope="session")
-def salesrank():
-    _starting["thread"].join()
-    if "error" in _starting:
-        raise _starting["error"]
-    return _starting["server"]
 
 
 @pytest.fixture

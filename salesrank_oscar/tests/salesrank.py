@@ -66,16 +66,16 @@ class Salesrank:
         assert self.web is not None
         self.web.stop()
 
-    def start_all(self) -> None:
-        started = [
-            processes.web(self.log_dir, self.env, port=self.port, workers=1, wait=False),
+    def start_all(self) -> list[processes.Process]:
+        """The web process, a worker and a beat, started side by side; not waited for."""
+        self.web = processes.web(self.log_dir, self.env, port=self.port, workers=1, wait=False)
+        self.ticking = [
             processes.celery_worker(
                 self.log_dir, self.env, args=["--without-mingle", "--without-gossip"], wait=False
             ),
             processes.celery_beat(self.log_dir, self.env, wait=False),
         ]
-        processes.wait_all_ready(started)
-        self.web, self.ticking = started[0], started[1:]
+        return [self.web, *self.ticking]
 
     def close(self) -> None:
         """Everything stopped (killed: nothing of it is kept) and dropped."""
@@ -131,8 +131,9 @@ class Salesrank:
         )
 
 
-def salesrank_started(log_dir: Path) -> Salesrank:
-    """A salesrank of its own, up and ticking; `close()` stops it and drops what it made."""
+def salesrank_made(log_dir: Path) -> Salesrank:
+    """A salesrank of its own, its database made, not started yet; `close()` stops it and drops
+    what it made."""
     run = uuid.uuid4().hex[:10]
     database, prefix = f"salesrank_oscar_{run}", f"salesrank-oscar-{run}"
     env = {
@@ -150,7 +151,6 @@ def salesrank_started(log_dir: Path) -> Salesrank:
     salesrank = Salesrank(log_dir, env, database, prefix)
     try:
         salesrank.setup()
-        salesrank.start_all()
     except BaseException:
         salesrank.close()
         raise

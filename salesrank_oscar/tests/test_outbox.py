@@ -14,7 +14,7 @@ from oscar.test.factories import create_product, create_stockrecord
 from salesrank_oscar import sending
 from salesrank_oscar.models import Kind, OutboxEntry, State
 
-from .shop import order_placed
+from .shop_side import order_placed
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from salesrank_oscar.models import Kind, OutboxEntry, State
 
 from .pages import salesrank_texts
 from .proxy import Proxy
-from .shop import order_placed
+from .shop_side import order_placed
 
 pytestmark = pytest.mark.django_db
 

@@ -67,6 +67,8 @@ SITE_ID = 1
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Oscar's stylesheets and scripts, served by the shop's own processes (no collectstatic).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -125,8 +127,12 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"
+WHITENOISE_USE_FINDERS = True
 MEDIA_URL = "/media/"
 MEDIA_ROOT = BASE_DIR / "media"
+
+# The order confirmations go to the shop's log: the example has no mail server.
+EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 OSCAR_SHOP_NAME = "Example shop"
 OSCAR_DEFAULT_CURRENCY = "GBP"
