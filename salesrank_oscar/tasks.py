@@ -24,6 +24,8 @@ def send_outbox(self):
     if not outcome.failure:
         return
     wait = min(RETRY_MOST, RETRY_FIRST * 2**self.request.retries)
+    if not cache.add(RETRY_MARK, True, wait):
+        logger.warning("salesrank: the outbox waits (%s); a retry is waiting already", outcome.failure)
+        return
     logger.warning("salesrank: the outbox waits (%s); next try in %s s", outcome.failure, wait)
-    if cache.add(RETRY_MARK, True, wait):
-        raise self.retry(countdown=wait)
+    raise self.retry(countdown=wait)

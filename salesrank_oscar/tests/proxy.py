@@ -15,7 +15,7 @@ class Proxy:
     def __init__(self, target: str, *, hold: int = 0, delay: float = 0.0):
         self.target = urlsplit(target).netloc
         self.hold, self.delay = hold, delay
-        self.posts: list[tuple[int, bytes]] = []  # (status, reply body) of each POST forwarded
+        self.posts: list[tuple[bytes, int, bytes]] = []  # (body, status, reply body) of each POST forwarded
         self.lock = threading.Lock()
         proxy = self
 
@@ -48,7 +48,7 @@ class Proxy:
         held = False
         if method == "POST":
             with self.lock:
-                self.posts.append((reply.status, content))
+                self.posts.append((body, reply.status, content))
                 held = len(self.posts) <= self.hold
         if held or method == "GET":
             time.sleep(self.delay)

@@ -76,7 +76,7 @@ def test_a_send_whose_reply_is_lost_after_salesrank_stored_it_is_sent_again_and_
     finally:
         slow.close()
     # then: salesrank took it the first time and called the second a duplicate
-    replies = [json.loads(body) for _, body in slow.posts]
+    replies = [json.loads(reply) for _, _, reply in slow.posts]
     assert replies == [
         {"accepted": 1, "duplicates": 0, "rejected": []},
         {"accepted": 0, "duplicates": 1, "rejected": []},
@@ -84,6 +84,24 @@ def test_a_send_whose_reply_is_lost_after_salesrank_stored_it_is_sent_again_and_
     assert OutboxEntry.objects.get().state == State.SENT
     wired.wait_units(product, before + 2)
     assert wired.sales(*_ids(order)) == {_ids(order)[0]: 1}
+
+
+def test_a_backlog_is_sent_in_batches_of_at_most_the_batch_size_in_the_order_written(shop, wired, settings):
+    # given
+    settings.SALESRANK_BATCH_SIZE = 2
+    watched = Proxy(wired.url)
+    settings.SALESRANK_URL = watched.url
+    orders = [order_placed((shop["chess"], 1), (shop["atlas"], 1)) for _ in range(2)]
+    orders.append(order_placed((shop["chess"], 1)))
+    # when
+    try:
+        _send()
+    finally:
+        watched.close()
+    # then
+    batches = [[event["id"] for event in json.loads(body)["events"]] for body, _, _ in watched.posts]
+    ids = _ids(*orders)
+    assert batches == [ids[0:2], ids[2:4], ids[4:5]]
 
 
 def test_a_line_salesrank_rejects_is_kept_with_its_reason_and_shown_in_the_admin(

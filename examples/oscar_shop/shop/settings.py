@@ -11,6 +11,14 @@ from oscar.defaults import *  # noqa: F403
 
 BASE_DIR = Path(__file__).resolve().parent
 
+# `make oscar` writes the shop's salesrank token into examples/oscar_shop/.env (KEY=value lines); the
+# environment wins over it.
+_dotenv = BASE_DIR.parent / ".env"
+for _line in _dotenv.read_text().splitlines() if _dotenv.exists() else []:
+    _name, _, _value = _line.partition("=")
+    if _name.strip() and not _name.startswith("#"):
+        os.environ.setdefault(_name.strip(), _value.strip())
+
 SECRET_KEY = os.environ.get("SHOP_SECRET_KEY", "example-shop-not-for-production")
 DEBUG = os.environ.get("SHOP_DEBUG", "false").lower() == "true"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]

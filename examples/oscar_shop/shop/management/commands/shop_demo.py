@@ -8,7 +8,11 @@ from oscar.core.loading import get_model
 CATALOGUE = {
     ("Toys", "Board games"): [("Chess set", "25.00"), ("Go board", "40.00"), ("Backgammon", "18.50")],
     ("Toys", "Puzzles"): [("Jigsaw of the Alps", "14.00"), ("Wooden tangram", "9.50")],
-    ("Books",): [("World atlas", "32.00"), ("Field guide to birds", "21.00"), ("A history of games", "16.00")],
+    ("Books",): [
+        ("World atlas", "32.00"),
+        ("Field guide to birds", "21.00"),
+        ("A history of games", "16.00"),
+    ],
 }
 
 
@@ -30,7 +34,11 @@ class Command(BaseCommand):
         Country = get_model("address", "Country")
         Country.objects.update_or_create(
             iso_3166_1_a2="GB",
-            defaults={"name": "United Kingdom", "printable_name": "United Kingdom", "is_shipping_country": True},
+            defaults={
+                "name": "United Kingdom",
+                "printable_name": "United Kingdom",
+                "is_shipping_country": True,
+            },
         )
         kind, _ = ProductClass.objects.get_or_create(name="Goods", defaults={"track_stock": True})
         warehouse, _ = Partner.objects.get_or_create(name="Example warehouse")
@@ -38,7 +46,9 @@ class Command(BaseCommand):
         for path, products in CATALOGUE.items():
             category = _category(Category, path)
             for title, price in products:
-                product = Product.objects.create(title=title, product_class=kind, description=f"A fine {title.lower()}.")
+                product = Product.objects.create(
+                    title=title, product_class=kind, description=f"A fine {title.lower()}."
+                )
                 product.stockrecords.create(
                     partner=warehouse, partner_sku=f"sku-{product.pk}", price=D(price), num_in_stock=1000
                 )
