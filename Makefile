@@ -62,7 +62,8 @@ SHOP := examples/oscar_shop
 oscar: db install-dev
 	$(PY) $(SHOP)/manage.py shop_setup
 	test -s $(SHOP)/.env || $(PY) manage.py ingest_token oscar-shop --permission add_sale \
-		--permission catalogue.change_product | sed -n 's/^token /SALESRANK_TOKEN=/p' > $(SHOP)/.env
+		--permission catalogue.change_product --permission catalogue.change_category \
+		| sed -n 's/^token /SALESRANK_TOKEN=/p' > $(SHOP)/.env
 	cat Procfile $(SHOP)/Procfile > $(SHOP)/.procfile
 	$(VENV)/bin/honcho -f $(SHOP)/.procfile -d . start
 

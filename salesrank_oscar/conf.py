@@ -7,7 +7,8 @@ from django.conf import settings
 DEFAULTS: dict[str, Any] = {
     # Where salesrank listens, e.g. "https://ranks.example.com".
     "SALESRANK_URL": "http://127.0.0.1:8000",
-    # A token of a salesrank user with rankings.add_sale and catalogue.change_product.
+    # A token of a salesrank user with rankings.add_sale, catalogue.change_product and
+    # catalogue.change_category.
     "SALESRANK_TOKEN": "",
     # Which Oscar field is a product's id in salesrank: "id" (the primary key) or "upc".
     "SALESRANK_PRODUCT_ID": "id",

@@ -12,6 +12,8 @@ from .conf import setting
 # salesrank's category slugs: at most 50 of these, and not "all" (its board of every sale).
 SALESRANK_SLUG = re.compile(r"[A-Za-z0-9_-]{1,50}")
 CENT = Decimal("0.01")
+# salesrank's longest product or category name; Oscar's may be longer (255).
+NAME_MOST = 200
 
 
 def instant(moment: dt.datetime) -> str:
@@ -118,13 +120,14 @@ def _price(product, strategy) -> str | None:
 
 def product_entries(products) -> list[dict]:
     """The catalogue entries of products (each a standalone or a parent product) as salesrank
-    takes them: id, name, price (what the shop charges now; null without one), categories and
-    the release instant (when the product was created)."""
+    takes them: id, name (its first 200 characters), price (what the shop charges now; null,
+    which leaves salesrank's as it was, without one), categories and the release instant (when the
+    product was created)."""
     strategy = get_class("partner.strategy", "Selector")().strategy()
     return [
         {
             "id": product_key(product),
-            "name": product.get_title(),
+            "name": product.get_title()[:NAME_MOST],
             "price": _price(product, strategy),
             "categories": sorted({category_key(c) for c in product.get_categories()}),
             "releasedAt": instant(product.date_created),
@@ -146,7 +149,7 @@ def category_entries(categories) -> list[dict]:
     return [
         {
             "slug": category_key(category),
-            "name": category.name,
+            "name": category.name[:NAME_MOST],
             "parent": category_key(parents[category.path[:-step]]) if category.depth > 1 else None,
         }
         for category in categories

@@ -20,9 +20,9 @@ from . import client, events
 from .conf import setting
 from .models import Kind, OutboxEntry, State
 
-# salesrank refuses an event that would take a batch past its bound on new categories with a
-# reason that ends so: the event is fine, and waits to be sent in another batch.
-SEND_AGAIN = "send this event again"
+# salesrank refuses an event (a product) that would take a batch past its bound on new categories
+# with a reason that ends so: the item is fine, and waits to be sent in another batch.
+SEND_AGAIN = "again in another batch"
 # Rows deleted by one statement of the prune.
 PRUNE_CHUNK = 5000  # rows
 

@@ -9,13 +9,13 @@ from urllib.parse import urlsplit
 
 class Proxy:
     """Forwards every request to `target`, and holds replies back `delay` seconds: those of every
-    GET (a slow salesrank under a page), and those of the first `hold` POSTs, which salesrank has
-    answered (and stored) by then (a reply lost to the shop's timeout)."""
+    GET (a slow salesrank under a page), and those of the first `hold` POSTs to `hold_path`, which
+    salesrank has answered (and stored) by then (a reply lost to the shop's timeout)."""
 
-    def __init__(self, target: str, *, hold: int = 0, delay: float = 0.0):
+    def __init__(self, target: str, *, hold: int = 0, hold_path: str = "", delay: float = 0.0):
         self.target = urlsplit(target).netloc
-        self.hold, self.delay = hold, delay
-        self.posts: list[tuple[bytes, int, bytes]] = []  # (body, status, reply body) of each POST forwarded
+        self.hold, self.hold_path, self.delay = hold, hold_path, delay
+        self.posts: list[tuple[str, bytes, int, bytes]] = []  # (path, body, status, reply) of each POST
         self.lock = threading.Lock()
         proxy = self
 
@@ -48,8 +48,11 @@ class Proxy:
         held = False
         if method == "POST":
             with self.lock:
-                self.posts.append((body, reply.status, content))
-                held = len(self.posts) <= self.hold
+                self.posts.append((handler.path, body, reply.status, content))
+                held = (
+                    handler.path == self.hold_path
+                    and sum(p == self.hold_path for p, *_ in self.posts) <= self.hold
+                )
         if held or method == "GET":
             time.sleep(self.delay)
         try:

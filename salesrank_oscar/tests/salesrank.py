@@ -27,7 +27,9 @@ django.setup()
 call_command("ensure_database", verbosity=0)
 call_command("migrate", verbosity=0)
 from rankings.operations.tokens import ingest_token_create
-print("token", ingest_token_create(username="shop", permissions=["add_sale", "catalogue.change_product"]))
+print("token", ingest_token_create(username="shop", permissions=[
+    "add_sale", "catalogue.change_product", "catalogue.change_category"
+]))
 """
 # Ticks this often, so that a sale shows within a second.
 TICK_SECONDS = 0.5  # seconds
@@ -119,6 +121,29 @@ class Salesrank:
                 [list(event_ids)],
             ).fetchall()
         return dict(rows)
+
+    def products(self, *product_ids: str) -> dict[str, tuple]:
+        """product id -> (name, price in cents, release, categories' slugs, placeholder?) in
+        salesrank's catalogue."""
+        with psycopg.connect(dbname=self.database) as connection:
+            rows = connection.execute(
+                "SELECT p.product_id, p.name, p.price_cents, p.released_at,"
+                " array(SELECT c.slug FROM catalogue_product_categories pc JOIN catalogue_category c"
+                " ON c.id = pc.category_id WHERE pc.product_id = p.id ORDER BY c.slug), p.is_placeholder"
+                " FROM catalogue_product p WHERE p.product_id = ANY(%s)",
+                [list(product_ids)],
+            ).fetchall()
+        return {row[0]: row[1:] for row in rows}
+
+    def categories(self, *slugs: str) -> dict[str, tuple]:
+        """slug -> (name, parent's slug, placeholder?) in salesrank's catalogue."""
+        with psycopg.connect(dbname=self.database) as connection:
+            rows = connection.execute(
+                "SELECT c.slug, c.name, parent.slug, c.is_placeholder FROM catalogue_category c"
+                " LEFT JOIN catalogue_category parent ON parent.id = c.parent_id WHERE c.slug = ANY(%s)",
+                [list(slugs)],
+            ).fetchall()
+        return {row[0]: row[1:] for row in rows}
 
     def manage(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

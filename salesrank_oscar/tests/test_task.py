@@ -3,7 +3,6 @@ again with backoff while salesrank is down, one retry waiting however many order
 
 import pytest
 
-from salesrank_oscar.models import Kind, OutboxEntry
 from tests import processes
 
 from .shop_side import order_placed
@@ -16,7 +15,6 @@ def test_orders_committed_while_salesrank_is_down_are_sent_by_the_tasks_retry_on
 ):
     # given: the worker sends on commit
     settings.SALESRANK_SEND_ON_COMMIT = True
-    OutboxEntry.objects.exclude(kind=Kind.EVENT).delete()  # the catalogue's sync has tests of its own
     chess = str(catalogue["chess"].pk)
     order_placed((catalogue["chess"], 1))
     wired.wait_units(chess, 1)

@@ -155,8 +155,9 @@ OSCAR_ORDER_STATUS_PIPELINE = {
 }
 
 # salesrank: where it listens and the token the shop sends with (a user with the permissions
-# rankings.add_sale and catalogue.change_product: `manage.py ingest_token USERNAME --permission
-# add_sale --permission catalogue.change_product` on the salesrank side).
+# rankings.add_sale, catalogue.change_product and catalogue.change_category: `manage.py ingest_token
+# USERNAME --permission add_sale --permission catalogue.change_product --permission
+# catalogue.change_category` on the salesrank side).
 SALESRANK_URL = os.environ.get("SALESRANK_URL", "http://127.0.0.1:8000")
 SALESRANK_TOKEN = os.environ.get("SALESRANK_TOKEN", "")
 SALESRANK_PRODUCT_ID = os.environ.get("SALESRANK_PRODUCT_ID", "id")
