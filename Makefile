@@ -114,12 +114,14 @@ bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
 	$(PY) -m bench $(BENCH_ARGS)
 
-# Style, the layers of the imports (pyproject.toml's contracts), then the types (mypy.ini).
+# Style, the layers of the imports (pyproject.toml's contracts), then the types (mypy.ini; the Oscar
+# app's with the example shop's settings, salesrank_oscar/mypy.ini).
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --config-file salesrank_oscar/mypy.ini
 
 format: install-dev
 	$(VENV)/bin/ruff check --fix .

@@ -8,6 +8,7 @@ per that period and process (per cache), and renders without the badges meanwhil
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from django.core.cache import cache
@@ -24,13 +25,13 @@ LIMIT_MOST = 100
 @dataclass(frozen=True)
 class Badge:
     rank: int
-    category: object  # Oscar's Category
+    category: Any  # Oscar's Category
 
 
 @dataclass(frozen=True)
 class BestSeller:
     rank: int
-    product: object  # Oscar's Product
+    product: Any  # Oscar's Product
 
 
 def _ask(path: str, params: dict) -> dict | None:
@@ -62,11 +63,14 @@ def product_badges(product) -> list[Badge]:
         return []
     reply = _ask(f"/v1/products/{quote(key, safe='')}/ranks", _board()) or {}
     categories = {events.category_key(category): category for category in product.get_categories()}
-    badges = [
-        Badge(item["rank"], categories[item.get("category")])
-        for item in reply.get("ranks") or []
-        if isinstance(item, dict) and isinstance(item.get("rank"), int) and item.get("category") in categories
-    ]
+    badges = []
+    for item in reply.get("ranks") or []:
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("rank"), int)
+            and item.get("category") in categories
+        ):
+            badges.append(Badge(item["rank"], categories[item["category"]]))
     return sorted(badges, key=lambda badge: (badge.rank, badge.category.name))
 
 
@@ -90,7 +94,7 @@ def category_bestsellers(category, limit: int) -> list[BestSeller]:
     ]
 
 
-def _products_by_key(keys: list[str]) -> dict[str, object]:
+def _products_by_key(keys: list[str]) -> dict[str, Any]:
     """The shop's public products of these salesrank ids, in one query."""
     Product = get_model("catalogue", "Product")
     public = Product.objects.browsable()

@@ -6,7 +6,9 @@ Each receiver writes to the outbox in the transaction of the save it hears about
 order is committed with its outbox rows or not at all.
 """
 
-from django.db.models.signals import m2m_changed, post_delete, post_init, post_save
+from collections.abc import Callable
+
+from django.db.models.signals import ModelSignal, m2m_changed, post_delete, post_init, post_save
 from oscar.core.loading import get_model
 
 from . import events, outbox
@@ -14,7 +16,7 @@ from .models import Kind
 
 
 def connect() -> None:
-    connections = [
+    connections: list[tuple[ModelSignal, str, str, Callable[..., None]]] = [
         (post_save, "order", "Line", _line_saved),
         (post_save, "order", "PaymentEventQuantity", _line_refunded),
         (post_save, "catalogue", "Product", _product_saved),

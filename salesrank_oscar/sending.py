@@ -98,8 +98,8 @@ def _rejections(path: str, reply: object, sent: int, counts: tuple[str, str]) ->
         for item in reply["rejected"]
         if isinstance(item, dict) and isinstance(item.get("index"), int)
     }
-    counted = [reply.get(name) for name in counts]
-    if not all(isinstance(n, int) for n in counted) or sum(counted) + len(rejected) != sent:
+    counted = [n for n in (reply.get(name) for name in counts) if isinstance(n, int)]
+    if len(counted) != len(counts) or sum(counted) + len(rejected) != sent:
         raise client.Refused(
             f"POST {path}: the reply counts {counted} and {len(rejected)} rejected of {sent} sent"
         )
@@ -127,7 +127,7 @@ def _mark(batch: Batch, rejected: dict[int, str], outcome: Outcome) -> None:
 
 
 def _events(rows: list[OutboxEntry]) -> Batch:
-    return Batch(entries=[row.payload for row in rows], rows=[[row] for row in rows])
+    return Batch(entries=[row.payload or {} for row in rows], rows=[[row] for row in rows])
 
 
 def _by_object(rows: list[OutboxEntry]) -> dict[int, list[OutboxEntry]]:
