@@ -2,6 +2,7 @@
 dashboard saves goes through the outbox."""
 
 import io
+import json
 from decimal import Decimal as D
 
 import pytest
@@ -12,6 +13,7 @@ from salesrank_oscar.models import Kind, OutboxEntry, State
 from tests import processes
 
 from .pages import form_fields
+from .proxy import Proxy
 from .shop_side import order_placed
 
 pytestmark = pytest.mark.django_db
@@ -93,3 +95,26 @@ def test_a_product_whose_price_changes_is_pushed_again(wired, catalogue):
     call_command("salesrank_send", stdout=io.StringIO())
     # then
     assert wired.products(str(chess.pk))[str(chess.pk)][1] == 2750
+
+
+def test_a_sync_pushes_the_catalogue_a_batch_at_a_time(wired, catalogue, settings):
+    # given
+    settings.SALESRANK_BATCH_SIZE = 2
+    watched = Proxy(wired.url)
+    settings.SALESRANK_URL = watched.url
+    # when
+    try:
+        call_command("salesrank_sync", stdout=io.StringIO())
+    finally:
+        watched.close()
+    # then: three categories (parents first) in two requests, two products in one
+    sent = [
+        (path, [item.get("slug") or item.get("id") for item in json.loads(body)[path.rsplit("/", 1)[1]]])
+        for path, body, _, _ in watched.posts
+    ]
+    toys, board_games, books = (catalogue[name].slug for name in ("toys", "board_games", "books"))
+    assert sent == [
+        ("/v1/catalogue/categories", [toys, board_games]),
+        ("/v1/catalogue/categories", [books]),
+        ("/v1/catalogue/products", [str(catalogue["chess"].pk), str(catalogue["atlas"].pk)]),
+    ]
