@@ -75,8 +75,11 @@ def salesrank():
 
 @pytest.fixture(scope="session")
 def shop_worker(salesrank):
-    """The example shop's Celery worker, sending to the session's salesrank."""
-    return _waited("shop_worker")
+    """The example shop's Celery worker, sending to the session's salesrank; stopped before the
+    shop's test database is dropped."""
+    yield _waited("shop_worker")
+    _started.pop("shop_worker").kill()
+    shop_side.queue_delete()
 
 
 @pytest.fixture(scope="session", autouse=True)
