@@ -7,10 +7,8 @@ database is made and the tests that do not need it run first.
 
 import importlib
 import itertools
-import tempfile
 import threading
 from decimal import Decimal as D
-from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -32,7 +30,8 @@ def pytest_collection_modifyitems(config, items):
     if not any(_needs(item, "salesrank") for item in items):
         return
     with_worker = any(_needs(item, "shop_worker") for item in items)
-    log_dir = Path(tempfile.mkdtemp(prefix="salesrank-oscar-"))
+    # pytest's own temporary folder (its last few runs are kept), as tmp_path_factory gives it
+    log_dir = config._tmp_path_factory.mktemp("salesrank")
 
     def start():
         try:
