@@ -10,6 +10,7 @@
     reads     the read path: slices, heads, ranks, small boards whole, thresholds
     parts     the reads a merge of a split board's parts needs
     survey    the operators' reads: what a version holds, board by board
+    health    whether Redis answers and how full it is (the probes' and the metrics' reads)
 
 Callers import the package (`from rankings.engine import store`) and call `store.<name>`.
 
@@ -68,6 +69,7 @@ from rankings.engine.store.eviction import (
     eviction_policy_check,
     eviction_policy_safe,
 )
+from rankings.engine.store.health import NodeMemory, memory_used, ping
 from rankings.engine.store.keys import (
     BLOB_SIZE,
     TEMP_MARK,
@@ -105,6 +107,7 @@ from rankings.engine.store.reads import (
     ordered_before,
     shard_as_of,
     shard_stamp,
+    shards_as_of,
 )
 from rankings.engine.store.survey import (
     board_read_all,
@@ -160,6 +163,7 @@ __all__ = [
     "FAST_TIMEOUT",
     "MemberRank",
     "MembersOnBoard",
+    "NodeMemory",
     "PATIENT_TIMEOUT",
     "PartBefore",
     "REBUILD_CHUNK",
@@ -204,12 +208,14 @@ __all__ = [
     "members_ranks",
     "members_scores",
     "memory_by_window",
+    "memory_used",
     "ordered_before",
     "others_scores",
     "parts_before",
     "parts_histogram",
     "parts_ranges",
     "patient",
+    "ping",
     "pipeline",
     "prefix",
     "reset_clients",
@@ -224,6 +230,7 @@ __all__ = [
     "shard_stamp",
     "shard_state",
     "shard_tag",
+    "shards_as_of",
     "shard_touch",
     "shards_key",
     "state_key",
