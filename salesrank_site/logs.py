@@ -1,6 +1,6 @@
 """How every process logs: plain lines by default, or with LOG_FORMAT=json one JSON object a line
-(time, level, logger, message, the request id, and whatever a record adds, such as a request's
-method, path, status and duration), for a log collector to read.
+(time, level, logger, message, the request id, the process id, and whatever a record adds, such as
+a request's method, path, status and duration), for a log collector to read.
 
 The request id is the one the web process gave the request (or took from its X-Request-ID
 header); a Celery task queued while answering it carries it along (django-guid), so the lines of
@@ -9,6 +9,7 @@ outside any request or task.
 """
 
 import logging
+import logging.config
 from typing import Any
 
 from django_guid.log_filters import CorrelationId
@@ -19,7 +20,7 @@ REQUEST_ID = "request_id"
 
 JSON_FORMATTER: dict[str, Any] = {
     "()": "pythonjsonlogger.json.JsonFormatter",
-    "fmt": ["levelname", "name", "message", REQUEST_ID],
+    "fmt": ["levelname", "name", "message", REQUEST_ID, "process"],
     "rename_fields": {"levelname": "level", "name": "logger"},
     "timestamp": "time",  # ISO 8601, UTC
 }
@@ -40,6 +41,13 @@ def logging_config(*, log_format: str, level: str) -> dict:
         # django-guid says at INFO what it does with every request's header and task.
         "loggers": {"django_guid": {"level": "WARNING"}},
     }
+
+
+def configure(config: dict) -> None:
+    """Django's LOGGING_CONFIG: the configuration above, and Python's warnings as log records (one
+    line each, through the "py.warnings" logger) rather than text written beside them."""
+    logging.config.dictConfig(config)
+    logging.captureWarnings(True)
 
 
 def json_handlers(logger: logging.Logger) -> None:

@@ -358,6 +358,7 @@ LOG_FORMAT = env("LOG_FORMAT", default="text")
 if LOG_FORMAT not in FORMATS:
     raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(FORMATS)}, not {LOG_FORMAT!r}")
 LOGGING = logging_config(log_format=LOG_FORMAT, level=env("LOG_LEVEL", default="INFO"))
+LOGGING_CONFIG = "salesrank_site.logs.configure"
 DJANGO_GUID = {
     "GUID_HEADER_NAME": "X-Request-ID",
     # Celery tasks queued while answering a request carry its id; a task queued by a task, the id

@@ -9,6 +9,7 @@ from unittest import mock
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from catalogue.models import Category
+from rankings.conf import rankings_settings
 from rankings.engine import counts, store
 from rankings.engine.tick import TICK_SECONDS_BOUNDS
 from rankings.ingest import batch
@@ -26,6 +28,8 @@ from rankings.operations import metrics
 from rankings.operations.tokens import token_create
 from rankings.serving import memory
 
+from . import processes
+from .processes import wait_until
 from .rankings_helpers import Shop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -372,3 +376,41 @@ def test_readiness_fails_when_the_boards_are_older_than_the_setting(settings):
     boards = reply.json()["checks"]["boards"]
     assert boards.startswith("stale")
     assert not any(character.isdigit() for character in boards)
+
+
+@pytest.mark.processes
+def test_readiness_fails_while_redis_is_stopped_and_recovers_once_it_is_back_and_ticked(own_redis, tmp_path):
+    # given boards ticked just now on a Redis of the test's own
+    shop = _ticked_now()
+    assert APIClient().get("/readyz").status_code == 200
+    # when that Redis stops, then the process is not ready, and says it is Redis
+    own_redis.kill()
+    wait_until(lambda: APIClient().get("/readyz").status_code == 503, timeout=10, what="readiness to fail")
+    checks = APIClient().get("/readyz").json()["checks"]
+    assert (checks["postgres"], checks["redis"]) == ("ok", "unreachable")
+    # when it comes back empty on the same address, it is still not ready: the boards are gone
+    again = processes.redis_server(
+        tmp_path, name="redis-again", port=int(own_redis.address.rsplit(":", 1)[1])
+    )
+    try:
+        wait_until(
+            lambda: APIClient().get("/readyz").json()["checks"]["redis"] == "ok",
+            timeout=10,
+            what="Redis to answer",
+        )
+        assert APIClient().get("/readyz").status_code == 503
+        # and once a tick has rebuilt them, it is ready again
+        shop.advance(seconds=1)
+        shop.tick()
+        wait_until(
+            lambda: APIClient().get("/readyz").status_code == 200, timeout=10, what="readiness to recover"
+        )
+    finally:
+        again.kill()
+
+
+def test_an_allowed_address_that_is_no_network_stops_the_start(settings):
+    settings.RANKINGS = {**settings.RANKINGS, "METRICS_ALLOW": ["10.0.0.0/33"]}
+
+    with pytest.raises(ImproperlyConfigured, match="METRICS_ALLOW: '10.0.0.0/33'"):
+        rankings_settings.validate()

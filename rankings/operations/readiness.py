@@ -32,7 +32,7 @@ def _postgres() -> str:
 
 def _boards(age: float | None) -> str:
     if age is None:
-        return "not laid out yet: no tick has run"
+        return "not in Redis: no tick has laid them out yet (a fresh install, or Redis restarted empty)"
     if age == float("inf"):
         return "missing in Redis for some shard until a tick rebuilds them"
     if age > rankings_settings.READY_MAX_AGE_SECONDS:
