@@ -79,3 +79,12 @@ def test_a_request_without_an_id_or_with_one_that_is_not_a_uuid_gets_a_new_one()
 
     assert given != "x" * 5000
     assert uuid.UUID(given) and uuid.UUID(made) and given != made
+
+
+def test_a_long_path_is_logged_cut_short(caplog):
+    with caplog.at_level(logging.INFO, logger="salesrank.requests"):
+        Client().get("/v1/" + "x" * 10_000)
+
+    (record,) = [r for r in caplog.records if r.name == "salesrank.requests"]
+    assert record.status == 404
+    assert record.path == ("/v1/" + "x" * 10_000)[:200]

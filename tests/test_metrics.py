@@ -414,3 +414,13 @@ def test_an_allowed_address_that_is_no_network_stops_the_start(settings):
 
     with pytest.raises(ImproperlyConfigured, match="METRICS_ALLOW: '10.0.0.0/33'"):
         rankings_settings.validate()
+
+
+def test_readiness_is_checked_once_a_second_per_process():
+    _ticked_now()
+    client = APIClient()
+    client.get("/readyz")
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(5):
+            assert client.get("/readyz").status_code == 200
+    assert len(queries) == 0

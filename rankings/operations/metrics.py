@@ -18,7 +18,12 @@ from rankings.engine.shards import ALL, Layout, active_layout
 from rankings.engine.tick import TICK_SECONDS, TICK_SECONDS_BOUNDS
 from rankings.ingest.batch import INGESTED
 from rankings.models import PendingEngagement, PendingSale, ShardState, SnapshotMark
-from rankings.operations.status import PENDING_COUNTED
+
+# Queue rows a scrape counts at most, of the sales and of the engagement waiting for a tick: a
+# healthy queue holds a tick's worth (a few seconds of events) and is counted exactly; a backlog
+# shows as at least this many, which is all an alert needs, for about 10 ms of counting a scrape
+# (the status page counts ten times as many, once a second while an operator watches it).
+PENDING_COUNTED = 10_000  # queue rows
 
 
 @dataclass

@@ -27,8 +27,7 @@ from rest_framework.views import APIView
 
 from rankings.conf import rankings_settings
 from rankings.ingest.batch import OUTCOMES
-from rankings.operations.metrics import Figures, metrics_read
-from rankings.operations.status import PENDING_COUNTED
+from rankings.operations.metrics import PENDING_COUNTED, Figures, metrics_read
 from rankings.serving.authentication import ApiTokenAuthentication
 from rankings.serving.memory import WeighedTTL
 from rankings.serving.throttling import login_address
