@@ -312,17 +312,6 @@ class RankingVersion(models.Model):
     def __str__(self):
         return f"v{self.number} ({self.state})"
 
-    @classmethod
-    def active_number(cls) -> int:
-        """The active version; 1 until a rebuild has been switched to."""
-        return cls.active()[0]
-
-    @classmethod
-    def active(cls) -> tuple[int, int]:
-        """The active version and the switch that made it active; (1, 0) before any switch."""
-        row = cls.active_row()
-        return (row[0], row[1]) if row else (1, 0)
-
     # The active version: the row marked active, else version 1's (active until a rebuild is
     # switched to, and made so by no switch, so its epoch is 0); no row while neither is recorded.
     # A statement of its own so that the tick reads it with its shard's state in one round trip.

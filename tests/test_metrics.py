@@ -280,7 +280,7 @@ def test_the_boards_age_is_the_wall_clock_behind_the_oldest_shard(redis_client):
     # then the boards are a minute old
     assert 60 <= _scrape()[("salesrank_boards_age_seconds", ())] < 70
     # and when a shard's state is lost from Redis, its boards have no age until a tick rebuilds them
-    redis_client.delete(store.state_key(store.active_version(), 2))
+    redis_client.delete(store.state_key(store.served_version(), 2))
     assert _scrape()[("salesrank_boards_age_seconds", ())] == math.inf
 
 

@@ -34,7 +34,7 @@ KEY = store.board_key(1, 0, "7d", "units", "toys")
 
 CALLS = {
     "eviction_policy": lambda: store.eviction_policy(),
-    "active_version": lambda: store.active_version(fresh=True),
+    "served_version": lambda: store.served_version(fresh=True),
     "active_set": lambda: store.active_set(2, 1),
     "active_ensure": lambda: store.active_ensure(2, 1),
     "shard_layout_set": lambda: store.shard_layout_set(1, 4),
@@ -179,7 +179,7 @@ def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_cli
         assert redis_client.exists(store.active_key()) == 0
     # and both are, once it ends
     assert store.shard_layout_get(7) == (3, ())
-    assert store.active_version(fresh=True) == 7
+    assert store.served_version(fresh=True) == 7
 
 
 @pytest.mark.single_redis

@@ -24,7 +24,7 @@ from django.utils import timezone
 from rankings.conf import rankings_settings
 from rankings.engine import batches, locks, store
 from rankings.engine.counts import histogram_observe
-from rankings.engine.shards import ALL, Layout, active_of, active_version, layout_checked
+from rankings.engine.shards import ALL, ActiveVersion, active, layout_checked
 from rankings.models import RankingVersion, ShardState, TickLog
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def _tick_shard_isolated(
     `pointed`: the (version, switch) pairs this tick has already pointed Redis's readers at."""
     # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
     # and a switch to fewer shards leaves none to tick past the new count.
-    version, epoch, layout, state = _shard_read(shard)
+    (version, epoch, layout), state = _shard_read(shard)
     if shard >= layout.shards:
         return
     if state is None:  # its first tick
@@ -266,21 +266,20 @@ FROM active LEFT JOIN rankings_shardstate s ON s.shard = %s
 """
 
 
-def _shard_read(shard: int) -> tuple[int, int, Layout, ShardState | None]:
-    """(number, the switch that made it active, layout) of the active version, and the shard's
-    state (None before its first tick)."""
+def _shard_read(shard: int) -> tuple[ActiveVersion, ShardState | None]:
+    """The active version and the shard's state (None before its first tick), in one read."""
     with connection.cursor() as cursor:
         cursor.execute(_SHARD_READ, [shard])
         row = cursor.fetchone()
     if row is None:  # a fresh install: version 1 is recorded here
-        return *active_version(), None
+        return active(), None
     seq, as_of, failures, retry_at = row[4:]
     state = (
         ShardState(shard=shard, seq=seq, as_of=as_of, failures=failures, retry_at=retry_at)
         if seq is not None
         else None
     )
-    return *active_of(row), state
+    return ActiveVersion.of_row(row), state
 
 
 def _shard_failed(shard: int, error: Exception) -> None:

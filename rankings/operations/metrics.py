@@ -14,7 +14,7 @@ from django.db.models import Sum
 
 from rankings.engine import store
 from rankings.engine.counts import Histogram, counts_read, histogram_read
-from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.engine.shards import ALL, Layout, active
 from rankings.engine.tick import TICK_SECONDS, TICK_SECONDS_BOUNDS
 from rankings.ingest.batch import INGESTED
 from rankings.models import PendingEngagement, PendingSale, ShardState, SnapshotMark
@@ -61,7 +61,7 @@ def metrics_read() -> Figures:
 
 
 def _database_read(figures: Figures) -> None:
-    _, layout = active_layout()
+    layout = active().layout
     figures.ingested = counts_read(INGESTED)
     figures.tick_seconds = histogram_read(TICK_SECONDS, TICK_SECONDS_BOUNDS)
     figures.pending = _pending(layout)
@@ -105,7 +105,7 @@ def boards_age() -> float | None:
     """Seconds since the oldest shard's boards were brought up to date, as Redis holds them for the
     readers (inf when a shard has no state there: its boards are not served); None before the first
     tick has laid the version out."""
-    version = store.active_version()
+    version = store.served_version()
     laid_out = store.shard_layout_get(version)
     if laid_out is None:
         return None

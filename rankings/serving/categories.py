@@ -197,7 +197,7 @@ def categories_tree() -> Tree:
     with _categories_lock:
         held = tuple(_tree_held)
     try:
-        number = store.active_version()
+        number = store.served_version()
         if number == held[0]:
             return held[1]
         tree = version_tree(number)

@@ -49,7 +49,7 @@ def _active_forget() -> None:
 
 
 @translated
-def active_version(*, fresh: bool = False) -> int:
+def served_version(*, fresh: bool = False) -> int:
     """The version that serves reads; when Redis is unreachable, the last one seen."""
     key = prefix()
     known = active_read.get(key)
