@@ -62,8 +62,9 @@ def _counted(figures: Figures) -> Iterator[Metric]:
     )
     for outcome in OUTCOMES:
         sales.add_metric([outcome], figures.ingested.get(f"sale:{outcome}", 0))
-        for kind in ("view", "wish", "unknown"):
+        for kind in ("view", "wish"):
             engagements.add_metric([kind, outcome], figures.ingested.get(f"{kind}:{outcome}", 0))
+    engagements.add_metric(["unknown", "rejected"], figures.ingested.get("unknown:rejected", 0))
     yield sales
     yield engagements
     pending = GaugeMetricFamily(
