@@ -4,17 +4,18 @@ from dataclasses import dataclass
 
 from redis.cluster import RedisCluster
 
-from rankings.engine.store.client import clustered, fast, translated
+from rankings.engine.store.client import fast, translated
 
 
 @translated
 def ping() -> None:
     """Return when Redis answers (every primary of a cluster); raise Unreachable when it does not
     within the fast client's timeout."""
-    if clustered():
-        fast().ping(target_nodes=RedisCluster.PRIMARIES)
+    r = fast()
+    if isinstance(r, RedisCluster):
+        r.ping(target_nodes=RedisCluster.PRIMARIES)
     else:
-        fast().ping()
+        r.ping()
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,10 @@ def memory_used() -> list[NodeMemory]:
     r = fast()
     if isinstance(r, RedisCluster):
         answers = r.info("memory", target_nodes=RedisCluster.PRIMARIES)
-        # A cluster of one primary answers as a server does.
+        # A cluster of one primary answers as a server does, not by node.
         if "used_memory" in answers:
-            answers = {"cluster": answers}
+            (only,) = r.get_primaries()
+            answers = {f"{only.host}:{only.port}": answers}
     else:
         address = r.connection_pool.connection_kwargs
         answers = {f"{address.get('host')}:{address.get('port')}": r.info("memory")}
