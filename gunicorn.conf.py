@@ -3,12 +3,21 @@ LOG_FORMAT=json, its own lines (start, workers, timeouts) are JSON too, as the s
 
 import os
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import environ
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
 
 from salesrank_site.logs import JSON_FORMATTER  # noqa: E402
 
-if os.environ.get("LOG_FORMAT") == "json":
+# The environment as the settings read it: a developer's .env fills in what it leaves out.
+env = environ.Env()
+if env.bool("READ_DOT_ENV", default=True):
+    environ.Env.read_env(ROOT / ".env", overwrite=False)
+
+if env("LOG_FORMAT", default="text") == "json":
     # Merged into gunicorn's own logging configuration, whose handlers take this formatter by the
     # name "generic"; its loggers do not also pass their lines to the root logger's handler.
     logconfig_dict = {

@@ -424,3 +424,15 @@ def test_readiness_is_checked_once_a_second_per_process():
         for _ in range(5):
             assert client.get("/readyz").status_code == 200
     assert len(queries) == 0
+
+
+def test_behind_a_proxy_the_clients_own_address_decides(settings):
+    """A proxy on the same machine forwards every client from the loopback: with NUM_PROXIES set,
+    the address it appends to X-Forwarded-For is the one METRICS_ALLOW is checked against."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    client = APIClient()
+
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=OUTSIDE).status_code == 403
+    assert (
+        client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="127.0.0.1").status_code == 200
+    )
