@@ -1,7 +1,6 @@
 """gunicorn's settings beyond the command line's (read from the directory it starts in): with
 LOG_FORMAT=json, its own lines (start, workers, timeouts) are JSON too, as the site's are."""
 
-import os
 import sys
 from pathlib import Path
 
