@@ -68,7 +68,11 @@ SITE = [
         "API reads per token, for a shop's own servers reading with a token",
     ),
     Variable("THROTTLE_PAGES", "`20/s`", "page views per client address"),
-    Variable("THROTTLE_INGEST", "`600/min`", "`POST /v1/sales` and `POST /v1/engagements` batches per token"),
+    Variable(
+        "THROTTLE_INGEST",
+        "`600/min`",
+        "`POST /v1/sales`, `POST /v1/engagements` and `POST /v1/catalogue/…` batches per token",
+    ),
     Variable(
         "NUM_PROXIES",
         "`0`",

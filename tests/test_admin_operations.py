@@ -11,7 +11,7 @@ from rankings.operations import backfill
 
 from .rankings_helpers import Shop
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ def test_rankings_verify_passes_on_exact_boards_and_fails_on_a_tampered_one(caps
     assert "toys 7d units" in out and "p2: expected 1, Redis 2" in out
 
 
+@pytest.mark.processes
 def test_rankings_tick_refuses_a_clock_that_goes_backwards():
     shop = Shop()
     shop.tick()

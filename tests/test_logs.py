@@ -35,6 +35,7 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.processes
 def test_with_log_format_json_each_line_is_one_json_object():
     done = _run(_LOG_A_WARNING, LOG_FORMAT="json")
 
@@ -49,12 +50,14 @@ def test_with_log_format_json_each_line_is_one_json_object():
     assert record["request_id"] is None  # outside a request or a task
 
 
+@pytest.mark.processes
 def test_by_default_a_line_is_the_plain_message():
     done = _run(_LOG_A_WARNING)
 
     assert "3 boards behind" in done.stderr.splitlines()
 
 
+@pytest.mark.processes
 def test_an_unknown_log_format_stops_the_start():
     done = _run("import django; django.setup()", LOG_FORMAT="xml")
 

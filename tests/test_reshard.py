@@ -24,7 +24,7 @@ from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 CATEGORIES = [f"k{i:02d}" for i in range(20)]
 # How long a premise may take to come true on a loaded machine.

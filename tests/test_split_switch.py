@@ -24,7 +24,7 @@ from .test_reshard import (
     _state_follows,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 SPLIT = {ALL: 3, "k01": 2}
 

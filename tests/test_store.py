@@ -27,6 +27,7 @@ WITHOUT_REDIS = {
     "wake_key",
     "eviction_policy_safe",
     "eviction_policy_check",
+    "names_stamp",  # what the last read of the active version brought
 }
 
 BOARD = {"version": 1, "shard": 0, "window": "7d", "metric": "units", "category": "toys"}
@@ -37,6 +38,7 @@ CALLS = {
     "served_version": lambda: store.served_version(fresh=True),
     "active_set": lambda: store.active_set(2, 1),
     "active_ensure": lambda: store.active_ensure(2, 1),
+    "names_changed": lambda: store.names_changed(),
     "shard_layout_set": lambda: store.shard_layout_set(1, 4),
     "shard_layout_get": lambda: store.shard_layout_get(1),
     "generation": lambda: store.generation(1),

@@ -20,8 +20,9 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
@@ -45,6 +46,8 @@ ATTEMPTS = 5
 RETRY_PAUSE = 0.05  # seconds, doubled each attempt, times a random factor in [0.5, 1)
 _RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 
+T = TypeVar("T")
+
 # The total of ingested events, by "kind:outcome" (rankings.engine.counts): /metrics serves it.
 INGESTED = "ingested"
 OUTCOMES = ("accepted", "duplicate", "rejected")
@@ -67,6 +70,25 @@ class IngestResult:
 
 class Retry(Exception):
     """Raised by a kind of event inside an attempt: roll it back and make it again."""
+
+
+def retried(attempt: Callable[[int], T]) -> T:
+    """attempt(n), n = 1, 2, …, each in a transaction of its own, until one commits: one that raised
+    Retry, or met a deadlock or serialization failure, is rolled back and made again, after a
+    short pause for the latter, ATTEMPTS times in all."""
+    number = 1
+    while True:
+        try:
+            with transaction.atomic():
+                return attempt(number)
+        except Retry:
+            if number == ATTEMPTS:
+                raise
+        except OperationalError as error:
+            if number == ATTEMPTS or getattr(error.__cause__, "sqlstate", None) not in _RETRYABLE:
+                raise
+            time.sleep(RETRY_PAUSE * 2 ** (number - 1) * random.uniform(0.5, 1))
+        number += 1
 
 
 @dataclass(slots=True)
@@ -187,17 +209,18 @@ def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) 
         wanted = new.intersection(data.get("categories") or ()) - taken if not data.get("returnOf") else ()
         if len(taken) + len(wanted) > most or data.get("returnOf") in refused - {None}:
             refused.add(data.get("id"))
-            invalid.append({"index": index, "id": data.get("id"), "error": _too_many_new(most)})
+            invalid.append({"index": index, "id": data.get("id"), "error": too_many_new(most)})
         else:
             taken.update(wanted)
             kept.append((index, data))
     return kept
 
 
-def _too_many_new(most: int) -> str:
+def too_many_new(most: int, item: str = "event") -> str:
+    """Why an item (an event, a product) whose new categories would take its batch past `most` is rejected."""
     return (
         f"categories: this batch names more than {most:,} categories the catalogue does not have; "
-        "send this event again in another batch"
+        f"send this {item} again in another batch"
     )
 
 
@@ -245,19 +268,13 @@ class BatchIngest:
             return IngestResult()  # nothing happened: an empty call leaves no trace in the log
         valid = _new_categories_bounded(valid, invalid)
         self.prepare(valid)
-        for attempt in range(1, ATTEMPTS + 1):
+
+        def attempt(number: int) -> IngestResult:
             result = IngestResult(rejected=list(invalid))
-            try:
-                with transaction.atomic():
-                    self._attempt(events, valid, result, source, now, first=attempt == 1)
-                break
-            except Retry:
-                if attempt == ATTEMPTS:
-                    raise
-            except OperationalError as error:
-                if attempt == ATTEMPTS or getattr(error.__cause__, "sqlstate", None) not in _RETRYABLE:
-                    raise
-                time.sleep(RETRY_PAUSE * 2 ** (attempt - 1) * random.uniform(0.5, 1))
+            self._attempt(events, valid, result, source, now, first=number == 1)
+            return result
+
+        result = retried(attempt)
         result.rejected.sort(key=lambda r: r["index"])
         return result
 

@@ -18,7 +18,9 @@ Layout, for key prefix P, version V and shard S (the hash tag keeps a shard's
 keys on one Redis Cluster slot, so a batch can be applied atomically):
 
     P:active                         hash: version that serves reads, epoch
-                                     (the switch that made it active)
+                                     (the switch that made it active), names (raised
+                                     by every push of catalogue names: readers
+                                     forget the names they remember)
     P:vV:gen                         generation marker; missing = Redis lost data
     P:vV:shards                      the version's layout, for readers: its shard
                                      count, then its pinned categories ("5,toys")
@@ -126,6 +128,8 @@ from rankings.engine.store.versions import (
     generation_get,
     keys_delete,
     keyspace_survey,
+    names_changed,
+    names_stamp,
     pipeline,
     served_version,
     shard_layout_get,
@@ -202,6 +206,8 @@ __all__ = [
     "generation_get",
     "head_read",
     "keys_delete",
+    "names_changed",
+    "names_stamp",
     "keyspace_survey",
     "member_rank",
     "members_on_board",
