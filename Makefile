@@ -10,7 +10,7 @@ RUNNER := $(VENV)/.installed-run
 # on real processes (on 2 cores: 3 workers 2 min 50 s, 2 workers 3 min 5 s).
 JOBS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
 
-.PHONY: run test test-fast soak bench install install-dev db lint format clean browser prometheus
+.PHONY: run test test-fast soak bench install install-dev db lint format clean browser prometheus oscar oscar-test
 
 # uv installs the pinned lists in a few seconds where pip takes half a minute (a fresh clone's
 # `make test` waits on it); pip only installs uv itself.
@@ -55,6 +55,18 @@ db: $(RUNNER) .env
 run: db
 	$(VENV)/bin/honcho start
 
+# The example Oscar shop (examples/oscar_shop) beside salesrank: salesrank as `make run` does on
+# :8000, the shop on :8001 with its Celery worker and beat, which send its orders (and its demo
+# catalogue) to salesrank. The shop's token for salesrank is made once, into examples/oscar_shop/.env.
+SHOP := examples/oscar_shop
+oscar: db install-dev
+	$(PY) $(SHOP)/manage.py shop_setup
+	test -s $(SHOP)/.env || $(PY) manage.py ingest_token oscar-shop --permission add_sale \
+		--permission catalogue.change_product --permission catalogue.change_category \
+		| sed -n 's/^token /SALESRANK_TOKEN=/p' > $(SHOP)/.env
+	cat Procfile $(SHOP)/Procfile > $(SHOP)/.procfile
+	$(VENV)/bin/honcho -f $(SHOP)/.procfile -d . start
+
 # The whole suite, fault and browser tests included, spread over $(JOBS) workers test by test;
 # a worker that runs out takes waiting tests from the others, so a few long tests (the fault
 # suite, the property and year-of-history tests) do not leave a worker idle.
@@ -68,6 +80,12 @@ CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engi
 test: lint browser prometheus
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 	PROPERTY_HISTORIES=20 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster $(CLUSTER_TESTS)
+	$(MAKE) oscar-test
+
+# The Oscar app's own tests (salesrank_oscar/tests): the example shop's settings on a database of the
+# run's own, against a real salesrank (web, worker, beat) the session starts in the background.
+oscar-test: install-dev browser
+	$(PY) -m pytest -q -c salesrank_oscar/pyproject.toml salesrank_oscar/tests
 
 # The inner loop, about a minute on 2 cores: no processes, fault, browser, cluster or slow tests
 # (reshards and switch-overs, over and over), 4 random histories instead of 60, and without the
@@ -100,12 +118,14 @@ bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
 	$(PY) -m bench $(BENCH_ARGS)
 
-# Style, the layers of the imports (pyproject.toml's contracts), then the types (mypy.ini).
+# Style, the layers of the imports (pyproject.toml's contracts), then the types (mypy.ini; the Oscar
+# app's with the example shop's settings, salesrank_oscar/mypy.ini).
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --config-file salesrank_oscar/mypy.ini
 
 format: install-dev
 	$(VENV)/bin/ruff check --fix .
