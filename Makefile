@@ -10,7 +10,7 @@ RUNNER := $(VENV)/.installed-run
 # on real processes (on 2 cores: 3 workers 2 min 50 s, 2 workers 3 min 5 s).
 JOBS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
 
-.PHONY: run test test-fast soak bench install install-dev db lint format clean browser oscar oscar-test
+.PHONY: run test test-fast soak bench install install-dev db lint format clean browser prometheus oscar oscar-test
 
 # uv installs the pinned lists in a few seconds where pip takes half a minute (a fresh clone's
 # `make test` waits on it); pip only installs uv itself.
@@ -77,7 +77,7 @@ oscar: db install-dev
 # cluster node, starts a cluster of its own in the first run.
 CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
 	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py
-test: lint browser
+test: lint browser prometheus
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
 	PROPERTY_HISTORIES=20 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster $(CLUSTER_TESTS)
 	$(MAKE) oscar-test
@@ -108,6 +108,10 @@ soak: install-dev
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+
+# The alert rules' tests (promtool) and the scrape by a real Prometheus use Debian's prometheus.
+prometheus:
+	command -v promtool >/dev/null && command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
 
 # Benchmarks use a database and key prefix of their own; wrk drives the read benchmarks.
 bench: install-dev

@@ -238,6 +238,24 @@ class IngestLog(models.Model):
     too_old = models.IntegerField(default=0, db_default=0)
 
 
+class MetricCount(models.Model):
+    """A running total that /metrics serves (events ingested by outcome, ticks by duration), kept as
+    a few stripes a total, each written by the sessions whose server process number falls in it.
+
+    Every process adds to the shared row rather than keeping its own count, so the total is what
+    every web process and worker did, on one machine or many; an ingest adds in the very
+    transaction that stores its events, so the counts are those of the replies even when a process
+    dies in between. Stripes keep concurrent ingests from queueing on one row until they commit.
+    The table holds at most names × keys × stripes rows: it never grows with time.
+    """
+
+    pk = models.CompositePrimaryKey("name", "key", "stripe")
+    name = models.CharField(max_length=40)
+    key = models.CharField(max_length=40)
+    stripe = models.PositiveSmallIntegerField()
+    value = models.BigIntegerField(default=0)
+
+
 class RankingVersion(models.Model):
     """One generation of every board in Redis; exactly one is active and serves reads.
 

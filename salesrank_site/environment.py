@@ -102,6 +102,13 @@ SITE = [
     ),
     Variable("LOG_LEVEL", "`INFO`", "level of the root logger"),
     Variable(
+        "LOG_FORMAT",
+        "`text`",
+        "`json`: every log line of the web processes, the workers and the beat is one JSON object (time,"
+        " level, logger, message, request_id; a request's method, path, status and duration_ms), and a"
+        " request's id reaches the Celery tasks it queues; `text`: plain lines",
+    ),
+    Variable(
         "READ_DOT_ENV", "on", "`0` ignores `.env`, to see the settings exactly as the environment gives them"
     ),
 ]

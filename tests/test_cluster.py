@@ -152,3 +152,23 @@ def test_a_split_board_spreads_its_parts_over_the_primaries_and_reads_exactly(cl
     memory.forget_all()
     again = selectors.board_top(category=ALL, window="7d", metric="units", limit=100, offset=0)
     assert again.items == top.items
+
+
+def test_the_metrics_and_the_readiness_reach_every_primary(cluster, redis_cluster_session):
+    """Each primary's memory is shown with its own limit, and the boards' age and readiness read the
+    shards wherever their slots are."""
+    from django.utils import timezone
+    from rest_framework.test import APIClient
+
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(*[shop.sale(f"p{i}", categories=[CATEGORIES[i % 12]]) for i in range(24)])
+    shop.tick()
+    primaries = {f"{node.host}:{node.port}" for node in store.patient().get_primaries()}
+
+    memory_used = store.memory_used()
+    assert {node.node for node in memory_used} == primaries
+    assert all(node.used > 0 for node in memory_used)
+    memory.forget_all("status")
+    assert APIClient().get("/readyz").json() == {"checks": {"postgres": "ok", "redis": "ok", "boards": "ok"}}
+    text = APIClient().get("/metrics").content.decode()
+    assert "salesrank_boards_age_seconds " in text and "salesrank_boards_age_seconds +Inf" not in text

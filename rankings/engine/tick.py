@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import batches, locks, store
+from rankings.engine.counts import histogram_observe
 from rankings.engine.shards import ALL, ActiveVersion, active, layout_checked
 from rankings.models import RankingVersion, ShardState, TickLog
 
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 
 # A failing shard's error is kept this long on its row (a traceback can be huge).
 ERROR_TEXT_KEPT = 500  # characters
+
+# The histogram of tick durations /metrics serves (salesrank_tick_duration_seconds): upper bounds
+# from a quiet tick's few milliseconds to the task's time limit (a minute).
+TICK_SECONDS = "tick_seconds"
+TICK_SECONDS_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # seconds
 
 # Not a shard's failure but the whole tick's: the task's time is up.
 _NOT_ISOLATED = (SoftTimeLimitExceeded,)
@@ -103,6 +109,7 @@ def tick(
             rebuilt_shards=report.rebuilt_shards,
             shards=report.ticked_shards,
         )
+        histogram_observe(TICK_SECONDS, TICK_SECONDS_BOUNDS, report.duration_ms / 1000)
     return report
 
 

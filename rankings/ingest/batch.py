@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar
@@ -30,6 +31,7 @@ from rest_framework.exceptions import ValidationError
 from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import locks
+from rankings.engine.counts import counts_add
 from rankings.engine.shards import Layout, layout_checked
 from rankings.engine.tree import Tree, version_tree
 from rankings.ingest.events import EventIdField, EventValidator, duration_text
@@ -45,6 +47,10 @@ RETRY_PAUSE = 0.05  # seconds, doubled each attempt, times a random factor in [0
 _RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 
 T = TypeVar("T")
+
+# The total of ingested events, by "kind:outcome" (rankings.engine.counts): /metrics serves it.
+INGESTED = "ingested"
+OUTCOMES = ("accepted", "duplicate", "rejected")
 
 
 @dataclass
@@ -92,6 +98,8 @@ class Attempt:
     accepted: int = 0
     duplicates: int = 0
     too_old: int = 0
+    # The indexes of the events accepted: what the counts of a batch of several kinds are made from.
+    accepted_at: set[int] = field(default_factory=set)
 
 
 # json.dumps with its defaults, through one encoder made once (json.dumps makes one a call): the
@@ -235,6 +243,7 @@ class BatchIngest:
     stage_columns: str  # its columns, as CREATE TABLE lists them
     stage_types: list[str]  # their types, in order, for the binary COPY
     insert: str  # stores the staged rows and their queue rows; returns the `ord` of each stored
+    kinds: ClassVar[tuple[str, ...]]  # what its events are counted as in /metrics (see kind_of)
     # Made from the above for each subclass, as it is declared.
     _stage_sql: ClassVar[str]
     _placeholders_sql: ClassVar[str]
@@ -262,7 +271,7 @@ class BatchIngest:
 
         def attempt(number: int) -> IngestResult:
             result = IngestResult(rejected=list(invalid))
-            self._attempt(valid, result, source, now, first=number == 1)
+            self._attempt(events, valid, result, source, now, first=number == 1)
             return result
 
         result = retried(attempt)
@@ -287,6 +296,7 @@ class BatchIngest:
 
     def _attempt(
         self,
+        events: list,
         valid: list[tuple[int, dict]],
         result: IngestResult,
         source: str,
@@ -294,7 +304,8 @@ class BatchIngest:
         *,
         first: bool,
     ) -> None:
-        """One attempt at storing the valid events, inside the caller's transaction."""
+        """One attempt at storing the valid events, inside the caller's transaction, which also
+        adds what became of them to the ingest counts: they stand or fall with the events."""
         done = self.attempt(valid, result, first=first)
         result.accepted = done.accepted
         result.duplicates = done.duplicates
@@ -306,6 +317,30 @@ class BatchIngest:
             rejected=len(result.rejected),
             too_old=done.too_old,
         )
+        counts_add(INGESTED, self._counted(events, result, done.accepted_at))
+
+    def kind_of(self, event) -> str:
+        """What `event` (as sent) is counted as: one of `kinds`."""
+        return self.kinds[0]
+
+    def _counted(self, events: list, result: IngestResult, accepted_at: set[int]) -> Counter[str]:
+        """ "kind:outcome" -> events, adding up to what the reply says (accepted, duplicates,
+        rejected), each event counted as its kind when there are several."""
+        if len(self.kinds) == 1:
+            kind = self.kinds[0]
+            return Counter(
+                {
+                    f"{kind}:accepted": result.accepted,
+                    f"{kind}:duplicate": result.duplicates,
+                    f"{kind}:rejected": len(result.rejected),
+                }
+            )
+        rejected = {r["index"] for r in result.rejected}
+        outcomes: Counter[str] = Counter()
+        for index, event in enumerate(events):
+            outcome = "rejected" if index in rejected else "accepted" if index in accepted_at else "duplicate"
+            outcomes[f"{self.kind_of(event)}:{outcome}"] += 1
+        return outcomes
 
     def prepare(self, valid: list[tuple[int, dict]]) -> None:
         """What to do once, before the first attempt's transaction."""

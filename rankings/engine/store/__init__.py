@@ -10,6 +10,7 @@
     reads     the read path: slices, heads, ranks, small boards whole, thresholds
     parts     the reads a merge of a split board's parts needs
     survey    the operators' reads: what a version holds, board by board
+    health    whether Redis answers and how full it is (the probes' and the metrics' reads)
 
 Callers import the package (`from rankings.engine import store`) and call `store.<name>`.
 
@@ -70,6 +71,7 @@ from rankings.engine.store.eviction import (
     eviction_policy_check,
     eviction_policy_safe,
 )
+from rankings.engine.store.health import NodeMemory, memory_used, ping
 from rankings.engine.store.keys import (
     BLOB_SIZE,
     TEMP_MARK,
@@ -107,6 +109,7 @@ from rankings.engine.store.reads import (
     ordered_before,
     shard_as_of,
     shard_stamp,
+    shards_as_of,
 )
 from rankings.engine.store.survey import (
     board_read_all,
@@ -164,6 +167,7 @@ __all__ = [
     "FAST_TIMEOUT",
     "MemberRank",
     "MembersOnBoard",
+    "NodeMemory",
     "PATIENT_TIMEOUT",
     "PartBefore",
     "REBUILD_CHUNK",
@@ -210,12 +214,14 @@ __all__ = [
     "members_ranks",
     "members_scores",
     "memory_by_window",
+    "memory_used",
     "ordered_before",
     "others_scores",
     "parts_before",
     "parts_histogram",
     "parts_ranges",
     "patient",
+    "ping",
     "pipeline",
     "prefix",
     "reset_clients",
@@ -230,6 +236,7 @@ __all__ = [
     "shard_stamp",
     "shard_state",
     "shard_tag",
+    "shards_as_of",
     "shard_touch",
     "shards_key",
     "state_key",
