@@ -30,8 +30,8 @@ PENDING_COUNTED = 10_000  # queue rows
 class Figures:
     """What /metrics shows; a source that did not answer leaves its figures out."""
 
-    postgres: bool = False  # PostgreSQL answered
-    redis: bool = False  # Redis answered
+    postgres_up: bool = False  # PostgreSQL answered
+    redis_up: bool = False  # Redis answered
     ingested: dict[str, int] = field(default_factory=dict)  # "kind:outcome" -> events
     tick_seconds: Histogram | None = None
     # kind (sale, view, wish) -> events waiting for a tick, in at most PENDING_COUNTED queue rows
@@ -48,13 +48,13 @@ def metrics_read() -> Figures:
     figures = Figures()
     try:
         _database_read(figures)
-        figures.postgres = True
+        figures.postgres_up = True
     except DatabaseError:
         pass
     try:
         figures.boards_age = boards_age()
         figures.memory = store.memory_used()
-        figures.redis = True
+        figures.redis_up = True
     except store.StoreError:
         pass
     return figures

@@ -43,12 +43,12 @@ _INGESTED_HELP = "events ingested, by what became of them, as the ingest replies
 
 def _families(figures: Figures) -> Iterator[Metric]:
     yield GaugeMetricFamily(
-        "salesrank_postgres_up", "1 when PostgreSQL answered this scrape", figures.postgres
+        "salesrank_postgres_up", "1 when PostgreSQL answered this scrape", figures.postgres_up
     )
-    yield GaugeMetricFamily("salesrank_redis_up", "1 when Redis answered this scrape", figures.redis)
-    if figures.postgres:
+    yield GaugeMetricFamily("salesrank_redis_up", "1 when Redis answered this scrape", figures.redis_up)
+    if figures.postgres_up:
         yield from _counted(figures)
-    if figures.redis:
+    if figures.redis_up:
         yield from _held(figures)
 
 

@@ -32,6 +32,11 @@ def names_current() -> None:
     with _lock:
         if stamp == _seen[0]:
             return
-        _seen[0] = stamp
+        first, _seen[0] = _seen[0] is _UNSEEN, stamp
+    # The first stamp seen: what this process remembers was read after most pushes it counts, and
+    # expires within the minute anyway; forgetting it would cost, while PostgreSQL is down, every
+    # name a reader could still give.
+    if first:
+        return
     for forget in _forgets:
         forget()

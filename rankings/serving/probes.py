@@ -23,7 +23,9 @@ _ready_lock = threading.Lock()
 
 
 @cached(
-    WeighedTTL(name=f"{__name__}.readiness", kind="status", maxsize=64 * 1024, ttl=READY_CACHE_SECONDS),
+    WeighedTTL(
+        name=f"{__name__}.readiness_cached", kind="status", maxsize=64 * 1024, ttl=READY_CACHE_SECONDS
+    ),
     key=lambda: "checks",
     lock=_ready_lock,
     condition=threading.Condition(_ready_lock),
