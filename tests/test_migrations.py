@@ -158,6 +158,18 @@ def _sales_stored() -> tuple[dict[str, str], tuple[int, bool]]:
         return partitions, cursor.fetchone()
 
 
+def _empty_months_dropped() -> None:
+    """Drop the sales' month partitions that hold no sale (earlier tests of the worker leave some):
+    going back to one plain table and forward again makes only the months that hold sales, as the
+    release that partitioned the sales did."""
+    with connection.cursor() as cursor:
+        for name in _sales_stored()[0]:
+            cursor.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {connection.ops.quote_name(name)})")
+            if cursor.fetchone()[0] and name != "rankings_sale_p_before":
+                cursor.execute(f"DROP TABLE {connection.ops.quote_name(name)}")
+    partitions_forget()
+
+
 def _runs_sql(operations) -> bool:
     return any(
         isinstance(op, migrations.RunSQL)
@@ -238,6 +250,7 @@ def test_every_migration_that_runs_sql_is_undone_and_done_again_keeping_the_data
     latest, the schema, the rows of every table that stayed all the way, the sales' months and the
     logged batch are as they were."""
     latest = list(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    _empty_months_dropped()
     _data()
     schema, rows, sales = _schema(), _rows(), _sales_stored()
     assert {f"rankings_sale_p2025_0{month}" for month in (1, 3, 4)} < set(sales[0])
