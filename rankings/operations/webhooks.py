@@ -70,14 +70,15 @@ def signature(*, secret: str, webhook_id: str, timestamp: int, body: bytes) -> s
     return "v1," + base64.b64encode(mac).decode()
 
 
-def address_refusal(address: str) -> str | None:
-    """Why a delivery may not connect to `address`; None when it is a public (global unicast) one."""
+PRIVATE = "a private, loopback, link-local or reserved address"
+
+
+def address_private(address: str) -> bool:
+    """Whether a delivery may not connect to `address`: anything but a public (global unicast) one."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 link-local's zone is not part of it
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    if ip.is_global and not ip.is_multicast:
-        return None
-    return f"{address} is a private, loopback, link-local or reserved address"
+    return not ip.is_global or ip.is_multicast
 
 
 def url_refusal(url: str) -> str | None:
@@ -104,9 +105,10 @@ def url_refusal(url: str) -> str | None:
     if host == "localhost" or host.endswith((".localhost", ".local")):
         return f"{host} is a local name"
     try:
-        return address_refusal(host)
+        private = address_private(host)
     except ValueError:
         return None  # a name, resolved at each delivery
+    return f"{host} is {PRIVATE}" if private else None
 
 
 @dataclass(frozen=True)
@@ -213,9 +215,8 @@ def _post(message: Message, *, timeout: float) -> int:
     addresses = [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
     if not rankings_settings.ALERTS_ALLOW_PRIVATE:
         for address in addresses:
-            refused = address_refusal(str(address))
-            if refused:
-                raise Refused(f"{host} resolves to {refused}")
+            if address_private(str(address)):
+                raise Refused(f"{host} resolves to {address}, {PRIVATE}")
     pinned = _PinnedHTTPS(host, port, context=_TLS) if https else _PinnedHTTP(host, port)
     pinned.pin(str(addresses[0]), deadline)
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), pinned.abort)
@@ -362,36 +363,54 @@ def alerts_send(*, now: dt.datetime | None = None, budget: float | None = None) 
     """Deliver every firing due as of `now` (default: the clock, read at each claim and attempt), and
     those that fall due meanwhile, until none is left or `budget` seconds (ALERTS_SEND_BUDGET_SECONDS)
     have passed; deliveries under way then finish."""
-    settings_ = rankings_settings
-    threads, per_host = settings_.ALERTS_SEND_THREADS, settings_.ALERTS_HOST_CONCURRENCY
-    timeout = settings_.ALERTS_TIMEOUT_SECONDS
-    budget = settings_.ALERTS_SEND_BUDGET_SECONDS if budget is None else budget
-    report = SendReport()
-    started = time.monotonic()
-    in_flight: dict[Future, Message] = {}
-    hosts: Counter = Counter()
+    return _Sender(now=now, budget=budget).run()
 
-    def clock() -> dt.datetime:
-        return now or timezone.now()
 
-    with ThreadPoolExecutor(threads, thread_name_prefix="webhook") as pool:
-        while True:
-            if len(in_flight) < threads and time.monotonic() - started < budget:
-                busy = sorted(host for host, n in hosts.items() if n >= per_host)
-                released = []
-                for message in _claim(now=clock(), limit=threads - len(in_flight), busy=busy):
-                    if hosts[message.host] >= per_host:
-                        released.append(message)
-                        continue
-                    hosts[message.host] += 1
-                    in_flight[pool.submit(deliver, message, timeout=timeout)] = message
-                _release(released)
-            if not in_flight:
-                break
-            done, _ = wait(in_flight, timeout=CLAIM_EVERY, return_when=FIRST_COMPLETED)
-            for future in done:
-                message = in_flight.pop(future)
-                hosts[message.host] -= 1
-                _record(message, future.result(), at=clock(), report=report)
-    report.seconds = time.monotonic() - started
-    return report
+class _Sender:
+    """One send: deliveries on a pool of threads, claimed as threads come free, recorded as they end."""
+
+    def __init__(self, *, now: dt.datetime | None, budget: float | None):
+        self.now = now
+        self.threads = rankings_settings.ALERTS_SEND_THREADS
+        self.per_host = rankings_settings.ALERTS_HOST_CONCURRENCY
+        self.timeout = rankings_settings.ALERTS_TIMEOUT_SECONDS
+        self.budget = rankings_settings.ALERTS_SEND_BUDGET_SECONDS if budget is None else budget
+        self.report = SendReport()
+        self.in_flight: dict[Future, Message] = {}
+        self.hosts: Counter = Counter()  # deliveries under way per host
+
+    def clock(self) -> dt.datetime:
+        return self.now or timezone.now()
+
+    def run(self) -> SendReport:
+        started = time.monotonic()
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="webhook") as pool:
+            while True:
+                if time.monotonic() - started < self.budget:
+                    self._fill(pool)
+                if not self.in_flight:
+                    break
+                done, _ = wait(self.in_flight, timeout=CLAIM_EVERY, return_when=FIRST_COMPLETED)
+                for future in done:
+                    message = self.in_flight.pop(future)
+                    self.hosts[message.host] -= 1
+                    _record(message, future.result(), at=self.clock(), report=self.report)
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _fill(self, pool: ThreadPoolExecutor) -> None:
+        """Claim until the threads are full or nothing is due for a host below its limit: each claim
+        fills a thread, finds a host at its limit (left out of the next claim), or finds nothing."""
+        while len(self.in_flight) < self.threads:
+            busy = sorted(host for host, n in self.hosts.items() if n >= self.per_host)
+            claimed = _claim(now=self.clock(), limit=self.threads - len(self.in_flight), busy=busy)
+            released = []
+            for message in claimed:
+                if self.hosts[message.host] >= self.per_host:
+                    released.append(message)
+                    continue
+                self.hosts[message.host] += 1
+                self.in_flight[pool.submit(deliver, message, timeout=self.timeout)] = message
+            _release(released)
+            if not claimed:
+                return
