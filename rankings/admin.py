@@ -275,6 +275,13 @@ class AlertAdmin(LargeTableAdmin):
             )
         )
 
+    def get_actions(self, request):
+        """No bulk delete: its confirmation would list every firing and attempt of every alert chosen
+        (an alert's own page lists at most its week of them)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
     def save_model(self, request, obj, form, change):
         secret = alert_file(obj)
         if secret:

@@ -5,8 +5,11 @@ import datetime as dt
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Product
+from rankings.conf import rankings_settings
 from rankings.engine import batches
 from rankings.engine.prune import prune
 from rankings.engine.shards import Layout, active_layout
@@ -22,7 +25,9 @@ HOUR = dt.timedelta(hours=1)
 URL = "https://hooks.example.com/ranks"
 
 
-def _alert(product: str, rule: str, number: int, category: str = "toys", window: str = "1d", metric: str = "units"):
+def _alert(
+    product: str, rule: str, number: int, category: str = "toys", window: str = "1d", metric: str = "units"
+):
     user, _ = get_user_model().objects.get_or_create(username="seller")
     alert, _ = alert_create(
         user=user,
@@ -50,7 +55,10 @@ def test_each_rule_fires_when_the_rank_crosses_its_line_and_not_otherwise():
     makes true fire; a product already in the top N does not enter it, one still in it does not leave."""
     shop = Shop()
     shop.send(
-        shop.sale("p1", qty=5), shop.sale("p2", qty=3), shop.sale("p3", qty=1), shop.sale("p4", categories=["games"])
+        shop.sale("p1", qty=5),
+        shop.sale("p2", qty=3),
+        shop.sale("p3", qty=1),
+        shop.sale("p4", categories=["games"]),
     )
     alerts = [
         ("p3", "enters", 1),  # 3 -> 1: fires
@@ -216,9 +224,10 @@ def test_alerts_follow_their_boards_to_another_shard_count():
     """A switch to 16 shards re-keys each alert to its category's new shard: the next hour judges it."""
     shop = Shop()
     categories = [f"c{i}" for i in range(12)]
-    shop.send(*[shop.sale("p1", categories=[c], qty=5) for c in categories], *[
-        shop.sale("p2", categories=[c], qty=1) for c in categories
-    ])
+    shop.send(
+        *[shop.sale("p1", categories=[c], qty=5) for c in categories],
+        *[shop.sale("p2", categories=[c], qty=1) for c in categories],
+    )
     for category in categories:
         _alert("p2", "enters", 1, category=category)
     shop.tick()  # 12:00
@@ -255,3 +264,22 @@ def test_firings_and_attempts_past_their_keep_are_pruned(settings):
     assert report.deleted["alert_firings"] == 1
     assert list(AlertFiring.objects.values_list("id", flat=True)) == [recent.id]
     assert list(AlertAttempt.objects.values_list("firing_id", flat=True)) == [recent.id]
+
+
+def test_judging_is_one_statement_per_take_whatever_the_alerts():
+    """Three alerts or thirty, on one board or many: each shard judges an hour in one statement."""
+    shop = Shop()
+    categories = [f"c{i}" for i in range(10)]
+    shop.send(*[shop.sale(f"p{i}", categories=[c], qty=i + 1) for i, c in enumerate(categories)])
+
+    def judged(alerts: int) -> int:
+        for i in range(alerts):
+            _alert(f"p{i % 10}", "climbs", 1 + i // 10, category=categories[i % 10])
+        shop.advance(hours=1)
+        with CaptureQueriesContext(connection) as queries:
+            shop.tick()
+        return sum("INSERT INTO rankings_alertfiring" in q["sql"] for q in queries.captured_queries)
+
+    shop.tick()
+    few, many = judged(3), judged(27)
+    assert few == many == rankings_settings.SHARDS

@@ -117,6 +117,8 @@ def test_alerts_need_a_token_with_the_permission():
         ({"url": "https:///path"}, "url: names no host"),
         ({"url": "https://x/" + "a" * 2000}, "url: Ensure this field has no more than 2000 characters."),
         ({"url": None}, "url: This field may not be null."),
+        ({"url": "https://hooks.example.com/a b"}, "url: may not hold spaces or control characters"),
+        ({"url": "https://hooks.example.com/\x7f"}, "url: may not hold spaces or control characters"),
     ],
 )
 def test_a_bad_field_is_a_400_that_names_it(seller, change, error):

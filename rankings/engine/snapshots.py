@@ -17,6 +17,9 @@ hours with nothing pending between them are taken together, up to HOURS_PER_TAKE
 statement ranks and writes them all, of every window, in PostgreSQL, which keeps a tick that crosses
 days of boundaries (a catch-up) cheap.
 
+The same transaction judges the rank alerts of the shard's boards at each hour it records
+(rankings/engine/alerts.py), so a firing exists exactly when its hour's snapshots do.
+
 A mark per shard and hour, written in the snapshots' transaction, says the hour is done; a tick
 resumes after its shard's last mark, so a tick killed between two boundaries leaves the next one
 to take the rest, and an hour is never recorded twice from two different states. Hours more than

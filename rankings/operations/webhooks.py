@@ -85,6 +85,8 @@ def url_refusal(url: str) -> str | None:
     """Why `url` cannot be an alert's webhook URL; None when it can (its addresses are checked again at
     every delivery)."""
     allow_private = rankings_settings.ALERTS_ALLOW_PRIVATE
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "may not hold spaces or control characters"
     try:
         parts = urlsplit(url)
         port = parts.port
