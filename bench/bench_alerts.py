@@ -48,12 +48,12 @@ def _history(clock: int) -> int:
     from django.db import connection
 
     from rankings.engine.history import history_record
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
     from rankings.engine.tree import EMPTY
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE rankings_sale")
-    version, layout = active_layout()
+    version, _, layout = active()
     history_record(version=version, tree=EMPTY, layout=layout, clock=dt.datetime.fromtimestamp(clock, dt.UTC))
     return version
 
@@ -63,9 +63,9 @@ def _alerts(boards: list[tuple[str, list[str]]], count: int) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
 
-    _, layout = active_layout()
+    layout = active().layout
     user, _ = get_user_model().objects.get_or_create(username="bench-alerts")
     rows = []
     for i in range(count):
@@ -94,9 +94,9 @@ def _judge(version: int, hour: int) -> tuple[float, int]:
     from django.db import transaction
 
     from rankings.engine.alerts import alerts_judge
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
 
-    _, layout = active_layout()
+    layout = active().layout
     elapsed, fired = 0.0, 0
     for shard in range(layout.shards):
         with transaction.atomic():

@@ -140,7 +140,7 @@ def memory(table: harness.Table) -> None:
     from rankings.engine import store
 
     r = store.patient()
-    version = store.active_version(fresh=True)
+    version = store.served_version(fresh=True)
     boards = [k for k in r.scan_iter(f"{harness.BENCH_PREFIX}:v{version}:*:b:*", count=5000)]
     blobs = [k for k in r.scan_iter(f"{harness.BENCH_PREFIX}:v{version}:*:t:*", count=5000)]
     members = sum(r.zcard(k) for k in boards)

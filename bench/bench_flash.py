@@ -264,7 +264,7 @@ def _shop(setup: Setup):
     from django.core.management import call_command
     from django.db import connection
 
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
     from rankings.engine.tick import tick
 
     harness.reset()
@@ -284,7 +284,7 @@ def _shop(setup: Setup):
     if setup.pins:
         pins = [f"--pin={slug}" for slug in setup.pins]
         call_command("rankings_rebuild", *pins, "--activate", stdout=io.StringIO())
-    layout = active_layout()[1]
+    layout = active().layout
     # The premise of the set-up: the pinned shards' queues are their worker's alone.
     if setup.pins:
         own = {layout.shard_of(slug) % setup.queues for slug in setup.pins}

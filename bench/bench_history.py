@@ -59,12 +59,12 @@ def _record(categories: int, days: int) -> tuple[float, int, int, int, int]:
     from django.db import connection
 
     from rankings.engine.history import history_delete, history_record
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
     from rankings.engine.tree import EMPTY
 
     clock = int(time.time()) // HOUR * HOUR
     _seed(categories, days, clock)
-    version, layout = active_layout()
+    version, _, layout = active()
     version += 1
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_total_relation_size('rankings_snapshot')")

@@ -35,9 +35,9 @@ def _snapshot_bytes(at: dt.datetime) -> tuple[int, int]:
 def _take_hour(at: int) -> tuple[float, int, int]:
     """Take hour `at`'s snapshots on every shard as a tick does: (seconds, boards, bytes)."""
     from rankings.engine import snapshots
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
 
-    version, layout = active_layout()
+    version, _, layout = active()
     started = time.perf_counter()
     for shard in range(layout.shards):
         snapshots.take(shard=shard, layout=layout, version=version, hours=[at])
@@ -69,12 +69,12 @@ def _history() -> tuple[float, int, int, int, int]:
     from django.db import connection
 
     from rankings.engine.history import engine_clock, history_delete, history_record
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
     from rankings.engine.tree import EMPTY
 
-    version = 1 + active_layout()[0]
+    version = 1 + active().number
     history_delete(version)
-    recorded = history_record(version=version, tree=EMPTY, layout=active_layout()[1], clock=engine_clock())
+    recorded = history_record(version=version, tree=EMPTY, layout=active().layout, clock=engine_clock())
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(sum(pg_column_size(products)), 0) FROM rankings_snapshot WHERE version = %s",
@@ -89,10 +89,10 @@ def _at_scale(runs: int) -> tuple[float, int, int]:
     """1,000 categories of synthetic hour buckets, on the active layout's shards."""
     from django.db import connection
 
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
 
     harness.reset()
-    layout = active_layout()[1]
+    layout = active().layout
     hour = int(time.time()) // HOUR * HOUR
     categories = [f"cat{i}" for i in range(CATEGORIES_AT_SCALE)]
     with connection.cursor() as cursor:

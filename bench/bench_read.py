@@ -85,14 +85,14 @@ def _demo_board() -> tuple[str, str, str]:
 
     from bench.bench_engine import _seed_demo
     from rankings.engine import store
-    from rankings.engine.shards import active_layout, shard_of
+    from rankings.engine.shards import active, shard_of
     from rankings.engine.tick import tick
 
     harness.reset()
     _seed_demo()
     tick(now=timezone.now())
-    version = store.active_version(fresh=True)
-    shard = shard_of("cat0", active_layout()[1])
+    version = store.served_version(fresh=True)
+    shard = shard_of("cat0", active().layout)
     board = store.board_key(version, shard, "7d", "units", "cat0")
     blob = store.blob_key(version, shard, "7d", "units", "cat0")
     return board, blob, store.fast().zrange(board, 40, 40)[0].decode()

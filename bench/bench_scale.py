@@ -88,7 +88,7 @@ def _big_board(split: int) -> int:
     from django.utils import timezone
 
     from rankings.engine import store
-    from rankings.engine.shards import ALL, active_layout, layout_plan
+    from rankings.engine.shards import ALL, active, layout_plan
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
     from rankings.operations.backfill import version_build
@@ -101,8 +101,8 @@ def _big_board(split: int) -> int:
     now = timezone.now().replace(microsecond=0)
     tick(now=now)  # the version, its layout and every shard's state
     if split > 1:
-        version_build(layout=layout_plan(active_layout()[1], split={ALL: split}), activate=True)
-    version, layout = store.active_version(fresh=True), active_layout()[1]
+        version_build(layout=layout_plan(active().layout, split={ALL: split}), activate=True)
+    version, layout = store.served_version(fresh=True), active().layout
     boards = [
         tuple(
             store.board_key(version, layout.shard_of(board), "7d", metric, board)

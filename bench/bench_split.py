@@ -65,10 +65,10 @@ def _fresh() -> None:
 
 def _split() -> str:
     """Rebuild with `all` split 3 ways and switch to it; the new layout, described."""
-    from rankings.engine.shards import active_layout, layout_plan
+    from rankings.engine.shards import active, layout_plan
     from rankings.operations.backfill import version_build
 
-    layout = layout_plan(active_layout()[1], split={"all": 3})
+    layout = layout_plan(active().layout, split={"all": 3})
     version_build(layout=layout, activate=True)
     return layout.describe()
 

@@ -18,7 +18,7 @@ from catalogue.admin_lists import LargeTableAdmin
 from catalogue.money import cents_text
 from rankings import tasks
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active_layout, layout_plan, split_setting
+from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active, layout_plan, split_setting
 from rankings.engine.split import SplitError
 from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.engine.windows import configured_windows
@@ -412,7 +412,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request, extra_context=None):
         building = RankingVersion.objects.filter(state=RankingVersion.State.BUILDING).exists()
-        number, live = active_layout()
+        number, _, live = active()
         # The catalogue's tree unlike the active version's: what a rebuild and switch would change.
         pending = tree_pending()
         context = {
@@ -473,7 +473,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             if not form.is_valid():
                 raise LayoutError("; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items()))
             data = form.cleaned_data
-            _, live = active_layout()
+            _, _, live = active()
             # The boards RANKINGS_SPLIT names are split in the new version (and only those).
             layout = layout_plan(
                 live, shards=data["shards"], pin=data["pin"], unpin=data["unpin"], split=split_setting()
@@ -507,7 +507,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
         differing = [c for c in comparisons or [] if not c.equal]
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Compare version {number} with the live version {RankingVersion.active_number()}",
+            "title": f"Compare version {number} with the live version {active().number}",
             "opts": self.model._meta,
             "version": version,
             "form": form,
@@ -517,7 +517,7 @@ class RankingVersionAdmin(ReadOnlyAdmin):
             # Categories drawn at random besides `all` (none: every board was compared), of how many.
             "sampled": len(sampled) - 1 if sampled else 0,
             "categories": categories,
-            "tree_change": tree_change(version_tree(RankingVersion.active_number()), version_tree(number)),
+            "tree_change": tree_change(version_tree(active().number), version_tree(number)),
             "can_switch": request.user.has_perm("rankings.switch_rankings"),
         }
         return TemplateResponse(request, "admin/rankings/rankingversion/compare.html", context)

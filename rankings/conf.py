@@ -9,6 +9,7 @@ for tests and benchmarks. The README's table of environment variables is made fr
 declaration (`manage.py settings_table`).
 """
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -222,6 +223,23 @@ DEFAULTS: dict[str, Setting] = {
         " board's new releases costs grows with it, never with the board",
         1,
     ),
+    "READY_MAX_AGE_SECONDS": Setting(
+        60.0,
+        float,
+        "`GET /readyz` answers 503 once the oldest shard's boards were last brought up to date longer"
+        " ago than this (the ticks stopped), as it does when PostgreSQL or Redis does not answer",
+        1.0,
+        "READY_MAX_AGE_SECONDS",
+    ),
+    "METRICS_ALLOW": Setting(
+        ["127.0.0.1/32", "::1/128"],
+        list,
+        "addresses (CIDRs, comma-separated) that may read `GET /metrics` without a token, as the"
+        " throttles see the client's address (`NUM_PROXIES`); anyone else needs a token with"
+        " `rankings.view_status`; empty: a token always",
+        env="METRICS_ALLOW",
+        default_text="`127.0.0.1/32,::1/128`",
+    ),
     "WINDOWS": Setting(
         {"1h": (60, 60), "1d": (3600, 24), "7d": (3600, 168), "30d": (3600, 720)},
         dict,
@@ -299,6 +317,13 @@ class RankingsSettings:
             raise ImproperlyConfigured(f"RANKINGS names unknown settings: {', '.join(sorted(unknown))}")
         for name, declared in DEFAULTS.items():
             _check(name, getattr(self, name), declared)
+        for network in self.METRICS_ALLOW:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"METRICS_ALLOW: {network!r} is not an address or a CIDR"
+                ) from None
         # Else an event naming more new slugs than a batch may add is refused in every batch.
         if self.MAX_BATCH_NEW_CATEGORIES < self.MAX_EVENT_CATEGORIES:
             raise ImproperlyConfigured(

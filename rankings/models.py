@@ -239,6 +239,24 @@ class IngestLog(models.Model):
     too_old = models.IntegerField(default=0, db_default=0)
 
 
+class MetricCount(models.Model):
+    """A running total that /metrics serves (events ingested by outcome, ticks by duration), kept as
+    a few stripes a total, each written by the sessions whose server process number falls in it.
+
+    Every process adds to the shared row rather than keeping its own count, so the total is what
+    every web process and worker did, on one machine or many; an ingest adds in the very
+    transaction that stores its events, so the counts are those of the replies even when a process
+    dies in between. Stripes keep concurrent ingests from queueing on one row until they commit.
+    The table holds at most names × keys × stripes rows: it never grows with time.
+    """
+
+    pk = models.CompositePrimaryKey("name", "key", "stripe")
+    name = models.CharField(max_length=40)
+    key = models.CharField(max_length=40)
+    stripe = models.PositiveSmallIntegerField()
+    value = models.BigIntegerField(default=0)
+
+
 class RankingVersion(models.Model):
     """One generation of every board in Redis; exactly one is active and serves reads.
 
@@ -294,17 +312,6 @@ class RankingVersion(models.Model):
 
     def __str__(self):
         return f"v{self.number} ({self.state})"
-
-    @classmethod
-    def active_number(cls) -> int:
-        """The active version; 1 until a rebuild has been switched to."""
-        return cls.active()[0]
-
-    @classmethod
-    def active(cls) -> tuple[int, int]:
-        """The active version and the switch that made it active; (1, 0) before any switch."""
-        row = cls.active_row()
-        return (row[0], row[1]) if row else (1, 0)
 
     # The active version: the row marked active, else version 1's (active until a rebuild is
     # switched to, and made so by no switch, so its epoch is 0); no row while neither is recorded.

@@ -68,7 +68,11 @@ SITE = [
         "API reads per token, for a shop's own servers reading with a token",
     ),
     Variable("THROTTLE_PAGES", "`20/s`", "page views per client address"),
-    Variable("THROTTLE_INGEST", "`600/min`", "`POST /v1/sales` and `POST /v1/engagements` batches per token"),
+    Variable(
+        "THROTTLE_INGEST",
+        "`600/min`",
+        "`POST /v1/sales`, `POST /v1/engagements` and `POST /v1/catalogue/…` batches per token",
+    ),
     Variable(
         "NUM_PROXIES",
         "`0`",
@@ -97,6 +101,13 @@ SITE = [
         " listed (leaving a list takes months)",
     ),
     Variable("LOG_LEVEL", "`INFO`", "level of the root logger"),
+    Variable(
+        "LOG_FORMAT",
+        "`text`",
+        "`json`: every log line of the web processes, the workers and the beat is one JSON object (time,"
+        " level, logger, message, request_id; a request's method, path, status and duration_ms), and a"
+        " request's id reaches the Celery tasks it queues; `text`: plain lines",
+    ),
     Variable(
         "READ_DOT_ENV", "on", "`0` ignores `.env`, to see the settings exactly as the environment gives them"
     ),

@@ -7,10 +7,12 @@ from urllib.parse import urlsplit, urlunsplit
 import environ
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
+from django_guid.integrations import CeleryIntegration
 from kombu import Queue
 
 from rankings.conf import DEFAULTS, environment_values
 from salesrank_site.environment import refuse_retired
+from salesrank_site.logs import FORMATS, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -67,11 +69,19 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "csp",
     "axes",
+    "django_guid",
     "catalogue",
     "rankings",
 ]
 
 MIDDLEWARE = [
+    # First: /healthz, /readyz and /metrics are answered before the host check, the HTTPS redirect
+    # and the request log (rankings/serving/probes.py says why).
+    "rankings.serving.probes.OperatorEndpointsMiddleware",
+    # Each request's id (its X-Request-ID when that is a UUID, else a new one), in every log line of
+    # the request and of the Celery tasks it queues, and in the response's X-Request-ID.
+    "django_guid.middleware.guid_middleware",
+    "salesrank_site.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -350,11 +360,18 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+# Plain lines, or one JSON object a line (salesrank_site/logs.py); Celery's and gunicorn's own
+# lines follow (salesrank_site/celery.py, gunicorn.conf.py).
+LOG_FORMAT = env("LOG_FORMAT", default="text")
+if LOG_FORMAT not in FORMATS:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(FORMATS)}, not {LOG_FORMAT!r}")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env("LOG_LEVEL", default="INFO"))
+LOGGING_CONFIG = "salesrank_site.logs.configure"
+DJANGO_GUID = {
+    "GUID_HEADER_NAME": "X-Request-ID",
+    # Celery tasks queued while answering a request carry its id; a task queued by a task, the id
+    # of the task that queued it.
+    "INTEGRATIONS": [CeleryIntegration()],
 }
 
 # Static files are served by the web process itself (whitenoise), from the app

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularSwaggerSplitView
 from rankings.serving import (
     alerts_api,
     api,
+    catalogue_api,
     categories_api,
     engagement_api,
     moves_api,
@@ -41,6 +42,8 @@ urlpatterns = [
     path("v1/status", api.StatusApi.as_view(), name="status"),
     path("v1/sales", api.SalesIngestApi.as_view(), name="sales-ingest"),
     path("v1/engagements", engagement_api.EngagementsIngestApi.as_view(), name="engagements-ingest"),
+    path("v1/catalogue/products", catalogue_api.ProductsPushApi.as_view(), name="catalogue-products"),
+    path("v1/catalogue/categories", catalogue_api.CategoriesPushApi.as_view(), name="catalogue-categories"),
     path("v1/alerts", alerts_api.AlertsApi.as_view(), name="alerts"),
     path("v1/alerts/<alert:alert_id>", alerts_api.AlertApi.as_view(), name="alert"),
     path("v1/schema", schema_api.SchemaApi.as_view(), name="schema"),

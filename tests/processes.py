@@ -270,9 +270,12 @@ def celery_beat(log_dir: Path, env: dict, *, name: str = "beat", wait: bool = Tr
     return process.wait_ready() if wait else process
 
 
-def redis_server(log_dir: Path, *, name: str = "redis", wait: bool = True) -> Process:
-    """A redis-server of its own on a free port, without persistence; ready when it answers PING."""
-    port = free_port()
+def redis_server(
+    log_dir: Path, *, name: str = "redis", wait: bool = True, port: int | None = None
+) -> Process:
+    """A redis-server of its own on a free port (or `port`: another one's, stopped), without
+    persistence; ready when it answers PING."""
+    port = port or free_port()
     command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     process = start(
         name,

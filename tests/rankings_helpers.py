@@ -70,7 +70,7 @@ class Shop:
         """[(product, score)] of a board, read straight from Redis."""
         from rankings.engine.shards import version_layout
 
-        version = store.active_version()
+        version = store.served_version()
         shard = version_layout(version).shard_of(category)
         return store.board_read_all(store.board_key(version, shard, window, metric, category))
 

@@ -46,9 +46,9 @@ def test_a_small_catalogue_is_compared_whole(admin_client, twelve_categories):
 def test_a_version_laid_out_otherwise_is_compared_on_the_same_sample(
     admin_client, twelve_categories, monkeypatch
 ):
-    from rankings.engine.shards import Layout, active_layout
+    from rankings.engine.shards import Layout, active
 
-    version = backfill.version_build(layout=Layout(active_layout()[1].shards + 3, ()))
+    version = backfill.version_build(layout=Layout(active().layout.shards + 3, ()))
     monkeypatch.setattr(compare, "COMPARE_CATEGORIES", 3)
 
     page = admin_client.post(f"/admin/rankings/rankingversion/{version.number}/compare/", {"top_n": 10})

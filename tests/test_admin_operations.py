@@ -11,7 +11,7 @@ from rankings.operations import backfill
 
 from .rankings_helpers import Shop
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_compare_then_switch_from_the_admin(admin_client, shop):
     assert "every one equal" in compared.content.decode()
     switched = admin_client.post(f"/admin/rankings/rankingversion/{version.number}/switch/")
     assert switched.status_code == 302
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
     shop.assert_exact()
 
 
@@ -59,7 +59,7 @@ def test_a_get_to_an_action_url_changes_nothing(admin_client, shop):
 
     assert admin_client.get(f"/admin/rankings/rankingversion/{version.number}/switch/").status_code == 405
     assert admin_client.get("/admin/rankings/rankingversion/rebuild/").status_code == 405
-    assert store.active_version(fresh=True) == 1
+    assert store.served_version(fresh=True) == 1
     assert RankingVersion.objects.count() == versions
 
 
@@ -75,7 +75,7 @@ def test_non_staff_are_sent_to_the_login_and_staff_without_the_permission_get_40
     assert staff.post(f"/admin/rankings/rankingversion/{version.number}/switch/").status_code == 403
     assert staff.get("/admin/rankings/rankingversion/status/").status_code == 403
     assert staff.post("/admin/rankings/rankingversion/rebuild/").status_code == 403
-    assert store.active_version(fresh=True) == 1
+    assert store.served_version(fresh=True) == 1
 
 
 def test_a_staff_user_with_the_switch_permission_can_switch(shop):
@@ -83,7 +83,7 @@ def test_a_staff_user_with_the_switch_permission_can_switch(shop):
     staff = _staff("view_rankingversion", "switch_rankings")
 
     assert staff.post(f"/admin/rankings/rankingversion/{version.number}/switch/").status_code == 302
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
 
 
 def test_actions_need_the_csrf_token(shop):
@@ -93,7 +93,7 @@ def test_actions_need_the_csrf_token(shop):
     client.force_login(user)
 
     assert client.post(f"/admin/rankings/rankingversion/{version.number}/switch/").status_code == 403
-    assert store.active_version(fresh=True) == 1
+    assert store.served_version(fresh=True) == 1
 
 
 def test_the_versions_list_offers_a_rebuild(admin_client, shop):
@@ -111,7 +111,7 @@ def test_a_rebuild_started_from_the_admin_runs_on_the_worker_and_switches(
     reply = admin_client.post("/admin/rankings/rankingversion/rebuild/", {"activate": "on"})
     assert reply.status_code == 302
     wait_until(
-        lambda: store.active_version(fresh=True) == 2, timeout=60, what="the switch", watch=worker_and_beat
+        lambda: store.served_version(fresh=True) == 2, timeout=60, what="the switch", watch=worker_and_beat
     )
     assert RankingVersion.objects.get(number=2).state == RankingVersion.State.ACTIVE
     shop.assert_exact()

@@ -12,7 +12,7 @@ from catalogue.models import Product
 from rankings.conf import rankings_settings
 from rankings.engine import batches
 from rankings.engine.prune import prune
-from rankings.engine.shards import Layout, active_layout
+from rankings.engine.shards import Layout, active
 from rankings.models import Alert, AlertAttempt, AlertFiring, SnapshotHour
 from rankings.operations import backfill
 from rankings.operations.alerts import alert_create
@@ -232,7 +232,7 @@ def test_alerts_follow_their_boards_to_another_shard_count():
         _alert("p2", "enters", 1, category=category)
     shop.tick()  # 12:00
     backfill.version_build(layout=Layout(16), activate=True)
-    _, layout = active_layout()
+    layout = active().layout
     assert sorted(Alert.objects.values_list("category", "shard")) == sorted(
         (c, layout.shard_of(c)) for c in categories
     )
@@ -243,6 +243,7 @@ def test_alerts_follow_their_boards_to_another_shard_count():
     assert len(_fired()) == len(categories)
 
 
+@pytest.mark.usefixtures("partitions_dropped")  # the prune makes the coming months' partitions of sales
 def test_firings_and_attempts_past_their_keep_are_pruned(settings):
     """The prune deletes the firings of hours more than ALERTS_KEEP_SECONDS (at least the retries' day
     plus a day) behind the engine's clock, their attempts first, and keeps the later ones."""

@@ -7,7 +7,7 @@ import pytest
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import shard_count
+from rankings.engine.shards import active, shard_count
 from rankings.models import RankingVersion
 from rankings.operations import backfill, board_stream, compare
 from rankings.serving import memory, selectors
@@ -72,7 +72,7 @@ def test_a_rebuild_during_ingestion_and_ticks_equals_the_live_version_after_swit
     differing = [c for c in compare.versions_compare(number=version.number) if not c.equal]
     assert differing == []
     backfill.version_switch(number=version.number)
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
     report = Shop().assert_exact()
     assert report.members > 0
 
@@ -120,7 +120,7 @@ def test_switching_back_restores_the_old_version_caught_up():
     _history(shop, 30, "after-switch")
     shop.tick()
     backfill.version_switch(number=1)
-    assert store.active_version(fresh=True) == 1
+    assert store.served_version(fresh=True) == 1
     shop.assert_exact()
     assert RankingVersion.objects.get(number=version.number).state == RankingVersion.State.RETIRED
 
@@ -154,7 +154,7 @@ def test_a_crash_in_the_middle_of_a_rebuild_leaves_the_live_version_untouched():
     half_built.refresh_from_db()
     assert half_built.state == RankingVersion.State.FAILED
     assert store.generation_get(half_built.number) is None
-    assert store.active_version(fresh=True) == 1
+    assert store.served_version(fresh=True) == 1
     shop.assert_exact()
 
 
@@ -205,9 +205,9 @@ def test_a_switch_back_during_expiry_never_deletes_the_active_version(monkeypatc
     for switch in switches:
         switch.join()
     # then whichever version is active is whole in Redis and serves exact boards
-    active = store.active_version(fresh=True)
-    assert RankingVersion.active_number() == active
-    assert store.generation_get(active) is not None
+    served = store.served_version(fresh=True)
+    assert active().number == served
+    assert store.generation_get(served) is not None
     shop.assert_exact()
 
 
@@ -278,6 +278,6 @@ def test_a_rebuild_written_in_many_small_pieces_from_both_connections_is_exact(m
     version = backfill.version_build(activate=True)
     # then it counted every sale stored, and after the switch every board equals the recompute
     assert version.sales == 135
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
     shop.tick()
     shop.assert_exact()

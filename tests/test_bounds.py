@@ -66,7 +66,7 @@ def big_board(redis_client):
     shop = Shop(now=timezone.now().replace(microsecond=0))
     shop.send(shop.sale("p1", qty=2, amount="2.00"))
     shop.tick()
-    version = store.active_version(fresh=True)
+    version = store.served_version(fresh=True)
     shard = layouts.layout_of(version).shard_of("toys")
     pipe = redis_client.pipeline(transaction=False)
     for metric in ("units", "revenue"):
@@ -140,7 +140,7 @@ def test_a_thousand_categories_with_their_paths_cost_a_fixed_number_of_queries(a
     # given a thousand categories six levels deep in the tree that counts
     Category.objects.bulk_create([Category(slug=f"k{i:04}", name=f"K {i:04}") for i in range(1000)])
     tree = {f"k{i:04}": f"k{i - 1:04}" for i in range(1000) if i % 6}
-    RankingVersion.objects.filter(number=store.active_version()).update(tree=tree)
+    RankingVersion.objects.filter(number=store.served_version()).update(tree=tree)
     memory.forget_all()
     # when a page of them is read
     with CaptureQueriesContext(connection) as queries:
@@ -167,7 +167,7 @@ def test_movers_of_a_large_board_read_its_first_ranks_only(api, redis_client, mo
     shop.now = START + dt.timedelta(hours=24, minutes=30)
     shop.send(shop.sale("p1", qty=2))
     shop.tick()
-    version = store.active_version(fresh=True)
+    version = store.served_version(fresh=True)
     shard = layouts.layout_of(version).shard_of("toys")
     pipe = redis_client.pipeline(transaction=False)
     for metric in ("units", "revenue"):

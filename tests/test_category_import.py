@@ -92,8 +92,8 @@ def _tree_file(rows: int) -> list[str]:
 
 @pytest.mark.django_db
 def test_an_import_reads_the_rows_it_names_not_the_whole_catalogue():
-    """An import of 100 rows into 30,000 categories reads about what it names and sends a statement
-    count that follows its rows, not the catalogue's size."""
+    """An import of 100 rows into 30,000 categories reads about what it names, in a number of
+    statements that follows neither its rows nor the catalogue's size."""
     # given a large catalogue
     _categories_inserted(30_000)
     # when 100 rows (half new, half renamed existing ones) are imported
@@ -104,7 +104,7 @@ def test_an_import_reads_the_rows_it_names_not_the_whole_catalogue():
     # then the import read rows in proportion to its own (and their ancestors), not 30,000
     assert len(report.created) == 51 and len(report.updated) == 50
     assert read < 2_000, read
-    assert len(queries) < 10 + 3 * 101, len(queries)
+    assert len(queries) <= 20, len(queries)
 
 
 @pytest.mark.django_db(transaction=True)

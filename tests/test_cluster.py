@@ -6,7 +6,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from rankings.engine import store
-from rankings.engine.shards import ALL, Layout, active_layout, shard_count, shard_of
+from rankings.engine.shards import ALL, Layout, active, shard_count, shard_of
 from rankings.operations.backfill import version_build, version_switch
 from rankings.serving import memory, selectors
 
@@ -66,7 +66,7 @@ def test_scans_count_and_delete_on_every_primary(cluster):
 def test_a_product_ranks_in_categories_of_several_shards_as_the_recompute_says(cluster):
     shop = _shop_with_sales()
     shop.assert_exact()
-    shards = {shard_of(c, active_layout()[1]) for c in ("c0", "c5", ALL)}
+    shards = {shard_of(c, active().layout) for c in ("c0", "c5", ALL)}
     assert len(shards) >= 2, "the premise: the product's boards lie on several shards"
     found = store.members_ranks(
         version=1,
@@ -87,7 +87,7 @@ def test_a_switch_on_the_cluster_is_exact_and_publishes_the_layout_before_the_po
     shop = _shop_with_sales()
     built = version_build()
     version_switch(number=built.number)
-    assert store.active_version(fresh=True) == built.number
+    assert store.served_version(fresh=True) == built.number
     assert store.shard_layout_get(built.number) == (shard_count(), ())
     shop.advance(minutes=5)
     shop.send(shop.sale("p1", categories=["c1"], qty=4))
@@ -97,7 +97,7 @@ def test_a_switch_on_the_cluster_is_exact_and_publishes_the_layout_before_the_po
     with pytest.raises(ZeroDivisionError), store.pipeline() as pipe:
         store.shard_layout_set(99, 4, pipe=pipe)
         raise ZeroDivisionError
-    assert store.active_version(fresh=True) == built.number
+    assert store.served_version(fresh=True) == built.number
 
 
 def test_a_primary_that_may_evict_stops_the_tick(cluster, redis_cluster_session):
@@ -122,7 +122,7 @@ def test_a_split_board_spreads_its_parts_over_the_primaries_and_reads_exactly(cl
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
     shop = _shop_with_sales()
     shop.assert_exact()
-    layout = active_layout()[1]
+    layout = active().layout
     assert layout.split == {ALL: 3}
     nodes = {cluster.get_node_from_key(f"{store.shard_tag(1, s)}:state").name for s in layout.shards_of(ALL)}
     assert len(nodes) >= 2, "the premise: the parts lie on more than one primary"
@@ -147,8 +147,28 @@ def test_a_split_board_spreads_its_parts_over_the_primaries_and_reads_exactly(cl
     # when it is un-split by a rebuild and switch, the board is the same, whole
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": ""}
     built = version_build(layout=Layout(4), activate=True)
-    assert store.active_version(fresh=True) == built.number
+    assert store.served_version(fresh=True) == built.number
     shop.assert_exact()
     memory.forget_all()
     again = selectors.board_top(category=ALL, window="7d", metric="units", limit=100, offset=0)
     assert again.items == top.items
+
+
+def test_the_metrics_and_the_readiness_reach_every_primary(cluster, redis_cluster_session):
+    """Each primary's memory is shown with its own limit, and the boards' age and readiness read the
+    shards wherever their slots are."""
+    from django.utils import timezone
+    from rest_framework.test import APIClient
+
+    shop = Shop(now=timezone.now().replace(microsecond=0))
+    shop.send(*[shop.sale(f"p{i}", categories=[CATEGORIES[i % 12]]) for i in range(24)])
+    shop.tick()
+    primaries = {f"{node.host}:{node.port}" for node in store.patient().get_primaries()}
+
+    memory_used = store.memory_used()
+    assert {node.node for node in memory_used} == primaries
+    assert all(node.used > 0 for node in memory_used)
+    memory.forget_all("status")
+    assert APIClient().get("/readyz").json() == {"checks": {"postgres": "ok", "redis": "ok", "boards": "ok"}}
+    text = APIClient().get("/metrics").content.decode()
+    assert "salesrank_boards_age_seconds " in text and "salesrank_boards_age_seconds +Inf" not in text

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import active_layout, shard_of
+from rankings.engine.shards import active, shard_of
 from rankings.models import ShardState
 
 from .processes import django_env, manage
@@ -26,7 +26,7 @@ def test_rankings_verify_passes_on_exact_boards_and_fails_on_a_tampered_one(caps
     call_command("rankings_verify")
     assert "exact" in capsys.readouterr().out
     # when one score in Redis is changed behind the engine's back
-    key = store.board_key(1, shard_of("toys", active_layout()[1]), "7d", "units", "toys")
+    key = store.board_key(1, shard_of("toys", active().layout), "7d", "units", "toys")
     store.patient().zincrby(key, -1, "p2")
     # then verify names the board and the product, and fails
     with pytest.raises(CommandError):
@@ -35,6 +35,7 @@ def test_rankings_verify_passes_on_exact_boards_and_fails_on_a_tampered_one(caps
     assert "toys 7d units" in out and "p2: expected 1, Redis 2" in out
 
 
+@pytest.mark.processes
 def test_rankings_tick_refuses_a_clock_that_goes_backwards():
     shop = Shop()
     shop.tick()
@@ -52,7 +53,7 @@ def test_rankings_verify_repair_rebuilds_a_shard_whose_board_was_evicted(capsys)
     shop = Shop()
     shop.send(shop.sale("p1", qty=3), shop.sale("p2", qty=1), shop.sale("p3", categories=["games"]))
     shop.tick()
-    shard = shard_of("toys", active_layout()[1])
+    shard = shard_of("toys", active().layout)
     assert store.patient().delete(store.board_key(1, shard, "7d", "units", "toys")) == 1
     # when verify runs with --repair
     call_command("rankings_verify", "--repair")
@@ -68,7 +69,7 @@ def test_rankings_verify_repair_fails_when_the_rebuild_does_not_make_the_boards_
     shop = Shop()
     shop.send(shop.sale("p1", qty=3))
     shop.tick()
-    shard = shard_of("toys", active_layout()[1])
+    shard = shard_of("toys", active().layout)
     store.patient().delete(store.board_key(1, shard, "7d", "units", "toys"))
     monkeypatch.setattr("rankings.operations.verify.shard_rebuild", lambda **kwargs: None)
     # when verify repairs, then it reports the difference left and fails

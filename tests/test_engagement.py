@@ -361,7 +361,7 @@ def test_the_admin_lists_engagement_events(admin_client):
 def test_views_queued_across_a_reshard_are_counted_once_in_each_board():
     """A switch to another shard count re-keys the engagement queue: rows split by the new layout,
     and the rows of one group that meet on one new shard count once."""
-    from rankings.engine.shards import Layout, active_layout
+    from rankings.engine.shards import Layout, active
 
     # given views counted, and more queued in several categories each
     shop = Shop()
@@ -373,7 +373,7 @@ def test_views_queued_across_a_reshard_are_counted_once_in_each_board():
     )
     # when a version with 16 shards is built and switched to while they wait
     version = version_build(layout=Layout(16), activate=True)
-    assert active_layout() == (version.number, Layout(16))
+    assert (active().number, active().layout) == (version.number, Layout(16))
     # then the next tick counts each of them once on each of its boards
     shop.advance(seconds=30)
     shop.tick()

@@ -49,7 +49,7 @@ from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
 from rankings.engine.prune import engagement_prune, engine_now
 from rankings.engine.recompute import boards_recompute, snapshots_recompute
-from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.engine.shards import ALL, Layout, active
 from rankings.engine.tree import active_tree
 from rankings.models import (
     AlertFiring,
@@ -242,7 +242,7 @@ class SalesHistory(RuleBasedStateMachine):
         """Alerts, judged from the engine's next hour on, of products an editor puts in the catalogue
         first if need be; one on a split board is refused."""
         user, _ = get_user_model().objects.get_or_create(username="property-seller")
-        split = active_layout()[1].split
+        split = active().layout.split
         for product, category, window, metric, kind, number in wanted:
             Product.objects.get_or_create(product_id=product, defaults={"name": product})
             try:
@@ -317,7 +317,7 @@ class SalesHistory(RuleBasedStateMachine):
         # One category's boards of each snapshot window and metric, read as the API reads them.
         if category != ALL and not Category.objects.filter(slug=category).exists():
             return
-        if category in active_layout()[1].split:
+        if category in active().layout.split:
             # A split board's parts are snapshotted apart: its movers are refused, not guessed.
             with pytest.raises(selectors.NotKept):
                 moves.board_movers(category=category, window="1d", metric="units", limit=10)
@@ -421,7 +421,7 @@ class SalesHistory(RuleBasedStateMachine):
             earlier_sale_id=self.counted_before,
             earlier_engagement_id=self.engaged_before,
             tree=active_tree(),
-            layout=active_layout()[1],
+            layout=active().layout,
         )
         own = oracle.snapshots(
             hours, self.live_parents, earlier_sale=self.counted_before, earlier_engagement=self.engaged_before
@@ -433,7 +433,7 @@ class SalesHistory(RuleBasedStateMachine):
         self._check_firings(hours)
         self._assert_history_stored()
         marks = set(SnapshotMark.objects.values_list("shard", "at"))
-        shards = active_layout()[1].shards
+        shards = active().layout.shards
         assert marks == {
             (s, dt.datetime.fromtimestamp(h, dt.UTC)) for s in range(shards) for h in self.marked
         }
@@ -454,7 +454,7 @@ class SalesHistory(RuleBasedStateMachine):
 
     def _assert_history_stored(self):
         """The active version's snapshots and hours are the model's."""
-        version = RankingVersion.active_number()
+        version = active().number
         stored = {
             (int(at.timestamp()), window, metric, category): products
             for at, window, metric, category, products in Snapshot.objects.filter(
@@ -475,10 +475,10 @@ class SalesHistory(RuleBasedStateMachine):
     def rebuild_and_switch(self):
         """A rebuild switched to: its version's history is every hour up to the engine's clock as of
         each from every sale known (the recompute with nothing counted before the hour)."""
-        before = RankingVersion.active_number()
+        before = active().number
         backfill.version_build(activate=True)
         self.live_parents = dict(self.parents)
-        self.trees[RankingVersion.active_number()] = self.live_parents
+        self.trees[active().number] = self.live_parents
         self._switched(before, self._history_from_sales())
         self._assert_history_stored()
         self.shop.assert_exact()
@@ -497,7 +497,7 @@ class SalesHistory(RuleBasedStateMachine):
             earlier_sale_id=0,
             earlier_engagement_id=0,
             tree=active_tree(),
-            layout=active_layout()[1],
+            layout=active().layout,
         )
         _assert_same_snapshots(recomputed, oracle.snapshots(hours, self.live_parents))
         return recomputed, set(hours)
@@ -517,7 +517,7 @@ class SalesHistory(RuleBasedStateMachine):
 
     def assert_merged_reads_exact(self):
         """A split board's merged reads are the recompute of the board as one (every sale counted)."""
-        layout = active_layout()[1]
+        layout = active().layout
         if not layout.split:
             return
         for slug in set(layout.split) - {"all"}:  # a category no sale has named yet is not in the catalogue
@@ -547,7 +547,7 @@ class SalesHistory(RuleBasedStateMachine):
 def _assert_same_snapshots(recomputed: dict, own: dict) -> None:
     """The recompute's snapshots are the tests' own reference's, board by board (a split board's
     parts are the layout's, which the reference does not know: those are left to the recompute)."""
-    split = active_layout()[1].split
+    split = active().layout.split
 
     def whole(snapshots):
         return {
@@ -605,7 +605,7 @@ class TreeEditHistory(SalesHistory):
     @precondition(lambda self: self._retired() is not None)
     @rule()
     def switch_back(self):
-        before, number = RankingVersion.active_number(), self._retired()
+        before, number = active().number, self._retired()
         backfill.version_switch(number=number)
         self.live_parents = self.trees[number]
         self._switched(before, self.histories[number])
@@ -685,7 +685,7 @@ def test_a_switch_does_not_put_in_an_hour_s_snapshot_an_event_after_it(kind):
     is still waiting in the other shards' queues: c5's shard claims it in its turn, so the first
     tick, on the hour, leaves it out of that hour's snapshot of c5 as of every other board."""
     history = TreeEditHistory()
-    layout = active_layout()[1]
+    layout = active().layout
     assert layout.shard_of("c5") not in {layout.shard_of(slug) for slug in (ALL, "c1", "c2")}
     history.parents = {slug: None for slug in CATEGORIES} | {"c2": "c1"}
     for slug in CATEGORIES:

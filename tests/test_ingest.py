@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
-from rankings.engine.shards import active_layout, shard_of
+from rankings.engine.shards import active, shard_of
 from rankings.ingest.sales import event_digest, sales_ingest
 from rankings.models import IngestLog, PendingSale, Sale
 from tests.conftest import utc
@@ -528,7 +528,7 @@ def test_each_sale_is_queued_once_for_every_shard_of_its_boards():
     'all' counts every sale."""
     ingest(event(categories=["toys", "gifts", "books", "garden"]))
 
-    shards = active_layout()[1]
+    shards = active().layout
     expected = defaultdict(set)
     for slug in ("all", "toys", "gifts", "books", "garden"):
         expected[shard_of(slug, shards)].add(slug)

@@ -86,6 +86,6 @@ def test_every_advisory_lock_of_the_database_has_a_namespace_of_its_own_in_locks
     namespaces = [value for name, value in vars(locks).items() if name.endswith("_NAMESPACE")]
     assert len(namespaces) == len(set(namespaces))
     taken = set()
-    for path in ROOT.glob("*/migrations/*.py"):
+    for path in [*ROOT.glob("*/migrations/*.py"), *ROOT.glob("*/migrations/sql/*.sql")]:
         taken.update(int(n) for n in re.findall(r"pg_advisory_xact_lock\((\d+)", path.read_text()))
     assert taken and taken <= set(namespaces)

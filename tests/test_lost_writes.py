@@ -12,7 +12,7 @@ import pytest
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import active_layout, shard_of
+from rankings.engine.shards import active, shard_of
 from rankings.models import ShardState
 from rankings.serving import answers, memory, selectors
 
@@ -54,11 +54,11 @@ def test_a_shard_that_lost_its_last_batch_is_served_stale_then_rebuilt_by_the_ne
     shop.tick()
     newest = _top()
     assert [(i.product_id, i.units) for i in newest.items] == [("b", 6), ("a", 2)] and not newest.stale
-    shard = shard_of("toys", active_layout()[1])
+    shard = shard_of("toys", active().layout)
     recorded = ShardState.objects.get(shard=shard).seq
     # when Redis goes back to the state before the last tick
     _restore(redis_client, snapshot)
-    held = int(store.shard_state(store.active_version(), shard)["seq"])
+    held = int(store.shard_state(store.served_version(), shard)["seq"])
     assert held < recorded, "the premise: Redis holds an earlier batch than PostgreSQL recorded"
     # then a reader that saw the newer boards serves them marked stale, not the older ones as fresh
     meanwhile = _top()
@@ -68,7 +68,7 @@ def test_a_shard_that_lost_its_last_batch_is_served_stale_then_rebuilt_by_the_ne
         report = shop.tick()
     assert report.rebuilt_shards >= 1
     assert any("lost its last writes" in r.getMessage() for r in caplog.records)
-    assert int(store.shard_state(store.active_version(), shard)["seq"]) == recorded
+    assert int(store.shard_state(store.served_version(), shard)["seq"]) == recorded
     shop.assert_exact()
     after = _top()
     assert not after.stale and after.items == newest.items

@@ -10,7 +10,7 @@ import redis as redis_lib
 from rankings import tasks
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import active_layout, shard_of
+from rankings.engine.shards import active, shard_of
 from rankings.engine.windows import configured_windows
 from rankings.models import PendingSale, VerifyLog
 from rankings.operations import verify
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _shard(category: str) -> int:
-    return shard_of(category, active_layout()[1])
+    return shard_of(category, active().layout)
 
 
 def _policy(value: str) -> None:
@@ -115,7 +115,7 @@ def _shop_with_boards() -> Shop:
 
 def _evict(category: str, window: str = "7d", metric: str = "units") -> None:
     """What Redis does to a key under an allkeys-* policy: it is simply gone."""
-    key = store.board_key(store.active_version(), _shard(category), window, metric, category)
+    key = store.board_key(store.served_version(), _shard(category), window, metric, category)
     assert store.patient().delete(key) == 1
 
 

@@ -15,7 +15,7 @@ from django.db import connection
 from rankings import tasks
 from rankings.engine import locks, store
 from rankings.engine.recompute import boards_recompute
-from rankings.engine.shards import ALL, Layout, ShardCountMismatch, active_layout
+from rankings.engine.shards import ALL, Layout, ShardCountMismatch, active
 from rankings.ingest import sales
 from rankings.ingest.engagement import EngagementIngest
 from rankings.models import Batch, PendingEngagement, PendingSale, RankingVersion, Sale, ShardState
@@ -24,7 +24,7 @@ from rankings.serving import memory, selectors
 
 from .rankings_helpers import Shop
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 CATEGORIES = [f"k{i:02d}" for i in range(20)]
 # How long a premise may take to come true on a loaded machine.
@@ -115,7 +115,7 @@ def _queue_follows(layout: Layout) -> None:
 def _state_follows(layout: Layout) -> None:
     """Shard states, buckets and batches are keyed by the layout's shards, and the active version's
     Redis state agrees with PostgreSQL's on every shard."""
-    version = store.active_version(fresh=True)
+    version = store.served_version(fresh=True)
     assert sorted(ShardState.objects.values_list("shard", flat=True)) == list(range(layout.shards))
     with connection.cursor() as cursor:
         cursor.execute("SELECT DISTINCT category, shard FROM rankings_bucket")
@@ -128,8 +128,8 @@ def _state_follows(layout: Layout) -> None:
 def _reads_equal_the_recompute(categories) -> int:
     """Every category's 7-day board as readers get it equals the recompute of its shard; returns the reads."""
     memory.forget_all()
-    version = store.active_version(fresh=True)
-    _, layout = active_layout()
+    version = store.served_version(fresh=True)
+    _, _, layout = active()
     reads = 0
     for category in categories:
         shard = layout.shard_of(category)
@@ -153,8 +153,8 @@ def _reshard_during_ingestion(shop: Shop, layout: Layout) -> Shop:
         # the premise: sales were ingested and ticked between the rebuild's start and the switch
         seller.wait_for_more(sales=sent, ticks=ticks)
         backfill.version_switch(number=version.number)
-        assert store.active_version(fresh=True) == version.number
-        assert active_layout() == (version.number, layout)
+        assert store.served_version(fresh=True) == version.number
+        assert (active().number, active().layout) == (version.number, layout)
         # and after it: sales queued and ticked under the new layout, and boards exact meanwhile
         sent, ticks = seller.sent, seller.ticks
         seller.wait_for_more(sales=sent, ticks=ticks)
@@ -170,7 +170,7 @@ def test_resharding_4_to_16_to_4_during_ingestion_loses_and_doubles_no_sale(sett
     shop = Shop()
     _history(shop, 150)
     shop.tick()
-    assert active_layout()[1] == Layout(4)
+    assert active().layout == Layout(4)
     # when the shards go to 16, then back to 4, each while sales arrive and ticks run
     for layout in (Layout(16), Layout(4)):
         shop = _reshard_during_ingestion(shop, layout)
@@ -232,12 +232,12 @@ class PausedIngest:
     def switch_meanwhile(self, number: int) -> None:
         """Switch to version `number` while the ingest is paused: the switch waits for the ingest's
         layout lock, the old version still active (the premise); then the ingest commits first."""
-        before = RankingVersion.active_number()
+        before = active().number
         errors: list[BaseException] = []
         switch = threading.Thread(target=_run, args=(lambda: backfill.version_switch(number=number), errors))
         switch.start()
         _wait(lambda: _layout_lock_waiters() == 1, "the switch to wait for the ingest's layout lock")
-        assert RankingVersion.active_number() == before
+        assert active().number == before
         self.resume()
         switch.join()
         assert not errors, errors
@@ -268,7 +268,7 @@ def test_a_sale_queued_under_the_old_layout_while_the_switch_runs_is_re_keyed(mo
     # when the switch runs meanwhile, it waits for the ingest, which then commits under the old layout
     ingest.switch_meanwhile(version.number)
     # and the switch re-keyed its rows: every sale queued once per shard of the new layout, and exact
-    assert active_layout() == (version.number, Layout(16))
+    assert (active().number, active().layout) == (version.number, Layout(16))
     assert PendingSale.objects.filter(sale__event_id__startswith="late-").exists()
     _queue_follows(Layout(16))
     shop.advance(seconds=30)
@@ -293,7 +293,7 @@ def test_a_switch_that_cannot_get_the_layout_in_time_changes_nothing(monkeypatch
     ):
         backfill.version_switch(number=version.number)
     ingest.resume()
-    assert active_layout() == (1, Layout(4))
+    assert (active().number, active().layout) == (1, Layout(4))
     assert RankingVersion.objects.get(number=version.number).state == RankingVersion.State.READY
     _state_follows(Layout(4))
     _queue_follows(Layout(4))
@@ -320,7 +320,7 @@ def test_switching_back_and_forth_between_layouts_is_exact():
     # when the operator switches back to version 1 (4 shards, retired within its grace period)
     backfill.version_switch(number=1)
     # then it caught up with every batch ticked under 16 shards, and the queue follows its layout
-    assert active_layout() == (1, Layout(4))
+    assert (active().number, active().layout) == (1, Layout(4))
     _queue_follows(Layout(4))
     _state_follows(Layout(4))
     Shop().assert_exact()
@@ -408,7 +408,7 @@ def test_a_version_built_before_the_shards_were_re_laid_out_cannot_be_switched_t
     # when the stale one is switched to, then it is refused with the reason, and nothing changed
     with pytest.raises(backfill.VersionError, match="built before the last switch-over that re-laid out"):
         backfill.version_switch(number=stale.number)
-    assert active_layout()[1] == Layout(16)
+    assert active().layout == Layout(16)
     Shop().assert_exact()
 
 
@@ -465,7 +465,7 @@ def test_a_pinned_category_lives_on_its_own_shard_and_its_board_is_exact(redis_c
     # when the operator pins it through a rebuild that is switched to
     call_command("rankings_rebuild", "--pin", "hot", "--activate")
     # then the version has the 4 hashed shards and a fifth that holds the hot category alone
-    number, layout = active_layout()
+    number, _, layout = active()
     assert layout == Layout(5, ("hot",))
     assert layout.shard_of("hot") == 4
     assert all(layout.shard_of(slug) < 4 for slug in [ALL, *CATEGORIES])
@@ -492,11 +492,11 @@ def test_unpinning_puts_the_category_back_among_the_hashed_shards():
     shop.send(shop.sale("h1", categories=["hot"], qty=3, event_id="hot-1"))
     shop.tick()
     call_command("rankings_rebuild", "--pin", "hot", "--shards", "3", "--activate")
-    assert active_layout()[1] == Layout(4, ("hot",))
+    assert active().layout == Layout(4, ("hot",))
 
     call_command("rankings_rebuild", "--unpin", "hot", "--activate")
 
-    assert active_layout()[1] == Layout(3)
+    assert active().layout == Layout(3)
     _state_follows(Layout(3))
     Shop().assert_exact()
     assert shop.top("hot") == [("h1", 3)]
@@ -545,7 +545,7 @@ def test_the_admins_rebuild_form_reshards_and_pins(admin_client, monkeypatch):
     )
     # then the new version serves, laid out so, and exact
     assert reply.status_code == 302
-    assert active_layout() == (2, Layout(7, ("k03",)))
+    assert (active().number, active().layout) == (2, Layout(7, ("k03",)))
     Shop().assert_exact()
     page = admin_client.get("/admin/rankings/rankingversion/").content.decode()
     assert "6 hashed shards + 1 pinned (k03)" in page
@@ -579,7 +579,7 @@ def test_views_waiting_when_the_layout_changes_are_re_keyed_with_what_they_named
     # when the switch runs meanwhile, waiting for the ingest
     ingest.switch_meanwhile(version.number)
     # then the views wait on the new layout's shards, naming what they named, and count once
-    assert active_layout() == (version.number, Layout(16))
+    assert (active().number, active().layout) == (version.number, Layout(16))
     named = {tuple(row) for row in PendingEngagement.objects.values_list("named", flat=True)}
     assert named == {tuple(event["categories"]) for event in views}
     shop.advance(seconds=30)

@@ -47,6 +47,7 @@ def _run(args, env) -> subprocess.CompletedProcess:
 # --- settings ----------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_check_deploy_is_clean_with_production_settings():
     """DEBUG unset, a long random SECRET_KEY and HTTPS on: not one warning."""
     env = _settings_env(SECRET_KEY=secrets.token_urlsafe(50), HTTPS="true", ALLOWED_HOSTS="ranks.example.com")
@@ -57,6 +58,7 @@ def test_check_deploy_is_clean_with_production_settings():
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.processes
 def test_check_deploy_warns_when_https_is_off():
     """The check above is not vacuous: without the production flags it complains."""
     env = _settings_env(SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="ranks.example.com")
@@ -68,6 +70,7 @@ def test_check_deploy_warns_when_https_is_off():
         assert check in result.stderr
 
 
+@pytest.mark.processes
 def test_debug_is_off_unless_set():
     env = _settings_env(SECRET_KEY=secrets.token_urlsafe(50))
 
@@ -78,6 +81,7 @@ def test_debug_is_off_unless_set():
     assert result.stdout.strip() == "False", result.stderr
 
 
+@pytest.mark.processes
 def test_without_debug_the_secret_key_must_come_from_the_environment():
     result = _run(["-c", "import django; django.setup()"], _settings_env())
 

@@ -89,6 +89,7 @@ def test_a_setting_unknown_or_out_of_bounds_is_refused(settings, given, refused)
         rankings_settings.validate()
 
 
+@pytest.mark.processes
 def test_the_process_does_not_start_with_a_setting_out_of_bounds():
     env = django_env(rankings={"TICK_THREADS": 0})
     code = "import django; django.setup()"
@@ -96,6 +97,7 @@ def test_the_process_does_not_start_with_a_setting_out_of_bounds():
     assert result.returncode != 0 and "TICK_THREADS" in result.stderr
 
 
+@pytest.mark.processes
 def test_overrides_reach_the_engine_of_a_child_process():
     env = django_env(rankings={"BATCH_SIZE": 7})
     code = (
@@ -115,6 +117,7 @@ def _child_settings(rankings: dict, expression: str):
     return json.loads(result.stdout)
 
 
+@pytest.mark.processes
 def test_a_tuple_setting_is_given_as_a_json_list_and_read_as_a_tuple():
     expression = "[repr(settings.RANKINGS['SNAPSHOT_WINDOWS']), repr(__import__('rankings.conf').conf.rankings_settings.SNAPSHOT_WINDOWS)]"
     assert _child_settings({"SNAPSHOT_WINDOWS": ["7d"]}, expression) == ["('7d',)", "('7d',)"]
@@ -127,6 +130,7 @@ def _schedule(rankings: dict) -> dict:
     return _child_settings(rankings, expression)
 
 
+@pytest.mark.processes
 def test_the_beat_schedule_follows_the_overrides_of_the_engine():
     # when the tick and prune intervals are overridden, the tick's expiry derives from the tick's
     schedule = _schedule({"TICK_SECONDS": 5, "PRUNE_SECONDS": 123})
@@ -152,6 +156,7 @@ RETIRED = {
 }
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", sorted(RETIRED))
 def test_a_variable_no_longer_read_stops_the_start_and_names_what_replaces_it(name):
     code = "import django; django.setup()"
@@ -173,6 +178,7 @@ def test_a_variable_no_longer_read_stops_the_start_and_names_what_replaces_it(na
         ({"HTTPS": "false"}, [False, False, False]),
     ],
 )
+@pytest.mark.processes
 def test_hsts_subdomains_and_preload_follow_https_unless_set(given, expected):
     """Once a browser or the preload list has them, they cannot be taken back: a site with other
     hosts under its domain turns them off."""

@@ -239,7 +239,7 @@ def test_a_rebuild_keeps_the_active_versions_shard_count(settings):
     version = backfill.version_build(activate=True)
     # then it has the 4 shards of the version it replaced, and serves the same boards
     assert version.shards == 4
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
     _shards(settings, 4)
     shop.assert_exact()
 

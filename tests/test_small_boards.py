@@ -7,7 +7,7 @@ import pytest
 
 from rankings.conf import rankings_settings
 from rankings.engine import store
-from rankings.engine.shards import active_layout
+from rankings.engine.shards import active
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
@@ -80,7 +80,7 @@ def test_heads_of_many_boards_are_one_round_trip_small_or_large(monkeypatch):
     shop.send(*[shop.sale(f"p{i:03}", categories=["big"], qty=1 + i) for i in range(store.BLOB_SIZE + 1)])
     shop.send(shop.sale("q1", categories=["small"], qty=4))
     shop.tick()
-    layout, version = active_layout()[1], store.active_version()
+    layout, version = active().layout, store.served_version()
     boards = [(layout.shard_of(c), "7d", "units", c, 10) for c in ("big", "small", "none")]
     # when their heads are read
     trips = RedisRoundTrips(monkeypatch)

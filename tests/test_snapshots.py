@@ -9,8 +9,8 @@ import pytest
 from rankings.conf import rankings_settings
 from rankings.engine.prune import prune
 from rankings.engine.recompute import snapshots_recompute
-from rankings.engine.shards import Layout
-from rankings.models import RankingVersion, Sale, Snapshot, SnapshotMark
+from rankings.engine.shards import Layout, active
+from rankings.models import Sale, Snapshot, SnapshotMark
 from rankings.operations import backfill
 from rankings.operations.status import status_read
 
@@ -25,7 +25,7 @@ def _stored() -> dict:
     return {
         (int(at.timestamp()), window, metric, category): products
         for at, window, metric, category, products in Snapshot.objects.filter(
-            version=RankingVersion.active_number()
+            version=active().number
         ).values_list("at", "window", "metric", "category", "products")
     }
 

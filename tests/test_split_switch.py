@@ -9,7 +9,7 @@ from django.db import connection
 
 from rankings.engine import store
 from rankings.engine.recompute import boards_recompute
-from rankings.engine.shards import ALL, Layout, active_layout, layout_plan
+from rankings.engine.shards import ALL, Layout, active, layout_plan
 from rankings.models import PendingSale, RankingVersion, Sale
 from rankings.operations import backfill, compare
 from rankings.serving import memory, selectors
@@ -24,7 +24,7 @@ from .test_reshard import (
     _state_follows,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 SPLIT = {ALL: 3, "k01": 2}
 
@@ -105,7 +105,7 @@ def test_switching_back_and_forth_between_split_and_whole_is_exact():
     # when the operator switches back to version 1 (whole boards)
     backfill.version_switch(number=1)
     # then its queue names whole boards again, and every board is exact
-    assert active_layout() == (1, Layout(4))
+    assert (active().number, active().layout) == (1, Layout(4))
     _queue_follows(Layout(4))
     _state_follows(Layout(4))
     assert not PendingSale.objects.filter(categories__overlap=["all#0", "all#1", "all#2"]).exists()
@@ -135,7 +135,7 @@ def test_the_rebuild_command_splits_as_told_and_refuses_a_bad_split(settings):
     _history(shop, 30)
     shop.tick()
     call_command("rankings_rebuild", "--split", "all:3", "--activate")
-    number, layout = active_layout()
+    number, _, layout = active()
     assert layout.split == {ALL: 3} and RankingVersion.objects.get(number=number).pinned == [
         "all#0",
         "all#1",
@@ -145,14 +145,14 @@ def test_the_rebuild_command_splits_as_told_and_refuses_a_bad_split(settings):
     # RANKINGS_SPLIT is what a rebuild follows when --split is not given: here, no split
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": ""}
     call_command("rankings_rebuild", "--activate")
-    assert active_layout()[1].split == {}
+    assert active().layout.split == {}
     with pytest.raises(CommandError, match="SLUG:PARTS"):
         call_command("rankings_rebuild", "--split", "all")
     with pytest.raises(CommandError, match="no category 'nope'"):
         call_command("rankings_rebuild", "--split", "nope:2")
     with pytest.raises(CommandError, match="1 to 64 parts"):
         call_command("rankings_rebuild", "--split", "all:65")
-    assert store.active_version(fresh=True) == number + 1
+    assert store.served_version(fresh=True) == number + 1
 
 
 def test_a_split_setting_the_active_version_does_not_follow_is_reported_until_a_rebuild(settings):
@@ -161,7 +161,7 @@ def test_a_split_setting_the_active_version_does_not_follow_is_reported_until_a_
     Shop().tick()  # version 1, whole boards
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
     assert [m.id for m in shard_setting_check()] == ["rankings.W001"]
-    backfill.version_build(layout=layout_plan(active_layout()[1], split={ALL: 3}), activate=True)
+    backfill.version_build(layout=layout_plan(active().layout, split={ALL: 3}), activate=True)
     assert shard_setting_check() == []
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all"}
     assert [m.id for m in shard_setting_check()] == ["rankings.E002"]

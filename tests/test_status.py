@@ -123,11 +123,11 @@ def test_the_totals_do_not_add_up_the_whole_ingest_log():
 
 def test_the_lag_counts_a_shard_whose_ticks_stopped_though_all_has_counted_its_sales():
     """A queue no worker consumes shows in the lag, though the `all` board (on another shard) is current."""
-    from rankings.engine.shards import ALL, active_layout
+    from rankings.engine.shards import ALL, active
     from rankings.engine.tick import tick
 
     # given a sale in a category whose shard is not `all`'s, received a minute ago
-    layout = active_layout()[1]
+    layout = active().layout
     category = next(f"c{i}" for i in range(100) if layout.shard_of(f"c{i}") != layout.shard_of(ALL))
     shop = Shop(now=timezone.now().replace(microsecond=0))
     shop.send(shop.sale("p1", categories=[category]))

@@ -27,6 +27,7 @@ WITHOUT_REDIS = {
     "wake_key",
     "eviction_policy_safe",
     "eviction_policy_check",
+    "names_stamp",  # what the last read of the active version brought
 }
 
 BOARD = {"version": 1, "shard": 0, "window": "7d", "metric": "units", "category": "toys"}
@@ -34,9 +35,10 @@ KEY = store.board_key(1, 0, "7d", "units", "toys")
 
 CALLS = {
     "eviction_policy": lambda: store.eviction_policy(),
-    "active_version": lambda: store.active_version(fresh=True),
+    "served_version": lambda: store.served_version(fresh=True),
     "active_set": lambda: store.active_set(2, 1),
     "active_ensure": lambda: store.active_ensure(2, 1),
+    "names_changed": lambda: store.names_changed(),
     "shard_layout_set": lambda: store.shard_layout_set(1, 4),
     "shard_layout_get": lambda: store.shard_layout_get(1),
     "generation": lambda: store.generation(1),
@@ -179,7 +181,7 @@ def test_writes_given_a_pipeline_are_sent_together_when_its_block_ends(redis_cli
         assert redis_client.exists(store.active_key()) == 0
     # and both are, once it ends
     assert store.shard_layout_get(7) == (3, ())
-    assert store.active_version(fresh=True) == 7
+    assert store.served_version(fresh=True) == 7
 
 
 @pytest.mark.single_redis

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from catalogue.models import Category, Product
 from rankings.engine import store
 from rankings.engine.recompute import boards_recompute
-from rankings.engine.shards import active_layout
+from rankings.engine.shards import active
 from rankings.serving import memory, thresholds
 
 from .conftest import built_once_for_the_class
@@ -89,7 +89,7 @@ toys_once = built_once_for_the_class(_toys)
 
 
 def _recomputed(shop, metric="units") -> list[tuple[str, int]]:
-    _, layout = active_layout()
+    _, _, layout = active()
     boards = {}
     for shard in range(layout.shards):
         boards.update(boards_recompute(shard=shard, layout=layout, now=shop.now.timestamp()))

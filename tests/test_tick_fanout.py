@@ -160,6 +160,7 @@ def test_rankings_tick_refuses_shards_that_are_not_the_active_versions(value, er
     assert not TickLog.objects.exists()
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(False)
 def test_a_worker_without_queues_consumes_the_default_queue_and_every_tick_queue():
     """What the Procfile's worker consumes, as Celery itself sees it with RANKINGS_TICK_QUEUES=3."""

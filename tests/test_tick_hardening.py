@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
-from rankings.engine.shards import ALL, active_layout, shard_of
+from rankings.engine.shards import ALL, active, shard_of
 from rankings.models import Batch, PendingSale, ShardState
 from rankings.operations import backfill
 from rankings.operations.status import status_read
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _slug_on_a_shard(prefix: str, avoid: set[int]) -> str:
     for i in range(1000):
         slug = f"{prefix}{i}"
-        if shard_of(slug, active_layout()[1]) not in avoid:
+        if shard_of(slug, active().layout) not in avoid:
             return slug
     raise AssertionError("no slug found")
 
@@ -32,9 +32,9 @@ def _slug_on_a_shard(prefix: str, avoid: set[int]) -> str:
 @pytest.fixture
 def categories():
     """A category on a shard of its own (not the one of `all`), and one on another shard."""
-    all_shard = shard_of(ALL, active_layout()[1])
+    all_shard = shard_of(ALL, active().layout)
     poison = _slug_on_a_shard("poison", {all_shard})
-    healthy = _slug_on_a_shard("healthy", {shard_of(poison, active_layout()[1])})
+    healthy = _slug_on_a_shard("healthy", {shard_of(poison, active().layout)})
     return poison, healthy
 
 
@@ -62,7 +62,7 @@ def test_a_shard_whose_fold_fails_is_isolated_retried_with_backoff_and_recovers_
     exactly; the failing one is rolled back, reported with its error and a growing backoff,
     is not retried before its time, and ticks exactly once the cause is gone."""
     poison, healthy = categories
-    poison_shard = shard_of(poison, active_layout()[1])
+    poison_shard = shard_of(poison, active().layout)
     shop = Shop()
     shop.send(shop.sale("a", categories=[poison, healthy], qty=2), shop.sale("b", categories=[healthy]))
     shop.tick()
@@ -133,7 +133,7 @@ def test_an_overflowing_fold_fails_only_its_shard(categories):
     """Given a bucket near the bigint limit (written behind the engine's back), a sale whose fold
     overflows it fails only that shard; the others tick."""
     poison, healthy = categories
-    poison_shard = shard_of(poison, active_layout()[1])
+    poison_shard = shard_of(poison, active().layout)
     shop = Shop()
     shop.send(shop.sale("a", categories=[poison], amount="1.00"), shop.sale("b", categories=[healthy]))
     shop.tick()
@@ -155,7 +155,7 @@ def test_a_redis_error_in_one_shard_leaves_its_batch_for_the_retry(categories, m
     """Given Redis refusing one shard's batch, the other shards apply theirs; the committed batch
     is replayed once the shard is retried, and boards are exact."""
     poison, healthy = categories
-    poison_shard = shard_of(poison, active_layout()[1])
+    poison_shard = shard_of(poison, active().layout)
     shop = Shop()
     shop.send(shop.sale("a", categories=[poison], qty=3), shop.sale("b", categories=[healthy], qty=2))
     real_apply = store.batch_apply
@@ -218,7 +218,7 @@ def test_a_switch_committed_after_a_tick_started_gets_the_ticks_batches():
     finally:
         locks.shard_try_lock = real_lock
 
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
     assert shop.top() == [("p2", 3), ("p1", 2)]
     shop.assert_exact()
 
@@ -245,10 +245,10 @@ def test_a_tick_that_read_the_version_before_a_switch_never_moves_the_pointer_ba
     shop.tick()
 
     assert switched
-    assert store.active_version(fresh=True) == target
+    assert store.served_version(fresh=True) == target
     monkeypatch.setattr(store, "active_ensure", real_ensure)
     shop.tick()
-    assert store.active_version(fresh=True) == target
+    assert store.served_version(fresh=True) == target
     shop.assert_exact()
 
 
@@ -259,7 +259,7 @@ def test_the_pointer_is_restored_when_redis_lost_it():
     store.patient().delete(store.active_key())
     store.reset_clients()
     shop.tick()
-    assert store.active_version(fresh=True) == version.number
+    assert store.served_version(fresh=True) == version.number
     shop.assert_exact()
 
 
@@ -279,7 +279,7 @@ def test_a_large_transition_is_applied_in_bounded_steps_exactly(small_steps):
     shop = Shop()
     shop.send(*[shop.sale(f"p{i:02}", categories=["toys"], qty=1 + i, amount="2.50") for i in range(20)])
     shop.tick()
-    shard = shard_of("toys", active_layout()[1])
+    shard = shard_of("toys", active().layout)
     seq_before = ShardState.objects.get(shard=shard).seq
     old_now = shop.now
     shop.advance(days=31)

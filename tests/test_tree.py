@@ -9,8 +9,8 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, transaction
 
 from catalogue.models import Category
+from rankings.engine.shards import active
 from rankings.engine.tree import Tree, active_tree, categories_expand, tree_affected, tree_pending
-from rankings.models import RankingVersion
 from rankings.operations import backfill
 from rankings.serving import memory
 
@@ -221,7 +221,7 @@ def test_a_tree_edit_during_ingestion_counts_only_once_switched_to_and_a_switch_
     # given toys › board-games › strategy, live, with sales ticked
     _toys()
     backfill.version_build(activate=True)
-    old_version = RankingVersion.active_number()
+    old_version = active().number
     shop = Shop()
     shop.send(
         shop.sale("p1", categories=["strategy"], qty=3),
@@ -271,7 +271,7 @@ def test_a_tree_edit_during_ingestion_counts_only_once_switched_to_and_a_switch_
 
 
 def test_a_tree_edit_and_a_reshard_go_live_together():
-    from rankings.engine.shards import Layout, active_layout
+    from rankings.engine.shards import Layout, active
 
     _toys()
     backfill.version_build(activate=True)
@@ -285,7 +285,7 @@ def test_a_tree_edit_and_a_reshard_go_live_together():
     shop.tick()
     Category.objects.filter(slug="strategy").update(parent=Category.objects.get(slug="garden"))
     version = backfill.version_build(layout=Layout(8), activate=True)
-    assert active_layout() == (version.number, Layout(8))
+    assert (active().number, active().layout) == (version.number, Layout(8))
     shop.assert_exact()
     assert shop.top("garden") == [("p7", 8), ("p6", 7), ("p4", 5), ("p3", 4), ("p1", 2), ("p0", 1)]
     shop.advance(seconds=10)

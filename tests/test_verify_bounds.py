@@ -74,7 +74,7 @@ def test_a_damaged_board_is_found_and_rebuilt(large, damage):
     """Every member of a board of at most VERIFY_SPOT_MEMBERS is checked; above it, the size, the
     first ranks and that many members drawn at random."""
     # given one of `toys`'s large boards damaged in Redis, as eviction or a lost write leaves it
-    version = store.active_version()
+    version = store.served_version()
     shard = next(
         s for s in range(8) if store.patient().exists(store.board_key(version, s, "7d", "units", "toys"))
     )

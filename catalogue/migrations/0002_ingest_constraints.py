@@ -3,6 +3,8 @@
 import django.core.validators
 from django.db import migrations, models
 
+from catalogue.migrations.sql import run_sql
+
 
 class Migration(migrations.Migration):
 
@@ -21,13 +23,8 @@ class Migration(migrations.Migration):
             name='product_id',
             field=models.CharField(help_text="The shop's id, as used in sale events.", max_length=64, unique=True, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9._:-]{1,64}$'), django.core.validators.RegexValidator('^\\.{1,2}$', inverse_match=True, message="'.' and '..' cannot be product ids.")], verbose_name='product id'),
         ),
-        # A negative price was never meaningful (a sale without an amount
-        # would have negative revenue): such prices become 0, like a
-        # placeholder's, so the constraint can be added.
-        migrations.RunSQL(
-            "UPDATE catalogue_product SET price_cents = 0 WHERE price_cents < 0",
-            reverse_sql=migrations.RunSQL.noop,
-        ),
+        # Negative prices become 0, so that the constraint can be added.
+        run_sql('0002_ingest_constraints'),
         migrations.AddConstraint(
             model_name='product',
             constraint=models.CheckConstraint(condition=models.Q(('price_cents__gte', 0)), name='product_price_not_negative', violation_error_message='The price may not be negative.'),

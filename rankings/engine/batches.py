@@ -32,7 +32,7 @@ from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks, snapshots, store
 from rankings.engine.buckets import bucket_sums
 from rankings.engine.prune import bucket_cutoff
-from rankings.engine.shards import ALL, Layout, active_version, shard_count_checked
+from rankings.engine.shards import ALL, Layout, active, shard_count_checked
 from rankings.engine.windows import bucket_sizes, configured_windows, oldest_bucket_start
 from rankings.models import Batch, ShardState
 
@@ -63,7 +63,7 @@ def _epoch(value: dt.datetime) -> float:
 def _write_version() -> tuple[int, Layout]:
     """The version ticks write and its layout. PostgreSQL decides; Redis's pointer for readers
     follows it, unless it already names a later switch (then this caller is the stale one)."""
-    version, epoch, layout = active_version()
+    version, epoch, layout = active()
     store.active_ensure(version, epoch)
     return version, layout
 

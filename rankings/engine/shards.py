@@ -12,9 +12,10 @@ setting re-laid out the shards.
 """
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 from django.core import checks
 from django.db import DatabaseError
@@ -116,34 +117,34 @@ def shard_of(slug: str, layout: Layout) -> int:
     return layout.shard_of(slug)
 
 
-def _active() -> tuple[int, int, Layout] | None:
-    """(number, the switch that made it active, layout) of the active version as recorded, in one
-    read; None before it is recorded."""
+class ActiveVersion(NamedTuple):
+    """The version the engine ticks and the pages serve: its number, the switch that made it
+    active (0 for version 1, which no switch made so), and the layout of its shards."""
+
+    number: int
+    epoch: int
+    layout: Layout
+
+    @classmethod
+    def of_row(cls, row: Sequence) -> "ActiveVersion":
+        """The version of a row that starts with the columns of RankingVersion.ACTIVE_ROW_SQL."""
+        number, epoch, shards, pinned = row[:4]
+        return cls(number, epoch, Layout(shards, tuple(pinned)))
+
+
+def _recorded() -> ActiveVersion | None:
+    """The active version as recorded, in one read; None before it is recorded."""
     from rankings.models import RankingVersion
 
     row = RankingVersion.active_row()
-    return active_of(row) if row else None
+    return ActiveVersion.of_row(row) if row else None
 
 
-def active_of(row: tuple) -> tuple[int, int, Layout]:
-    """(number, the switch that made it active, layout) of a row that starts with the columns of
-    RankingVersion.ACTIVE_ROW_SQL."""
-    number, epoch, shards, pinned = row[:4]
-    return number, epoch, Layout(shards, tuple(pinned))
-
-
-def active_layout() -> tuple[int, Layout]:
-    """(number, layout) of the active version; a fresh install records version 1 with the setting."""
-    number, _, layout = active_version()
-    return number, layout
-
-
-def active_version() -> tuple[int, int, Layout]:
-    """(number, the switch that made it active, layout) of the active version, in one read; a fresh
-    install records version 1 with the setting."""
+def active() -> ActiveVersion:
+    """The active version, in one read; a fresh install records version 1 with the setting."""
     from rankings.models import RankingVersion
 
-    found = _active()
+    found = _recorded()
     if found is not None:
         return found
     # A fresh install's split boards (RANKINGS_SPLIT) are pinned after its hashed shards.
@@ -157,13 +158,13 @@ def active_version() -> tuple[int, int, Layout]:
             "activated_at": timezone.now(),
         },
     )
-    return version.number, version.switch_epoch, Layout(version.shards, tuple(version.pinned))
+    return ActiveVersion(version.number, version.switch_epoch, Layout(version.shards, tuple(version.pinned)))
 
 
 def shard_count() -> int:
     """How many shards the active version has (pinned ones included): the range every tick, rebuild,
     verify and switch works over."""
-    return active_layout()[1].shards
+    return active().layout.shards
 
 
 def version_layout(number: int) -> Layout:
@@ -171,7 +172,7 @@ def version_layout(number: int) -> Layout:
     from rankings.models import RankingVersion
 
     found = RankingVersion.objects.filter(number=number).values_list("shards", "pinned").first()
-    return Layout(found[0], tuple(found[1])) if found is not None else active_layout()[1]
+    return Layout(found[0], tuple(found[1])) if found is not None else active().layout
 
 
 def split_setting() -> dict[str, int]:
@@ -253,7 +254,7 @@ def _first_count() -> int | None:
 
 def layout_checked() -> tuple[int, Layout]:
     """(number, layout) of the active version; ShardCountMismatch when the setting says otherwise."""
-    number, layout = active_layout()
+    number, _, layout = active()
     message = _mismatch(number, layout, _first_count() if number != 1 else None)
     if message:
         raise ShardCountMismatch(message)
@@ -281,8 +282,8 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
             )
         ]
     try:
-        found = _active()
-        message = found and _mismatch(found[0], found[2], _first_count())
+        found = _recorded()
+        message = found and _mismatch(found.number, found.layout, _first_count())
     except DatabaseError:
         return []
     found_messages: list[checks.CheckMessage] = []
@@ -294,12 +295,12 @@ def shard_setting_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]
                 id="rankings.E001",
             )
         )
-    if found and split != found[2].split:
+    if found and split != found.layout.split:
         # Not an error: the setting is what the next rebuild does, and may be set ahead of it.
         found_messages.append(
             checks.Warning(
-                f"RANKINGS_SPLIT says {split_describe(split) or 'no split'}, the active version {found[0]} "
-                f"splits {split_describe(found[2].split) or 'no board'}",
+                f"RANKINGS_SPLIT says {split_describe(split) or 'no split'}, the active version {found.number} "
+                f"splits {split_describe(found.layout.split) or 'no board'}",
                 hint="It takes effect through rankings_rebuild and a switch-over.",
                 id="rankings.W001",
             )

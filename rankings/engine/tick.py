@@ -23,7 +23,8 @@ from django.utils import timezone
 
 from rankings.conf import rankings_settings
 from rankings.engine import batches, locks, store
-from rankings.engine.shards import ALL, Layout, active_of, active_version, layout_checked
+from rankings.engine.counts import histogram_observe
+from rankings.engine.shards import ALL, ActiveVersion, active, layout_checked
 from rankings.models import RankingVersion, ShardState, TickLog
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 
 # A failing shard's error is kept this long on its row (a traceback can be huge).
 ERROR_TEXT_KEPT = 500  # characters
+
+# The histogram of tick durations /metrics serves (salesrank_tick_duration_seconds): upper bounds
+# from a quiet tick's few milliseconds to the task's time limit (a minute).
+TICK_SECONDS = "tick_seconds"
+TICK_SECONDS_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)  # seconds
 
 # Not a shard's failure but the whole tick's: the task's time is up.
 _NOT_ISOLATED = (SoftTimeLimitExceeded,)
@@ -103,6 +109,7 @@ def tick(
             rebuilt_shards=report.rebuilt_shards,
             shards=report.ticked_shards,
         )
+        histogram_observe(TICK_SECONDS, TICK_SECONDS_BOUNDS, report.duration_ms / 1000)
     return report
 
 
@@ -225,7 +232,7 @@ def _tick_shard_isolated(
     `pointed`: the (version, switch) pairs this tick has already pointed Redis's readers at."""
     # Read under the lock: a switch holds every shard's lock, so it is either seen whole or not yet,
     # and a switch to fewer shards leaves none to tick past the new count.
-    version, epoch, layout, state = _shard_read(shard)
+    (version, epoch, layout), state = _shard_read(shard)
     if shard >= layout.shards:
         return
     if state is None:  # its first tick
@@ -259,21 +266,20 @@ FROM active LEFT JOIN rankings_shardstate s ON s.shard = %s
 """
 
 
-def _shard_read(shard: int) -> tuple[int, int, Layout, ShardState | None]:
-    """(number, the switch that made it active, layout) of the active version, and the shard's
-    state (None before its first tick)."""
+def _shard_read(shard: int) -> tuple[ActiveVersion, ShardState | None]:
+    """The active version and the shard's state (None before its first tick), in one read."""
     with connection.cursor() as cursor:
         cursor.execute(_SHARD_READ, [shard])
         row = cursor.fetchone()
     if row is None:  # a fresh install: version 1 is recorded here
-        return *active_version(), None
+        return active(), None
     seq, as_of, failures, retry_at = row[4:]
     state = (
         ShardState(shard=shard, seq=seq, as_of=as_of, failures=failures, retry_at=retry_at)
         if seq is not None
         else None
     )
-    return *active_of(row), state
+    return ActiveVersion.of_row(row), state
 
 
 def _shard_failed(shard: int, error: Exception) -> None:

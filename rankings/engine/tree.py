@@ -87,9 +87,9 @@ def version_tree(number: int) -> Tree:
 
 def active_tree() -> Tree:
     """The tree of the active version: the one every sale counts with now."""
-    from rankings.engine.shards import active_layout
+    from rankings.engine.shards import active
 
-    return version_tree(active_layout()[0])
+    return version_tree(active().number)
 
 
 def categories_expand(categories: Iterable[str], *, tree: Tree | None = None) -> tuple[str, ...]:

@@ -19,8 +19,10 @@ import datetime as dt
 import json
 import random
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
@@ -29,6 +31,7 @@ from rest_framework.exceptions import ValidationError
 from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import locks
+from rankings.engine.counts import counts_add
 from rankings.engine.shards import Layout, layout_checked
 from rankings.engine.tree import Tree, version_tree
 from rankings.ingest.events import EventIdField, EventValidator, duration_text
@@ -42,6 +45,12 @@ DUPLICATE_ID = "id already used by a different event"
 ATTEMPTS = 5
 RETRY_PAUSE = 0.05  # seconds, doubled each attempt, times a random factor in [0.5, 1)
 _RETRYABLE = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+
+T = TypeVar("T")
+
+# The total of ingested events, by "kind:outcome" (rankings.engine.counts): /metrics serves it.
+INGESTED = "ingested"
+OUTCOMES = ("accepted", "duplicate", "rejected")
 
 
 @dataclass
@@ -63,6 +72,25 @@ class Retry(Exception):
     """Raised by a kind of event inside an attempt: roll it back and make it again."""
 
 
+def retried(attempt: Callable[[int], T]) -> T:
+    """attempt(n), n = 1, 2, …, each in a transaction of its own, until one commits: one that raised
+    Retry, or met a deadlock or serialization failure, is rolled back and made again, after a
+    short pause for the latter, ATTEMPTS times in all."""
+    number = 1
+    while True:
+        try:
+            with transaction.atomic():
+                return attempt(number)
+        except Retry:
+            if number == ATTEMPTS:
+                raise
+        except OperationalError as error:
+            if number == ATTEMPTS or getattr(error.__cause__, "sqlstate", None) not in _RETRYABLE:
+                raise
+            time.sleep(RETRY_PAUSE * 2 ** (number - 1) * random.uniform(0.5, 1))
+        number += 1
+
+
 @dataclass(slots=True)
 class Attempt:
     """What one attempt stored, for the reply and the log."""
@@ -70,6 +98,8 @@ class Attempt:
     accepted: int = 0
     duplicates: int = 0
     too_old: int = 0
+    # The indexes of the events accepted: what the counts of a batch of several kinds are made from.
+    accepted_at: set[int] = field(default_factory=set)
 
 
 # json.dumps with its defaults, through one encoder made once (json.dumps makes one a call): the
@@ -179,17 +209,18 @@ def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) 
         wanted = new.intersection(data.get("categories") or ()) - taken if not data.get("returnOf") else ()
         if len(taken) + len(wanted) > most or data.get("returnOf") in refused - {None}:
             refused.add(data.get("id"))
-            invalid.append({"index": index, "id": data.get("id"), "error": _too_many_new(most)})
+            invalid.append({"index": index, "id": data.get("id"), "error": too_many_new(most)})
         else:
             taken.update(wanted)
             kept.append((index, data))
     return kept
 
 
-def _too_many_new(most: int) -> str:
+def too_many_new(most: int, item: str = "event") -> str:
+    """Why an item (an event, a product) whose new categories would take its batch past `most` is rejected."""
     return (
         f"categories: this batch names more than {most:,} categories the catalogue does not have; "
-        "send this event again in another batch"
+        f"send this {item} again in another batch"
     )
 
 
@@ -212,6 +243,7 @@ class BatchIngest:
     stage_columns: str  # its columns, as CREATE TABLE lists them
     stage_types: list[str]  # their types, in order, for the binary COPY
     insert: str  # stores the staged rows and their queue rows; returns the `ord` of each stored
+    kinds: ClassVar[tuple[str, ...]]  # what its events are counted as in /metrics (see kind_of)
     # Made from the above for each subclass, as it is declared.
     _stage_sql: ClassVar[str]
     _placeholders_sql: ClassVar[str]
@@ -236,19 +268,13 @@ class BatchIngest:
             return IngestResult()  # nothing happened: an empty call leaves no trace in the log
         valid = _new_categories_bounded(valid, invalid)
         self.prepare(valid)
-        for attempt in range(1, ATTEMPTS + 1):
+
+        def attempt(number: int) -> IngestResult:
             result = IngestResult(rejected=list(invalid))
-            try:
-                with transaction.atomic():
-                    self._attempt(valid, result, source, now, first=attempt == 1)
-                break
-            except Retry:
-                if attempt == ATTEMPTS:
-                    raise
-            except OperationalError as error:
-                if attempt == ATTEMPTS or getattr(error.__cause__, "sqlstate", None) not in _RETRYABLE:
-                    raise
-                time.sleep(RETRY_PAUSE * 2 ** (attempt - 1) * random.uniform(0.5, 1))
+            self._attempt(events, valid, result, source, now, first=number == 1)
+            return result
+
+        result = retried(attempt)
         result.rejected.sort(key=lambda r: r["index"])
         return result
 
@@ -270,6 +296,7 @@ class BatchIngest:
 
     def _attempt(
         self,
+        events: list,
         valid: list[tuple[int, dict]],
         result: IngestResult,
         source: str,
@@ -277,7 +304,8 @@ class BatchIngest:
         *,
         first: bool,
     ) -> None:
-        """One attempt at storing the valid events, inside the caller's transaction."""
+        """One attempt at storing the valid events, inside the caller's transaction, which also
+        adds what became of them to the ingest counts: they stand or fall with the events."""
         done = self.attempt(valid, result, first=first)
         result.accepted = done.accepted
         result.duplicates = done.duplicates
@@ -289,6 +317,30 @@ class BatchIngest:
             rejected=len(result.rejected),
             too_old=done.too_old,
         )
+        counts_add(INGESTED, self._counted(events, result, done.accepted_at))
+
+    def kind_of(self, event) -> str:
+        """What `event` (as sent) is counted as: one of `kinds`."""
+        return self.kinds[0]
+
+    def _counted(self, events: list, result: IngestResult, accepted_at: set[int]) -> Counter[str]:
+        """ "kind:outcome" -> events, adding up to what the reply says (accepted, duplicates,
+        rejected), each event counted as its kind when there are several."""
+        if len(self.kinds) == 1:
+            kind = self.kinds[0]
+            return Counter(
+                {
+                    f"{kind}:accepted": result.accepted,
+                    f"{kind}:duplicate": result.duplicates,
+                    f"{kind}:rejected": len(result.rejected),
+                }
+            )
+        rejected = {r["index"] for r in result.rejected}
+        outcomes: Counter[str] = Counter()
+        for index, event in enumerate(events):
+            outcome = "rejected" if index in rejected else "accepted" if index in accepted_at else "duplicate"
+            outcomes[f"{self.kind_of(event)}:{outcome}"] += 1
+        return outcomes
 
     def prepare(self, valid: list[tuple[int, dict]]) -> None:
         """What to do once, before the first attempt's transaction."""

@@ -148,18 +148,27 @@ class EngagementIngest(BatchIngest):
     )
     stage_types = ["int4", "varchar", "timestamptz", "varchar", "varchar", "text", "varchar", "text"]
     insert = _INSERT
+    # An event rejected for a kind that is neither is counted as "unknown".
+    kinds = ("view", "wish", "unknown")
+
+    def kind_of(self, event) -> str:
+        kind = event.get("kind") if isinstance(event, dict) else None
+        return kind if kind in self.kinds[:2] else self.kinds[2]
 
     def attempt(self, valid: list[tuple[int, dict]], result: IngestResult, *, first: bool) -> Attempt:
         """`accepted` counts the events stored and those dropped as older than the retention."""
         # Held until the commit: no day this batch stores into is dropped meanwhile.
         locks.retention_read_lock()
         cutoff = retention_cutoff()
-        kept = [(index, data) for index, data in valid if cutoff is None or data["ts"] >= cutoff]
-        too_old = len(valid) - len(kept)
+        dropped = {index for index, data in valid if cutoff is not None and data["ts"] < cutoff}
+        kept = [(index, data) for index, data in valid if index not in dropped]
         rows, duplicates = _resolve(kept, result, self.stored_digests)
         stored, late_duplicates = self.store(rows, result)
         return Attempt(
-            accepted=len(stored) + too_old, duplicates=duplicates + late_duplicates, too_old=too_old
+            accepted=len(stored) + len(dropped),
+            duplicates=duplicates + late_duplicates,
+            too_old=len(dropped),
+            accepted_at=stored | dropped,
         )
 
     def before_stage(self, rows: list[_Row]) -> None:

@@ -88,7 +88,9 @@ def _check_text(field: serializers.Field, data, max_length: int) -> str:
     return data
 
 
-class _EventField(serializers.Field):
+class ItemField(serializers.Field):
+    """A field of a batch item: each message names the field it is about ({name})."""
+
     default_error_messages = {
         "required": "{name} is required",
         "null": "{name} may not be null",
@@ -101,7 +103,7 @@ class _EventField(serializers.Field):
 @extend_schema_field(
     {"type": "string", "maxLength": MAX_ID_LENGTH, "minLength": 1, "example": "ord-91-line-2"}
 )
-class EventIdField(_EventField):
+class EventIdField(ItemField):
     """An event id (the order line id): a string of 1 to 128 characters, none of them invisible."""
 
     default_error_messages = {
@@ -129,12 +131,12 @@ class EventIdField(_EventField):
         "example": "2025-10-09T08:53:20Z",
     }
 )
-class TimestampField(_EventField):
+class TimestampField(ItemField):
     """Epoch seconds (a JSON number) or an ISO-8601 string with a UTC offset."""
 
     default_error_messages = {
-        "invalid": "ts must be epoch seconds or an ISO-8601 time with a UTC offset",
-        "naive": "ts has no UTC offset; add Z or +00:00",
+        "invalid": "{name} must be epoch seconds or an ISO-8601 time with a UTC offset",
+        "naive": "{name} has no UTC offset; add Z or +00:00",
     }
 
     def to_internal_value(self, data) -> dt.datetime:
@@ -169,10 +171,10 @@ class TimestampField(_EventField):
 
 
 @extend_schema_field({"type": "string", "pattern": f"^{_PRODUCT_ID.pattern}$", "example": "p15"})
-class ProductIdField(_EventField):
+class ProductIdField(ItemField):
     default_error_messages = {
-        "invalid": "productId must be 1 to 64 characters of A-Z a-z 0-9 . _ : -",
-        "dots": "productId may not be '.' or '..': no URL can name it",
+        "invalid": "{name} must be 1 to 64 characters of A-Z a-z 0-9 . _ : -",
+        "dots": "{name} may not be '.' or '..': no URL can name it",
     }
 
     def to_internal_value(self, data) -> str:
@@ -196,7 +198,7 @@ class ProductIdField(_EventField):
         "example": ["toys", "gifts"],
     }
 )
-class CategoriesField(_EventField):
+class CategoriesField(ItemField):
     """Category slugs; a slug listed twice counts once; `null` or `[]` means the catalogue's."""
 
     default_error_messages = {
@@ -240,7 +242,7 @@ class CategoriesField(_EventField):
         "description": "non-zero; negative for a return",
     }
 )
-class QtyField(_EventField):
+class QtyField(ItemField):
     """Units: a non-zero JSON integer; negative for a return."""
 
     default_error_messages = {
@@ -268,16 +270,16 @@ class QtyField(_EventField):
         "example": "25.00",
     }
 )
-class AmountField(_EventField):
+class AmountField(ItemField):
     """What the line cost the buyer: a decimal ≥ 0, at most 2 places and MAX_AMOUNT_DIGITS before the point."""
 
     default_error_messages = {
-        "invalid": "amount must be a decimal number (a JSON string or number)",
-        "form": "amount must be written with the digits 0-9 and at most one point, such as 25.00 "
+        "invalid": "{name} must be a decimal number (a JSON string or number)",
+        "form": "{name} must be written with the digits 0-9 and at most one point, such as 25.00 "
         "(no exponent, no separators)",
-        "negative": "amount may not be negative",
-        "places": "amount may have at most 2 decimal places",
-        "digits": f"amount may have at most {MAX_AMOUNT_DIGITS} digits before the decimal point",
+        "negative": "{name} may not be negative",
+        "places": "{name} may have at most 2 decimal places",
+        "digits": f"{{name}} may have at most {MAX_AMOUNT_DIGITS} digits before the decimal point",
     }
 
     def validate_empty_values(self, data):
@@ -325,8 +327,9 @@ class ReturnOfField(EventIdField):
         return super().validate_empty_values(data)
 
 
-class _EventSerializer(serializers.Serializer):
-    """What every kind of event's serializer shares: its fields read fast, one reason per event."""
+class ItemSerializer(serializers.Serializer):
+    """What the serializer of every kind of batch item (an event, a product) shares: its fields read
+    fast, one reason per item. `invalid` says what an item must be."""
 
     default_error_messages = {"invalid": "event must be a JSON object"}
 
@@ -364,7 +367,7 @@ class _EventSerializer(serializers.Serializer):
         pass  # no serializer-level validators; the cross-field rules are in validate()
 
 
-class SaleEventSerializer(_EventSerializer):
+class SaleEventSerializer(ItemSerializer):
     """One sale event of POST /v1/sales (docs/api.md); unknown keys are ignored."""
 
     id = EventIdField()
@@ -385,7 +388,7 @@ class SaleEventSerializer(_EventSerializer):
 
 
 @extend_schema_field({"type": "string", "enum": ["view", "wish"]})
-class KindField(_EventField):
+class KindField(ItemField):
     """What the shopper did: viewed the product or added it to a wish list."""
 
     default_error_messages = {"invalid": "kind must be 'view' or 'wish'"}
@@ -408,7 +411,7 @@ class OptionalEventIdField(EventIdField):
         return super().validate_empty_values(data)
 
 
-class EngagementEventSerializer(_EventSerializer):
+class EngagementEventSerializer(ItemSerializer):
     """One engagement event of POST /v1/engagements (docs/api.md); unknown keys are ignored."""
 
     id = OptionalEventIdField(required=False)
@@ -422,15 +425,16 @@ class EngagementEventSerializer(_EventSerializer):
 
 
 class EventValidator:
-    """Validates many events with one serializer, so its fields are built once per batch."""
+    """Validates many events (or other batch items) with one serializer, so its fields are built
+    once per batch."""
 
-    def __init__(self, serializer_class: type[_EventSerializer] = SaleEventSerializer):
+    def __init__(self, serializer_class: type[ItemSerializer] = SaleEventSerializer):
         self._serializer = serializer_class()
 
     def __call__(self, event) -> tuple[dict | None, str | None]:
         """(validated data, None) or (None, the reason)."""
         if not isinstance(event, dict):
-            return None, "event must be a JSON object"
+            return None, str(self._serializer.error_messages["invalid"])
         # Serializer.run_validation's steps that apply to an event (a dict, no validators), directly.
         serializer = self._serializer
         try:

@@ -177,6 +177,7 @@ class SaleIngest(BatchIngest):
         "text",
     ]  # fmt: skip
     insert = _INSERT
+    kinds = ("sale",)
 
     def prepare(self, valid: list[tuple[int, dict]]) -> None:
         # A return counts in its original's month, whose partition exists already.
@@ -191,7 +192,9 @@ class SaleIngest(BatchIngest):
         if any(original_id not in inserted for original_id in resolved.dependent):
             raise _Raced
         _ledger_add(resolved.rows, inserted)
-        return Attempt(accepted=len(inserted), duplicates=resolved.duplicates + late_duplicates)
+        return Attempt(
+            accepted=len(inserted), duplicates=resolved.duplicates + late_duplicates, accepted_at=stored
+        )
 
     def staged(self, row: "_Row", queue: str) -> tuple:
         return (

@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from rankings.migrations.sql import run_sql
+
 
 class Migration(migrations.Migration):
 
@@ -20,15 +22,7 @@ class Migration(migrations.Migration):
             ],
         ),
         # Every product's lifetime gross, from the sales stored so far.
-        migrations.RunSQL(
-            """
-            INSERT INTO rankings_producttotal (product_id, units, revenue_cents)
-            SELECT product_id, sum(qty), greatest(sum(amount_cents), 0)
-            FROM rankings_sale WHERE qty > 0
-            GROUP BY product_id
-            """,
-            reverse_sql=migrations.RunSQL.noop,
-        ),
+        run_sql('0006_ingest_product_total'),
         migrations.AddConstraint(
             model_name='sale',
             constraint=models.CheckConstraint(condition=models.Q(('amount_cents__gte', 0)), name='sale_amount_not_negative'),

@@ -4,6 +4,7 @@ import msgspec
 from django.db import migrations
 
 import rankings.models
+from rankings.migrations.sql import run_sql
 
 
 def _pack(apps, schema_editor):
@@ -33,14 +34,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            database_operations=[
-                migrations.RunSQL(
-                    "ALTER TABLE rankings_batch ALTER COLUMN changes TYPE bytea"
-                    " USING convert_to(changes::text, 'UTF8')",
-                    reverse_sql="ALTER TABLE rankings_batch ALTER COLUMN changes TYPE jsonb"
-                    " USING convert_from(changes, 'UTF8')::jsonb",
-                ),
-            ],
+            database_operations=[run_sql("0015_batch_changes_packed")],
             state_operations=[
                 migrations.AlterField(
                     model_name="batch",

@@ -3,6 +3,8 @@
 import django.contrib.postgres.fields
 from django.db import migrations, models
 
+from rankings.migrations.sql import run_sql
+
 
 class Migration(migrations.Migration):
 
@@ -40,12 +42,5 @@ class Migration(migrations.Migration):
             },
         ),
         # One scan of the raw sales, once: the release of every product sold so far.
-        migrations.RunSQL(
-            """
-            UPDATE rankings_producttotal t SET first_sold_at = f.first
-            FROM (SELECT product_id, min(ts) AS first FROM rankings_sale WHERE qty > 0 GROUP BY product_id) f
-            WHERE f.product_id = t.product_id
-            """,
-            migrations.RunSQL.noop,
-        ),
+        run_sql('0018_snapshots'),
     ]

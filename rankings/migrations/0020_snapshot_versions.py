@@ -1,9 +1,6 @@
 from django.db import migrations, models
 
-# The snapshots taken so far are the active version's history (version 1's before any switch).
-ACTIVE = (
-    "coalesce((SELECT number FROM rankings_rankingversion WHERE state = 'active' LIMIT 1), 1)"
-)
+from rankings.migrations.sql import run_sql
 
 
 class Migration(migrations.Migration):
@@ -32,12 +29,8 @@ class Migration(migrations.Migration):
             field=models.PositiveIntegerField(default=1),
             preserve_default=False,
         ),
-        migrations.RunSQL(
-            f"UPDATE rankings_snapshot SET version = {ACTIVE};"
-            f" INSERT INTO rankings_snapshothour (version, at)"
-            f" SELECT DISTINCT {ACTIVE}, at FROM rankings_snapshotmark",
-            migrations.RunSQL.noop,
-        ),
+        # The snapshots taken so far are the active version's history (version 1's before any switch).
+        run_sql("0020_snapshot_versions"),
         migrations.AddConstraint(
             model_name="snapshot",
             constraint=models.UniqueConstraint(

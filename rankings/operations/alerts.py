@@ -19,7 +19,7 @@ from catalogue.models import Category, Product
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks
 from rankings.engine.alerts import alert_shard
-from rankings.engine.shards import ALL, active_layout
+from rankings.engine.shards import ALL, active
 from rankings.models import Alert, ShardState
 from rankings.operations.webhooks import secret_new, url_refusal
 
@@ -43,7 +43,7 @@ def alert_problems(
         problems.append(AlertRefused("productId", f"unknown product {product_id!r}"))
     if category != ALL and not Category.objects.filter(slug=category).exists():
         problems.append(AlertRefused("category", f"unknown category {category!r}"))
-    elif category in active_layout()[1].split:
+    elif category in active().layout.split:
         problems.append(
             AlertRefused(
                 "category",
@@ -74,7 +74,7 @@ def alert_file(alert: Alert) -> str | None:
     once."""
     locks.layout_read_lock()
     alert.host = (urlsplit(alert.url).hostname or "").lower()
-    _, layout = active_layout()
+    layout = active().layout
     alert.shard = alert_shard(alert.category, layout)
     secret = None
     if alert.pk is None:

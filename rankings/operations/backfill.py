@@ -46,7 +46,7 @@ from rankings.engine.batches import shard_rebuild, shards_settle
 from rankings.engine.history import history_carry, history_delete, history_record
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
-from rankings.engine.shards import ALL, Layout, active_layout, version_layout
+from rankings.engine.shards import ALL, Layout, active, version_layout
 from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
 from rankings.engine.windows import Window, configured_windows
 from rankings.models import RankingVersion, ShardState
@@ -117,7 +117,7 @@ def version_build(
     active version's; see shards.layout_plan); optionally switch to it."""
     versions_fail_abandoned()
     number = (RankingVersion.objects.order_by("-number").values_list("number", flat=True).first() or 1) + 1
-    layout = layout or active_layout()[1]
+    layout = layout or active().layout
     # The catalogue's tree as it stands now is the one the version counts with, for good; frozen
     # under the tree lock, so that a category deleted meanwhile is either gone from it or kept.
     with transaction.atomic(), connection.cursor() as cursor:
@@ -284,14 +284,14 @@ def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _
 def _snapshot_begun():
     """A REPEATABLE READ transaction whose snapshot was fixed while every shard's tick lock was held:
     yields the active layout, each shard's (seq, as_of) and the batch log's era, as of the snapshot."""
-    _, live = active_layout()
+    _, _, live = active()
     with locks.all_shards_lock(live.shards) as ticks, transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # The first read fixes the snapshot, while no tick is between claim and apply;
         # then the ticks may go on, and this transaction keeps seeing the snapshot.
         states = {s.shard: (s.seq, s.as_of) for s in ShardState.objects.all()}
-        number, now_live = active_layout()
+        number, _, now_live = active()
         era = RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first() or 0
         if now_live != live:
             # A switch-over re-laid out the shards between the first read and the locks.
@@ -443,7 +443,7 @@ def version_switch(*, number: int) -> RankingVersion:
             raise VersionError(
                 f"version {number} is {target.state}; only a ready or retired version can be switched to"
             )
-        previous, live = active_layout()
+        previous, _, live = active()
         layout = version_layout(number)
         old, tree = version_tree(previous), version_tree(number)
         # The categories that count other sales under the target's tree than under the active one's.
@@ -488,7 +488,7 @@ def _activate(number: int, *, relayout: bool) -> int:
     switch number (returned), its history carried on with the hours ticked since it was built;
     after a re-layout, both follow the batch log of the era it starts."""
     now = timezone.now()
-    history_carry(source=RankingVersion.active_number(), target=number)
+    history_carry(source=active().number, target=number)
     epoch = 1 + max(RankingVersion.objects.values_list("switch_epoch", flat=True), default=0)
     retired = RankingVersion.objects.filter(state=RankingVersion.State.ACTIVE)
     activated = RankingVersion.objects.filter(number=number)
@@ -530,7 +530,7 @@ def _switch_relayout(
             version=number, shard=shard, seq=positions[shard], as_of=as_of.timestamp(), gen=gen
         ):
             raise VersionError(f"version {number} lost shard {shard} in Redis")
-    _, live = active_layout()
+    _, _, live = active()
     previous_gen = store.generation_get(previous)
     for shard in range(live.shards if previous_gen else 0):
         store.shard_sources_set(
@@ -583,13 +583,13 @@ def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
     State = RankingVersion.State
     with locks.version_change_lock():
         # Both pointers: PostgreSQL's decides, and Redis's is what readers follow until they agree.
-        active = {RankingVersion.active_number(), store.active_version(fresh=True)}
+        kept = {active().number, store.served_version(fresh=True)}
         expired = list(
             RankingVersion.objects.filter(
                 Q(state=State.RETIRED, retired_at__lt=now - grace)
                 | Q(state=State.READY, built_at__lt=now - keep)
             )
-            .exclude(number__in=active)
+            .exclude(number__in=kept)
             .order_by("number")
             .values_list("number", flat=True)
         )
@@ -600,7 +600,7 @@ def versions_expire(*, now: dt.datetime | None = None) -> list[int]:
             history_delete(number)
         present, leaked = store.keyspace_survey()
         leftovers = RankingVersion.objects.filter(
-            number__in=present - active, state__in=(State.FAILED, State.DELETED)
+            number__in=present - kept, state__in=(State.FAILED, State.DELETED)
         ).values_list("number", flat=True)
         for number in leftovers:
             log.warning("deleting what Redis still held of version %s", number)

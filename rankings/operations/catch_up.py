@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from rankings.engine import store
 from rankings.engine.batches import batch_replay
-from rankings.engine.shards import Layout, active_layout, version_layout
+from rankings.engine.shards import Layout, active, version_layout
 from rankings.engine.split import base_of
 from rankings.models import Batch, RankingVersion, ShardState
 
@@ -109,7 +109,7 @@ def _replay_routed(number: int, layout: Layout, batch: Batch, gen: str) -> None:
 
 
 def _active_era() -> int:
-    number, _ = RankingVersion.active()
+    number = active().number
     return RankingVersion.objects.filter(number=number).values_list("log_era", flat=True).first() or 0
 
 
@@ -127,7 +127,7 @@ def catch_up_version(number: int) -> None:
     """Bring version `number` up to the last committed batch of every shard; the caller holds the
     version-change lock, so that the shards are not re-laid out meanwhile."""
     era_check(number)
-    _, live = active_layout()
+    _, _, live = active()
     layout = version_layout(number)
     if layout == live:
         for shard in range(layout.shards):

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from rankings.conf import METRICS
 from rankings.engine import locks, store
-from rankings.engine.shards import ALL, Layout, active_layout, version_layout
+from rankings.engine.shards import ALL, Layout, active, version_layout
 from rankings.engine.split import base_of
 from rankings.engine.windows import configured_windows
 from rankings.operations.catch_up import catch_up, catch_up_version, era_check
@@ -54,7 +54,7 @@ def versions_compare(
 ) -> list[BoardComparison]:
     """Each board's top-N and size in the active version against version `number`, at the same
     batch: every board, or those of `categories`."""
-    live_number, live = active_layout()
+    live_number, _, live = active()
     layout = version_layout(number)
     era_check(number)
     if layout == live:

@@ -12,9 +12,9 @@ from django.utils import timezone
 from psycopg import sql
 
 from rankings.engine.history import engine_clock, history_record
-from rankings.engine.shards import version_layout
+from rankings.engine.shards import active, version_layout
 from rankings.engine.tree import version_tree
-from rankings.models import RankingVersion, Sale
+from rankings.models import Sale
 from rankings.operations.tokens import ingest_token_create
 
 
@@ -39,7 +39,7 @@ def database_ensure() -> bool:
 def demo_history(out) -> None:
     """The active version's hourly history from the demo's sales, as a rebuild records it: movers,
     rank arrows and rank history from the first page on."""
-    version = RankingVersion.active_number()
+    version = active().number
     recorded = history_record(
         version=version, tree=version_tree(version), layout=version_layout(version), clock=engine_clock()
     )

@@ -10,10 +10,10 @@ from django.utils import timezone
 from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.instants import instant
-from rankings.engine.shards import ALL, Layout, active_layout
+from rankings.engine.shards import ALL, Layout, active
 from rankings.engine.snapshots import snapshots_summary
 from rankings.engine.tick import shards_failing
-from rankings.models import IngestLog, PendingSale, RankingVersion, Sale, ShardState, TickLog
+from rankings.models import IngestLog, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.engagement_status import SOURCE_PREFIX as ENGAGEMENT_SOURCE
 from rankings.operations.engagement_status import engagement_status
 
@@ -40,7 +40,7 @@ def liveness_read() -> dict:
     No database query, so it answers as long as Redis does.
     """
     try:
-        version = store.active_version()
+        version = store.served_version()
         # The tick writes the count beside the boards; without it there is nothing to serve.
         layout = store.shard_layout_get(version)
         shards = Layout(layout[0], layout[1]).shards_of(ALL) if layout else []
@@ -103,7 +103,7 @@ def _no_boards(surveyed: dict) -> dict:
 def status_read() -> dict:
     """Backlog, lag, the last tick, ingest rate and totals, drops, boards per window."""
     now = timezone.now()
-    layout = active_layout()[1]
+    layout = active().layout
     # Every sale is queued once on `all`'s shard (on one of its parts' when it is split): its queue
     # counts the sales not yet counted.
     pending = PendingSale.objects.filter(shard__in=layout.shards_of(ALL))[:PENDING_COUNTED]
@@ -114,7 +114,7 @@ def status_read() -> dict:
     totals = sales_log.filter(at__gte=now - TOTALS_SPAN).aggregate(
         accepted=Sum("accepted"), duplicates=Sum("duplicates"), rejected=Sum("rejected")
     )
-    version = RankingVersion.active_number()
+    version = active().number
     try:
         boards = store.boards_summary(version)
         redis_ok = True

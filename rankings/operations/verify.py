@@ -74,7 +74,7 @@ def rankings_verify(*, version: int | None = None, repair: bool = False) -> Veri
     compared again; what still differs then is reported (the buckets
     themselves disagree with the raw sales, which a rebuild cannot mend).
     """
-    version = version or store.active_version(fresh=True)
+    version = version or store.served_version(fresh=True)
     layout = version_layout(version)
     report = VerifyReport()
     for shard in range(layout.shards):
@@ -222,7 +222,7 @@ def _categories_drawn(n: int) -> list[str]:
 
 def verify_sampled(*, sample: int | None = None, categories: list[str] | None = None) -> SampleReport:
     """Compare a few categories' boards with the buckets; rebuild each shard where one differs."""
-    version = store.active_version(fresh=True)
+    version = store.served_version(fresh=True)
     if categories is None:
         categories = sample_categories(
             rankings_settings.VERIFY_SAMPLE_CATEGORIES if sample is None else sample

@@ -80,7 +80,7 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 class CanIngest(BasePermission):
-    """The permission a batch ingest view names (`BatchIngestApi.permission`)."""
+    """The permission a batch's view names (`BatchApi.permission`)."""
 
     def has_permission(self, request, view):
         return bool(request.user and request.user.has_perm(view.permission))
@@ -114,12 +114,9 @@ _READ_ERRORS = {
 }
 
 
-BODY_SHAPE = 'body must be {"events": [ ... ]}'
-
-
 class EventBatchField(serializers.ListField):
-    """The events of a batch, for the schema: a list of at most `limit` events, each of which the
-    ingest service validates on its own, so that a bad event rejects only itself."""
+    """The items of a batch, for the schema: a list of at most `limit` items, each of which the
+    service validates on its own, so that a bad item rejects only itself."""
 
     def __init__(self, *, child: serializers.Serializer, limit: int, **kwargs):
         super().__init__(child=child, max_length=limit, **kwargs)
@@ -145,59 +142,82 @@ class _BatchParser(JSONParser):
         return json_decoded(data, slow)
 
 
-def ingest_schema(*, operation_id: str, request: type, limit: int):
-    """The schema of a batch ingest's POST: `request` documents the body, `limit` its events."""
+def ingest_schema(
+    *, operation_id: str, request: type, limit: int, items: str = "events", reply: object = _IngestReply
+):
+    """The schema of a batch's POST: `request` documents the body {items: [...]}, `limit` its
+    items, `reply` what it answers."""
     return extend_schema(
         operation_id=operation_id,
         request=request,
         responses={
-            200: _IngestReply,
-            400: OpenApiResponse(_Error, description='body is not {"events": [...]}'),
+            200: reply,
+            400: OpenApiResponse(_Error, description=f'body is not {{"{items}": [...]}}'),
             401: _Error,
             403: _Error,
             413: OpenApiResponse(
                 _Error,
-                description=f"more than {limit:,} events, or a body over "
+                description=f"more than {limit:,} {items}, or a body over "
                 f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 2**20} MB",
             ),
             429: _THROTTLED,
-            503: OpenApiResponse(_Error, description="the service is misconfigured; nothing was stored"),
+            503: OpenApiResponse(_Error, description="nothing was stored; send the batch again shortly"),
         },
     )
 
 
-class BatchIngestApi(APIView):
-    """Accept a batch of events; valid events are stored even when others are rejected.
+class BatchApi(APIView):
+    """A batch POSTed as {items: [...]} by a token holder with a permission: the body's shape and
+    size are checked here, each item by the service a subclass calls (`take`).
 
-    A subclass names the permission, the ingest service, the log's source and
-    the setting that bounds a batch."""
+    A subclass names the permission, the body's key (`items`) and the most items a batch may hold."""
 
     permission_classes = [CanIngest]
     parser_classes = [_BatchParser]
     throttle_scope = "ingest"
     permission: str
-    source: str
-    limit_setting: str
-    ingest: staticmethod
+    items = "events"
+
+    def most(self) -> int:
+        raise NotImplementedError
+
+    def take(self, items: list) -> dict:
+        """The reply to a batch of at most most() items."""
+        raise NotImplementedError
 
     def post(self, request):
         try:
             body = request.data
         except RecursionError:  # JSON nested deeper than the parser's stack
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
-        events = body.get("events") if isinstance(body, dict) else None
-        if not isinstance(events, list):
-            raise exceptions.ValidationError({"error": BODY_SHAPE})
-        limit = getattr(
-            rankings_settings, self.limit_setting
-        )  # read now: a test or an operator may change it
-        if len(events) > limit:
-            raise PayloadTooLarge(f"at most {limit} events per batch; this one has {len(events)}")
+        items = body.get(self.items) if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise exceptions.ValidationError({"error": f'body must be {{"{self.items}": [ ... ]}}'})
+        most = self.most()
+        if len(items) > most:
+            raise PayloadTooLarge(f"at most {most} {self.items} per batch; this one has {len(items)}")
+        return Response(self.take(items))
+
+
+class BatchIngestApi(BatchApi):
+    """Accept a batch of events; valid events are stored even when others are rejected.
+
+    A subclass names the permission, the ingest service, the log's source and
+    the setting that bounds a batch."""
+
+    source: str
+    limit_setting: str
+    ingest: staticmethod
+
+    def most(self) -> int:
+        return getattr(rankings_settings, self.limit_setting)  # read now: a test or an operator may change it
+
+    def take(self, items: list) -> dict:
         try:
-            result = self.ingest(events=events, source=self.source)
+            result = self.ingest(events=items, source=self.source)
         except ShardCountMismatch as error:  # an operator's mistake: nothing stored, the client retries
             raise ServiceUnavailable(str(error)) from error
-        return Response(result.as_dict())
+        return result.as_dict()
 
 
 @extend_schema_view(

@@ -73,7 +73,7 @@ def heads_read(
     if not categories:
         return {}
     try:
-        version = store.active_version()
+        version = store.served_version()
         layout = layout_of(version)
         if layout.split:
             read = merge.heads(

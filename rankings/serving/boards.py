@@ -72,7 +72,7 @@ def top_key(category: str, window: str, metric: str, limit: int, offset: int) ->
 
 
 def _board_top(*, category: str, window: str, metric: str, limit: int, offset: int) -> Board:
-    version = store.active_version()
+    version = store.served_version()
     layout = layout_of(version)
     found = board_reader.board_slice(
         version,

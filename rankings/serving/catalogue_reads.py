@@ -10,6 +10,7 @@ from django.db import DatabaseError, connection
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
 from rankings.serving import memory
 from rankings.serving.answers import (
+    FRESH_SECONDS,
     NotFound,
     ProductDetail,
     Unavailable,
@@ -18,12 +19,14 @@ from rankings.serving.answers import (
     reading,
 )
 from rankings.serving.memory import WeighedLRU, WeighedTTL
+from rankings.serving.names import forget_on_push, names_current
 
 # A product's name and price as last read, per process: a reader of random
 # products among many would otherwise ask PostgreSQL on every read, which costs
 # more than the Redis read that answers it. Short-lived, so that an edit shows
-# within a minute; bounded, so that memory does not grow with the catalogue.
-PRODUCT_CACHE_SECONDS = 60.0  # seconds
+# within a minute, in the answers made of it too (a push is seen sooner:
+# rankings.serving.names); bounded, so that memory does not grow with the catalogue.
+PRODUCT_CACHE_SECONDS = 60.0 - FRESH_SECONDS  # seconds
 PRODUCT_CACHE_SIZE = 50_000  # products
 # What they hold at most: PRODUCT_CACHE_SIZE names of up to 200 characters.
 PRODUCT_CACHE_BYTES = 40 * 2**20  # bytes
@@ -60,6 +63,14 @@ def _catalogue_forget() -> None:
 
 
 memory.keep(f"{__name__}._catalogue_copied", _catalogue_forget, kind="answers", bytes=0)
+
+
+def _names_forget() -> None:
+    with _cache_lock:
+        _products.clear()
+
+
+forget_on_push(_names_forget)
 
 
 # The one catalogue query of a rank read: written out, because building it through the ORM costs
@@ -106,6 +117,7 @@ def catalogue_product(product_id: str) -> tuple[str, int] | None:
     still know the product); NotFound for an id no product has."""
     if not PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
+    names_current()
     with _cache_lock:
         known = _products.get(product_id)
     if known is not None:
@@ -125,6 +137,7 @@ def catalogue_product(product_id: str) -> tuple[str, int] | None:
 def product_names(product_ids) -> dict[str, str]:
     """Names of the products the catalogue knows: remembered ones from memory, the rest in one query."""
     names: dict[str, str] = {}
+    names_current()
     with _cache_lock:
         for product_id in product_ids:
             known = _products.get(product_id)

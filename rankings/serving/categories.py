@@ -14,6 +14,7 @@ from rankings.engine.tree import EMPTY, Tree, version_tree
 from rankings.serving import memory
 from rankings.serving.answers import CategoriesPage, NotFound, catalogue_unreachable
 from rankings.serving.memory import WeighedLRU, WeighedTLRU, WeighedTTL
+from rankings.serving.names import forget_on_push, names_current
 
 # Category names change rarely; a reader may see a new category this much later.
 CATEGORY_CACHE_SECONDS = 5.0  # seconds
@@ -76,6 +77,14 @@ _TOP_LEVEL_COUNT = (
 )
 
 
+def _names_forget() -> None:
+    with _categories_lock:
+        _category_names.clear()
+
+
+forget_on_push(_names_forget)
+
+
 def _categories_remember(asked: list[str], rows: dict[str, str]) -> None:
     with _categories_lock:
         for slug in asked:
@@ -88,6 +97,7 @@ def categories_names(slugs) -> dict[str, str]:
     from memory, the rest in one query. While PostgreSQL is unreachable, a slug not remembered may
     still be a category: its name falls back to its slug, and the answer is marked stale."""
     names, missing = {}, []
+    names_current()
     with _categories_lock:
         for slug in dict.fromkeys(slugs):
             name = ALL_NAME if slug == ALL else _category_names.get(slug, _UNREAD)
@@ -197,7 +207,7 @@ def categories_tree() -> Tree:
     with _categories_lock:
         held = tuple(_tree_held)
     try:
-        number = store.active_version()
+        number = store.served_version()
         if number == held[0]:
             return held[1]
         tree = version_tree(number)

@@ -36,7 +36,7 @@ memory.keep(
 
 def placed(category: str) -> tuple[int, int]:
     """(active version, shard) of a category's boards: where every read of one board goes."""
-    version = store.active_version()
+    version = store.served_version()
     return version, layout_of(version).shard_of(category)
 
 
@@ -45,6 +45,6 @@ def split_board(category: str) -> bool:
     movers, new releases and rank 24 hours before are not kept. False while Redis is away (the
     read goes on, and answers as it can)."""
     try:
-        return category in layout_of(store.active_version()).split
+        return category in layout_of(store.served_version()).split
     except store.StoreError:
         return False

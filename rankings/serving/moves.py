@@ -22,7 +22,8 @@ from django.db import DatabaseError, connection
 from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.instants import instant
-from rankings.models import RankingVersion, Snapshot, SnapshotHour
+from rankings.engine.shards import active
+from rankings.models import Snapshot, SnapshotHour
 from rankings.serving import releases, selectors
 from rankings.serving.answers import Board, RankedProduct, catalogue_failed, figures, reading, served
 from rankings.serving.boards import items_of
@@ -204,13 +205,13 @@ WHERE version = %(version)s AND category = ANY(%(categories)s) AND "window" = %(
 """
 
 
-def _active_version() -> int:
+def _served_version() -> int:
     """The version whose history is served: as the boards' reads know it (remembered a second),
     PostgreSQL's when Redis does not answer, so that a history needs no Redis."""
     try:
-        return store.active_version()
+        return store.served_version()
     except store.StoreError:
-        return RankingVersion.active_number()
+        return active().number
 
 
 def _hours(version: int, days: int) -> tuple[dt.datetime, ...]:
@@ -290,7 +291,7 @@ def product_histories(
     snapshotted, the others' in one query (a product's page charts them all)."""
     catalogue_product(product_id)
     try:
-        version = _active_version()
+        version = _served_version()
         hours = _hours(version, days)
         places = _places(version, product_id, categories, window, metric, days, hours)
     except DatabaseError as error:

@@ -44,7 +44,7 @@ def product_rank(*, product_id: str, category: str, window: str, metric: str) ->
 def _product_rank(*, product_id: str, category: str, window: str, metric: str) -> Rank:
     if not PRODUCT_ID.fullmatch(product_id):
         raise NotFound(f"unknown product '{product_id}'")
-    version = store.active_version()
+    version = store.served_version()
     layout = layout_of(version)
     found = board_reader.member_rank(
         version, layout, category=category, window=window, metric=metric, product_id=product_id
@@ -99,7 +99,7 @@ def product_ranks(*, product_id: str, window: str, metric: str, every_level: boo
 
 
 def _product_ranks(*, product_id: str, window: str, metric: str, categories: list[str]) -> Ranks:
-    version = store.active_version()
+    version = store.served_version()
     layout = layout_of(version)
     found = board_reader.members_ranks(
         version, layout, categories=categories, window=window, metric=metric, product_id=product_id
@@ -140,7 +140,7 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
     catalogue_product(product_id)
-    version = store.active_version()
+    version = store.served_version()
     layout = layout_of(version)
     found, start, board = board_reader.neighbors(
         version, layout, category=category, window=window, metric=metric, product_id=product_id, n=n

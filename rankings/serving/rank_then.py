@@ -44,7 +44,7 @@ def _version() -> int | None:
     from rankings.engine import store
 
     try:
-        return store.active_version()
+        return store.served_version()
     except store.StoreError:
         return None
 

@@ -4,7 +4,7 @@ import datetime as dt
 
 from django.db import DatabaseError
 
-from rankings.engine.shards import ALL, active_layout
+from rankings.engine.shards import ALL, active
 from rankings.engine.windows import configured_windows
 from rankings.serving.answers import UnitsPerPeriod
 
@@ -38,7 +38,7 @@ def units_per_period(
     start = int(first.timestamp()) // period
     try:
         # `all`'s buckets, or those of its parts when it is split.
-        categories = active_layout()[1].boards_of(ALL)
+        categories = active().layout.boards_of(ALL)
     except DatabaseError:
         return UnitsPerPeriod(periods=[], stale=True)
     rows = Bucket.objects.filter(

@@ -58,7 +58,7 @@ def board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
 
 
 def _board_thresholds(*, category: str, window: str, metric: str) -> Thresholds:
-    version = store.active_version()
+    version = store.served_version()
     layout = layout_of(version)
     edges = _EDGES["revenue" if metric == "revenue" else "count"]
     found = board_reader.thresholds(
@@ -117,7 +117,7 @@ def product_climb(*, product_id: str, category: str, window: str, metric: str, r
     if more < 1:  # a tick moved the product between the two reads
         return None
     try:
-        version = store.active_version()
+        version = store.served_version()
         layout = layout_of(version)
         before = board_reader.ordered_before(
             version,

@@ -20,7 +20,7 @@ from django.db import connection
 
 from rankings.engine import store
 from rankings.engine.locks import SHARD_NAMESPACE
-from rankings.engine.shards import ALL, active_layout, shard_count, shard_of
+from rankings.engine.shards import ALL, active, shard_count, shard_of
 from rankings.models import Batch, PendingEngagement, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.verify import rankings_verify
 
@@ -352,7 +352,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.002, what: str = "a 
 
 def redis_caught_up() -> bool:
     """Every shard's state in Redis holds the last batch PostgreSQL committed, with the current generation."""
-    version = store.active_version(fresh=True)
+    version = store.served_version(fresh=True)
     gen = store.patient().get(store.gen_key(version))
     if gen is None:
         return False
@@ -397,8 +397,8 @@ def figures(sent: dict[str, dict], *, accepted: int) -> dict:
     """Compare the boards and the raw sales with what was sent; the write path must be at rest."""
     report = rankings_verify()
     stored = Sale.objects.count()
-    version = store.active_version(fresh=True)
-    board = store.board_key(version, shard_of(ALL, active_layout()[1]), "30d", "units", ALL)
+    version = store.served_version(fresh=True)
+    board = store.board_key(version, shard_of(ALL, active().layout), "30d", "units", ALL)
     units = sum(score for _, score in store.board_read_all(board))
     month_ago = time.time() - 29 * 86400
     expected = sum(e["qty"] for e in sent.values() if e["ts"] >= month_ago)

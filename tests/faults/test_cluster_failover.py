@@ -20,7 +20,7 @@ from django.db.models import Sum
 from redis.cluster import RedisCluster
 
 from rankings.engine import store
-from rankings.engine.shards import ALL, active_layout, shard_of
+from rankings.engine.shards import ALL, active, shard_of
 from rankings.models import ShardState, TickLog
 from rankings.serving import memory
 
@@ -84,7 +84,7 @@ def test_a_primary_killed_mid_stream_loses_writes_that_the_ticks_rebuild_exactly
     tmp_path, cluster, transactional_db
 ):
     # given the node that holds the busiest shard (every sale counts in `all`), and a URL naming another
-    shard = shard_of(ALL, active_layout()[1])
+    shard = shard_of(ALL, active().layout)
     state = store.state_key(1, shard)
     owner = RedisCluster.from_url(cluster.url).get_node_from_key(state).name
     victim = cluster.node(owner)

@@ -23,7 +23,7 @@ from django.db.models import Max, Sum
 
 from catalogue.models import Category, Product
 from rankings.engine.partitions import sale_partitions_ensure
-from rankings.engine.shards import ALL, active_layout
+from rankings.engine.shards import ALL, active
 from rankings.engine.tick import tick
 from rankings.ingest.sales import sales_ingest
 from rankings.models import Bucket, PendingSale, Sale
@@ -181,7 +181,7 @@ def test_a_thousand_interleavings_of_commits_and_ticks_count_every_sale_once(set
     # and the sales' monthly partitions and the active version's row: either, made
     # inside a session's open transaction, would hold the other session until it commits
     sale_partitions_ensure([START - dt.timedelta(days=1), START + dt.timedelta(days=30)])
-    active_layout()
+    active()
     sessions = {"A": Session("A"), "B": Session("B")}
     seeds = range(part * INTERLEAVINGS // PARTS, (part + 1) * INTERLEAVINGS // PARTS)
     now = START

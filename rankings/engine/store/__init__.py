@@ -10,6 +10,7 @@
     reads     the read path: slices, heads, ranks, small boards whole, thresholds
     parts     the reads a merge of a split board's parts needs
     survey    the operators' reads: what a version holds, board by board
+    health    whether Redis answers and how full it is (the probes' and the metrics' reads)
 
 Callers import the package (`from rankings.engine import store`) and call `store.<name>`.
 
@@ -17,7 +18,9 @@ Layout, for key prefix P, version V and shard S (the hash tag keeps a shard's
 keys on one Redis Cluster slot, so a batch can be applied atomically):
 
     P:active                         hash: version that serves reads, epoch
-                                     (the switch that made it active)
+                                     (the switch that made it active), names (raised
+                                     by every push of catalogue names: readers
+                                     forget the names they remember)
     P:vV:gen                         generation marker; missing = Redis lost data
     P:vV:shards                      the version's layout, for readers: its shard
                                      count, then its pinned categories ("5,toys")
@@ -68,6 +71,7 @@ from rankings.engine.store.eviction import (
     eviction_policy_check,
     eviction_policy_safe,
 )
+from rankings.engine.store.health import NodeMemory, memory_used, ping
 from rankings.engine.store.keys import (
     BLOB_SIZE,
     TEMP_MARK,
@@ -105,6 +109,7 @@ from rankings.engine.store.reads import (
     ordered_before,
     shard_as_of,
     shard_stamp,
+    shards_as_of,
 )
 from rankings.engine.store.survey import (
     board_read_all,
@@ -119,12 +124,14 @@ from rankings.engine.store.versions import (
     SCAN_COUNT,
     active_ensure,
     active_set,
-    active_version,
     generation,
     generation_get,
     keys_delete,
     keyspace_survey,
+    names_changed,
+    names_stamp,
     pipeline,
+    served_version,
     shard_layout_get,
     shard_layout_set,
     version_delete,
@@ -160,6 +167,7 @@ __all__ = [
     "FAST_TIMEOUT",
     "MemberRank",
     "MembersOnBoard",
+    "NodeMemory",
     "PATIENT_TIMEOUT",
     "PartBefore",
     "REBUILD_CHUNK",
@@ -174,7 +182,7 @@ __all__ = [
     "active_ensure",
     "active_key",
     "active_set",
-    "active_version",
+    "served_version",
     "batch_apply",
     "batch_apply_routed",
     "blob_key",
@@ -198,18 +206,22 @@ __all__ = [
     "generation_get",
     "head_read",
     "keys_delete",
+    "names_changed",
+    "names_stamp",
     "keyspace_survey",
     "member_rank",
     "members_on_board",
     "members_ranks",
     "members_scores",
     "memory_by_window",
+    "memory_used",
     "ordered_before",
     "others_scores",
     "parts_before",
     "parts_histogram",
     "parts_ranges",
     "patient",
+    "ping",
     "pipeline",
     "prefix",
     "reset_clients",
@@ -224,6 +236,7 @@ __all__ = [
     "shard_stamp",
     "shard_state",
     "shard_tag",
+    "shards_as_of",
     "shard_touch",
     "shards_key",
     "state_key",

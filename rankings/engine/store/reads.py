@@ -314,6 +314,15 @@ def shard_as_of(*, version: int, shard: int) -> float | None:
 
 
 @translated
+def shards_as_of(*, version: int, shards: list[int]) -> list[float | None]:
+    """Each shard's as_of (None: unknown, as shard_as_of), in one round trip: one HMGET a shard."""
+    pipe = fast().pipeline(transaction=False)
+    for shard in shards:
+        pipe.hmget(state_key(version, shard), STATE_READ)
+    return [state_as_of(version, shard, state) for shard, state in zip(shards, pipe.execute(), strict=True)]
+
+
+@translated
 def board_heads(*, version: int, boards: list[tuple[int, str, str, str, int]]) -> list[BoardSlice | None]:
     """The first n ranks of several boards ((shard, window, metric, category, n) each).
 

@@ -36,11 +36,16 @@ SCAN_COUNT = 10_000
 # Redis Cluster the client itself (see `pipeline`).
 Commands = Pipeline | Client
 
-# prefix -> (the active version as last read from Redis, time.monotonic() of that read): trusted
-# for ACTIVE_VERSION_TTL, and served while Redis is unreachable. A plain dict, read without the
-# lock, because every read of a board asks it first; emptied should it ever hold
-# REMEMBERED_PREFIXES prefixes.
-active_read: dict[str, tuple[int, float]] = remembered({})
+# The field of the readers' pointer that every push of catalogue names raises: read with the
+# version, in the same round trip, so that every reader sees a push within ACTIVE_VERSION_TTL at no
+# cost of its own. Its value means nothing but a change.
+NAMES_FIELD = "names"
+
+# prefix -> (the active version as last read from Redis, time.monotonic() of that read, the names
+# stamp read with it): trusted for ACTIVE_VERSION_TTL, and served while Redis is unreachable. A
+# plain dict, read without the lock, because every read of a board asks it first; emptied should
+# it ever hold REMEMBERED_PREFIXES prefixes.
+active_read: dict[str, tuple[int, float, bytes | None]] = remembered({})
 
 
 def _active_forget() -> None:
@@ -49,7 +54,7 @@ def _active_forget() -> None:
 
 
 @translated
-def active_version(*, fresh: bool = False) -> int:
+def served_version(*, fresh: bool = False) -> int:
     """The version that serves reads; when Redis is unreachable, the last one seen."""
     key = prefix()
     known = active_read.get(key)
@@ -57,16 +62,31 @@ def active_version(*, fresh: bool = False) -> int:
         return known[0]
     try:
         try:
-            value = fast().hget(active_key(), "version")
+            value, names = fast().hmget(active_key(), ["version", NAMES_FIELD])
         except ResponseError:  # a pointer from before switches were numbered, until a tick
-            value = fast().get(active_key())
+            value, names = fast().get(active_key()), None
     except ERRORS as error:
         if known is not None:
             return known[0]
         raise Unreachable(str(error)) from error
     version = int(value) if value else 1
-    remember(active_read, key, (version, time.monotonic()))
+    remember(active_read, key, (version, time.monotonic(), names))
     return version
+
+
+def names_stamp() -> bytes | None:
+    """The catalogue's names stamp as last read with the active version, without a round trip (it
+    changes when a push of names commits); None before this process has read the version."""
+    known = active_read.get(prefix())
+    return None if known is None else known[2]
+
+
+@translated
+def names_changed() -> None:
+    """Raise the names stamp: every reader forgets the names it remembers once it reads the version
+    again (within ACTIVE_VERSION_TTL), this process at its next read."""
+    patient().hincrby(active_key(), NAMES_FIELD, 1)
+    _active_forget()
 
 
 @translated

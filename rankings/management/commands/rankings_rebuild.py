@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from rankings.engine.shards import LayoutError, active_layout, layout_plan, split_setting
+from rankings.engine.shards import LayoutError, active, layout_plan, split_setting
 from rankings.engine.split import SplitError, split_parse
 from rankings.operations.backfill import VersionError, version_build
 
@@ -45,7 +45,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        number, live = active_layout()
+        number, _, live = active()
         try:
             wanted = options["split"]
             split = split_setting() if wanted is None else split_parse("" if wanted == "none" else wanted)

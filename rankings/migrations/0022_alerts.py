@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rankings', '0020_snapshot_versions'),
+        ('rankings', '0021_metric_counts'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

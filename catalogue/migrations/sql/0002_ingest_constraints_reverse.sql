@@ -1,0 +1,4 @@
+-- Going back: nothing to undo here, and nothing runs. The negative prices the forward made 0 were
+-- not kept anywhere, so they cannot come back; a price of 0 is one the earlier schema holds too,
+-- and the constraint that forbids negative prices is dropped by the reverse of its AddConstraint.
+-- Refusing to go back would not bring them back either.
