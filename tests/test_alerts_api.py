@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from catalogue.models import Category, Product
 from rankings.models import Alert, AlertAttempt, AlertFiring
 from rankings.operations.tokens import token_create
+from rankings.serving.alerts_api import AlertReply
 
 pytestmark = pytest.mark.django_db
 
@@ -180,6 +181,12 @@ def test_listing_a_users_alerts_costs_a_fixed_number_of_queries(seller, settings
         reply = seller.get("/v1/alerts")
     assert len(reply.json()["items"]) == 30
     assert len(queries) <= 4  # the token, its user's permissions, the page (and at most one token use)
+
+
+def test_an_alert_is_written_with_exactly_the_fields_its_schema_declares(seller):
+    seller.post("/v1/alerts", GOOD, format="json")
+    written = AlertReply.wire(Alert.objects.get())
+    assert list(written) == list(AlertReply().fields)
 
 
 def test_the_schema_describes_the_alerts(api):
