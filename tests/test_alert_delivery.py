@@ -9,6 +9,8 @@ import hmac
 import io
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import time
 
@@ -259,6 +261,34 @@ def test_a_private_address_gets_no_connection_attempt_at_all(how, monkeypatch):
     assert opened == []
     (error,) = AlertAttempt.objects.values_list("error", flat=True)
     assert error.startswith("refused:") and "10.0.0.1" in error and "a private, loopback" in error
+
+
+def test_https_goes_to_the_address_checked_with_the_urls_host_as_server_name_and_header(
+    private_allowed, monkeypatch, tmp_path
+):
+    """The TCP connection goes to the address the name resolved to (and was checked), while TLS asks
+    for the URL's host and checks the certificate against it, and the Host header names it."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", key, "-out", cert,
+         "-subj", "/CN=hooks.shop.test", "-addext", "subjectAltName=DNS:hooks.shop.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    monkeypatch.setattr(webhooks, "_TLS", ssl.create_default_context(cafile=str(cert)))
+    _resolving(monkeypatch, "hooks.shop.test", "127.0.0.1")
+    opened = _spied_connections(monkeypatch)
+    with Receiver(tls=served) as receiver:
+        alert, secret = _alert(receiver.url(host="hooks.shop.test", scheme="https"))
+        _fire(alert)
+        report = alerts_send(now=T)
+        (received,) = receiver.received
+    assert report.delivered == 1
+    assert opened == [("127.0.0.1", receiver.port)]
+    assert receiver.server_names == ["hooks.shop.test"]
+    assert received.headers["host"] == f"hooks.shop.test:{receiver.port}"
+    _verified(secret, received)
 
 
 def test_a_redirect_is_an_answer_not_followed(private_allowed):

@@ -225,8 +225,8 @@ def test_every_hand_written_reply_is_checked():
     other than the items nested in another, is among the sampled ones above."""
     from rest_framework import serializers
 
-    from rankings.serving import api as read_api
     from rankings.serving import alerts_api, categories_api, engagement_api, moves_api
+    from rankings.serving import api as read_api
 
     replies = {
         name: value

@@ -1,5 +1,6 @@
 """A real HTTP receiver of webhooks for the tests: http.server in a thread, on a free local port."""
 
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -19,10 +20,14 @@ class Received:
 
 class Receiver:
     """Answers each POST with `answer(request number from 0)`: a status, or HANG. A status of 3xx goes
-    with a Location header to `redirect_to`."""
+    with a Location header to `redirect_to`. With `tls`, it serves HTTPS with that context."""
 
     def __init__(
-        self, answer: Callable[[int], int] = lambda n: 200, redirect_to: str = "", address: str = "127.0.0.1"
+        self,
+        answer: Callable[[int], int] = lambda n: 200,
+        redirect_to: str = "",
+        address: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
     ):
         self.answer, self.redirect_to = answer, redirect_to
         self.received: list[Received] = []
@@ -63,6 +68,10 @@ class Receiver:
         self.server = ThreadingHTTPServer((address, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
+        self.server_names: list[str | None] = []  # the TLS server name (SNI) each client asked for
+        if tls is not None:
+            tls.sni_callback = lambda sock, name, context: self.server_names.append(name)
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def url(self, path: str = "/hook", *, host: str | None = None, scheme: str = "http") -> str:

@@ -193,7 +193,7 @@ def deliver(message: Message, *, timeout: float) -> Outcome:
         return outcome(None, f"refused: {error}")
     except TimeoutError:
         return outcome(None, f"no answer within {timeout:g} s")
-    except (OSError, http.client.HTTPException, ValueError) as error:
+    except Exception as error:  # a refused connection, a bad certificate, a garbled answer, or worse
         late = time.perf_counter() - started >= timeout
         return outcome(
             None, f"no answer within {timeout:g} s" if late else f"{type(error).__name__}: {error}"
