@@ -43,8 +43,20 @@ CROSS JOIN LATERAL (SELECT to_timestamp(%(clock)s - 3600 * ((c + p) %% 24) - 600
 """
 
 
+# The two hours judged written again, each hour's rows together, as the ticks write them (a rebuild's
+# history writes a category's hours together, so that a board's rows of one hour lie apart).
+_AS_TICKED = """
+CREATE TEMPORARY TABLE judged_hours AS SELECT * FROM rankings_snapshot WHERE at >= to_timestamp(%(first)s);
+DELETE FROM rankings_snapshot WHERE at >= to_timestamp(%(first)s);
+INSERT INTO rankings_snapshot (version, at, "window", metric, category, products)
+SELECT version, at, "window", metric, category, products FROM judged_hours ORDER BY at, category, "window", metric;
+DROP TABLE judged_hours;
+"""
+
+
 def _history(clock: int) -> int:
-    """The active version's snapshots of every hour up to `clock` from the sales; its number."""
+    """The active version's snapshots of every hour up to `clock` from the sales, the last two laid
+    out as the ticks lay them out; its number."""
     from django.db import connection
 
     from rankings.engine.history import history_record
@@ -55,6 +67,9 @@ def _history(clock: int) -> int:
         cursor.execute("ANALYZE rankings_sale")
     version, _, layout = active()
     history_record(version=version, tree=EMPTY, layout=layout, clock=dt.datetime.fromtimestamp(clock, dt.UTC))
+    with connection.cursor() as cursor:
+        cursor.execute(_AS_TICKED, {"first": clock - HOUR})
+        cursor.execute("VACUUM ANALYZE rankings_snapshot")
     return version
 
 

@@ -33,7 +33,7 @@ from rankings.models import (
     SaleId,
 )
 from rankings.operations import backfill, compare
-from rankings.operations.alerts import alert_file, alert_problems
+from rankings.operations.alerts import alert_delete, alert_file, alert_problems
 from rankings.serving import dashboard as operations
 
 
@@ -281,6 +281,14 @@ class AlertAdmin(LargeTableAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
+
+    def get_deleted_objects(self, objs, request):
+        """An alert's firings and attempts go with it, though nobody deletes attempts on their own."""
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
+    def delete_model(self, request, obj):
+        alert_delete(user=obj.user, alert_id=obj.id)
 
     def save_model(self, request, obj, form, change):
         secret = alert_file(obj)

@@ -353,5 +353,7 @@ def test_a_deleted_alert_s_claimed_firing_is_recorded_nowhere(private_allowed):
         _fire(alert)
         (message,) = webhooks._claim(now=T, limit=5, busy=[])
         Alert.objects.filter(id=alert.id).delete()
-        webhooks._record(message, webhooks.deliver(message, timeout=2), at=T, report=webhooks.SendReport())
+        report = webhooks.SendReport()
+        webhooks._record([(message, webhooks.deliver(message, timeout=2))], at=T, report=report)
+    assert report.attempts == 0
     assert AlertAttempt.objects.count() == AlertFiring.objects.count() == 0

@@ -250,3 +250,14 @@ def test_an_alert_made_in_the_admin_shows_its_secret_once(admin_client):
     refused = admin_client.post("/admin/rankings/alert/add/", {**data, "url": "https://10.0.0.1/"})
     assert "10.0.0.1 is a private" in refused.content.decode()
     assert Alert.objects.count() == 1
+
+
+def test_the_admin_deletes_an_alert_with_its_firings(admin_client):
+    (alert,) = _alerts(1)
+    firing = AlertFiring.objects.create(alert=alert, at=AT, kind="rank.entered", rank=3)
+    AlertAttempt.objects.create(firing=firing, alert=alert, at=AT, status=500)
+    reply = admin_client.post(f"/admin/rankings/alert/{alert.id}/delete/", {"post": "yes"})
+    assert reply.status_code == 302
+    assert (
+        not Alert.objects.exists() and not AlertFiring.objects.exists() and not AlertAttempt.objects.exists()
+    )

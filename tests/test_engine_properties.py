@@ -652,7 +652,7 @@ def test_random_histories_fire_the_alerts_the_recomputed_snapshots_say():
     run_state_machine_as_test(
         AlertHistory,
         settings=hypothesis_settings(
-            max_examples=max(1, HISTORIES // 8),
+            max_examples=max(1, HISTORIES // 12),
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

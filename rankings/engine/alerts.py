@@ -37,24 +37,31 @@ KINDS = {
     Alert.Rule.FALLS: "rank.fell",
 }
 
-# %(hours)s: the hours (epoch seconds) just recorded, in this transaction, for the shard's boards.
+# %(hours)s: the hours (epoch seconds) just recorded, in this transaction, for the shard's boards;
+# %(instants)s: those hours and the hours before them, the snapshots read.
 _JUDGE = f"""
 WITH hours (at) AS (
     SELECT h FROM unnest(%(hours)s::bigint[]) AS h
     WHERE EXISTS (SELECT 1 FROM {SnapshotHour._meta.db_table} p
                   WHERE p.version = %(version)s AND p.at = to_timestamp(h - {HOUR}))
-), alerts AS (
+), alerts AS MATERIALIZED (
     SELECT id, product_id, category, "window", metric, rule, number, since
     FROM {Alert._meta.db_table} WHERE shard = %(shard)s
 ), boards AS (
     SELECT DISTINCT category, "window", metric FROM alerts
-), ranks AS (
-    SELECT s.category, s."window", s.metric, extract(epoch FROM s.at)::bigint AS at, u.product_id,
+), ranks AS MATERIALIZED (
+    SELECT b.category, b."window", b.metric, extract(epoch FROM s.at)::bigint AS at, u.product_id,
            u.rank::integer AS rank
-    FROM boards b JOIN {Snapshot._meta.db_table} s
-      ON s.version = %(version)s AND s.category = b.category AND s."window" = b."window"
-     AND s.metric = b.metric
-     AND s.at IN (SELECT to_timestamp(at) FROM hours UNION SELECT to_timestamp(at - {HOUR}) FROM hours)
+    FROM boards b
+    -- Each alerted board's rows looked up by the board's own index entries (OFFSET 0 keeps the planner
+    -- from turning this into a scan of every board's rows of those hours, then a join).
+    CROSS JOIN LATERAL (
+        SELECT s.at, s.products FROM {Snapshot._meta.db_table} s
+        WHERE s.version = %(version)s AND s.category = b.category AND s."window" = b."window"
+          AND s.metric = b.metric
+          AND s.at = ANY(%(instants)s::timestamptz[])
+        OFFSET 0
+    ) s
     CROSS JOIN LATERAL unnest(s.products) WITH ORDINALITY AS u(product_id, rank)
 ), judged AS (
     SELECT a.id, h.at, a.rule, a.number, now_.rank, before.rank AS rank_before,
@@ -94,12 +101,19 @@ def alerts_judge(*, shard: int, version: int, hours: list[int]) -> int:
             _JUDGE,
             {
                 "hours": hours,
+                "instants": sorted(
+                    {instant for at in hours for instant in (_instant(at), _instant(at - HOUR))}
+                ),
                 "version": version,
                 "shard": shard,
                 "past": rankings_settings.SNAPSHOT_DEPTH + 1,
             },
         )
         return cursor.rowcount
+
+
+def _instant(t: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(t, dt.UTC)
 
 
 def alert_shard(category: str, layout: Layout) -> int:

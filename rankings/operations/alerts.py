@@ -20,7 +20,7 @@ from rankings.conf import METRICS, rankings_settings
 from rankings.engine import locks
 from rankings.engine.alerts import alert_shard
 from rankings.engine.shards import ALL, active
-from rankings.models import Alert, ShardState
+from rankings.models import Alert, AlertFiring, ShardState
 from rankings.operations.webhooks import secret_new, url_refusal
 
 
@@ -120,8 +120,13 @@ def alerts_of(user) -> QuerySet[Alert]:
     return Alert.objects.filter(user=user).order_by("id")[: rankings_settings.ALERTS_PER_USER]
 
 
+@transaction.atomic
 def alert_delete(*, user, alert_id: int) -> bool:
     """Delete the user's alert `alert_id`, with its firings and their attempts; False when the user has
-    no such alert."""
+    no such alert. Its firings are locked first: a sender recording an attempt of one commits before
+    (and its attempt is deleted too), or finds it gone."""
+    list(
+        AlertFiring.objects.select_for_update().filter(alert__user=user, alert_id=alert_id).values_list("id")
+    )
     deleted, _ = Alert.objects.filter(user=user, id=alert_id).delete()
     return deleted > 0

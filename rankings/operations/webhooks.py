@@ -316,49 +316,63 @@ def retry_wait(attempts: int) -> int:
     return RETRY_WAITS[min(attempts, len(RETRY_WAITS)) - 1]
 
 
-def _record(message: Message, outcome: Outcome, *, at: dt.datetime, report: SendReport) -> None:
-    """Record the attempt and what follows: delivered, retried later, or given up (alert failing)."""
-    report.attempts += 1
+def _record(finished: list[tuple[Message, Outcome]], *, at: dt.datetime, report: SendReport) -> None:
+    """Record the attempts and what follows each (delivered, retried later, or given up: its alert
+    failing) in one transaction; should an alert have been deleted meanwhile (its firings' rows go with
+    it), one attempt at a time, the deleted one's dropped."""
     try:
         with transaction.atomic():
-            firing = AlertFiring.objects.select_for_update().filter(id=message.firing_id).first()
-            if firing is None:  # its alert was deleted meanwhile
-                return
-            AlertAttempt.objects.create(
-                firing=firing,
-                alert_id=message.alert_id,
-                at=at,
-                status=outcome.status,
-                error=outcome.error,
+            counted = _recorded(finished, at=at)
+    except IntegrityError:  # an alert and its firings were deleted between the read and the commit
+        if len(finished) > 1:
+            for one in finished:
+                _record([one], at=at, report=report)
+        return
+    report.attempts += counted.attempts
+    report.delivered += counted.delivered
+    report.refused += counted.refused
+    report.given_up += counted.given_up
+    report.errors.update(counted.errors)
+
+
+def _recorded(finished: list[tuple[Message, Outcome]], *, at: dt.datetime) -> SendReport:
+    firings = AlertFiring.objects.select_for_update().in_bulk([message.firing_id for message, _ in finished])
+    counted = SendReport()
+    attempts, healed, failing = [], set(), set()
+    for message, outcome in finished:
+        firing = firings.get(message.firing_id)
+        if firing is None:  # its alert was deleted meanwhile
+            continue
+        counted.attempts += 1
+        attempts.append(
+            AlertAttempt(
+                firing=firing, alert_id=message.alert_id, at=at, status=outcome.status, error=outcome.error,
                 duration_ms=outcome.duration_ms,
             )
-            first = firing.first_attempt_at or at
-            firing.attempts += 1
-            firing.first_attempt_at = first
-            alert = Alert.objects.filter(id=message.alert_id)
-            if outcome.ok:
-                firing.state, firing.next_attempt_at, firing.delivered_at = (
-                    AlertFiring.State.DELIVERED,
-                    None,
-                    at,
-                )
-                alert.filter(failing_since__isnull=False).update(failing_since=None)
-                report.delivered += 1
-            else:
-                report.refused += 1
-                report.errors[outcome.error.split(":")[0]] += 1
-                end = first + dt.timedelta(seconds=rankings_settings.ALERTS_RETRY_SECONDS)
-                if at >= end:
-                    firing.state, firing.next_attempt_at = AlertFiring.State.FAILED, None
-                    alert.filter(failing_since__isnull=True).update(failing_since=at)
-                    report.given_up += 1
-                else:
-                    firing.next_attempt_at = min(at + dt.timedelta(seconds=retry_wait(firing.attempts)), end)
-            firing.save(
-                update_fields=["attempts", "first_attempt_at", "state", "next_attempt_at", "delivered_at"]
-            )
-    except IntegrityError:  # the alert and its firings were deleted between the read and the commit
-        return
+        )  # fmt: skip
+        first = firing.first_attempt_at = firing.first_attempt_at or at
+        firing.attempts += 1
+        if outcome.ok:
+            firing.state, firing.next_attempt_at, firing.delivered_at = AlertFiring.State.DELIVERED, None, at
+            healed.add(message.alert_id)
+            counted.delivered += 1
+            continue
+        counted.refused += 1
+        counted.errors[outcome.error.split(":")[0]] += 1
+        end = first + dt.timedelta(seconds=rankings_settings.ALERTS_RETRY_SECONDS)
+        if at >= end:
+            firing.state, firing.next_attempt_at = AlertFiring.State.FAILED, None
+            failing.add(message.alert_id)
+            counted.given_up += 1
+        else:
+            firing.next_attempt_at = min(at + dt.timedelta(seconds=retry_wait(firing.attempts)), end)
+    AlertAttempt.objects.bulk_create(attempts)
+    AlertFiring.objects.bulk_update(
+        firings.values(), ["attempts", "first_attempt_at", "state", "next_attempt_at", "delivered_at"]
+    )
+    Alert.objects.filter(id__in=healed, failing_since__isnull=False).update(failing_since=None)
+    Alert.objects.filter(id__in=failing - healed, failing_since__isnull=True).update(failing_since=at)
+    return counted
 
 
 def alerts_send(*, now: dt.datetime | None = None, budget: float | None = None) -> SendReport:
@@ -393,10 +407,11 @@ class _Sender:
                 if not self.in_flight:
                     break
                 done, _ = wait(self.in_flight, timeout=CLAIM_EVERY, return_when=FIRST_COMPLETED)
-                for future in done:
-                    message = self.in_flight.pop(future)
+                finished = [(self.in_flight.pop(future), future.result()) for future in done]
+                for message, _ in finished:
                     self.hosts[message.host] -= 1
-                    _record(message, future.result(), at=self.clock(), report=self.report)
+                if finished:
+                    _record(finished, at=self.clock(), report=self.report)
         self.report.seconds = time.monotonic() - started
         return self.report
 
