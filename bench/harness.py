@@ -61,7 +61,8 @@ def reset() -> None:
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
             " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
-            " rankings_ticklog, rankings_ingestlog, rankings_snapshot, rankings_snapshotmark, rankings_metriccount,"
+            " rankings_ticklog, rankings_ingestlog, rankings_snapshot, rankings_snapshotmark, rankings_snapshothour,"
+            " rankings_metriccount, rankings_alert, rankings_alertfiring, rankings_alertattempt,"
             " catalogue_product_categories, catalogue_product, catalogue_category RESTART IDENTITY CASCADE"
         )
     r = store.patient()

@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.db.models.expressions import RawSQL
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -16,13 +17,23 @@ from django.views.decorators.http import require_POST
 from catalogue.admin_lists import LargeTableAdmin
 from catalogue.money import cents_text
 from rankings import tasks
-from rankings.conf import METRICS
+from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import MAX_SHARDS, Layout, LayoutError, active, layout_plan, split_setting
 from rankings.engine.split import SplitError
 from rankings.engine.tree import tree_change, tree_pending, version_tree
 from rankings.engine.windows import configured_windows
-from rankings.models import ApiToken, Engagement, IngestLog, RankingVersion, Sale, SaleId
+from rankings.models import (
+    Alert,
+    AlertAttempt,
+    ApiToken,
+    Engagement,
+    IngestLog,
+    RankingVersion,
+    Sale,
+    SaleId,
+)
 from rankings.operations import backfill, compare
+from rankings.operations.alerts import alert_delete, alert_file, alert_problems
 from rankings.serving import dashboard as operations
 
 
@@ -187,6 +198,182 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         revoked, _ = queryset.delete()
         self.message_user(request, f"Revoked {revoked} token(s): their keys no longer authenticate.")
+
+
+# --- rank alerts and their deliveries -------------------------------------------------
+
+
+class AlertForm(forms.ModelForm):
+    # Checked by the rule every alert's URL follows (webhooks.url_refusal), not as a form's URL.
+    url = forms.CharField(label="webhook URL", max_length=2000)
+    window = forms.ChoiceField(choices=lambda: [(w, w) for w in rankings_settings.SNAPSHOT_WINDOWS])
+    metric = forms.ChoiceField(choices=[(m, m) for m in METRICS])
+
+    class Meta:
+        model = Alert
+        fields = ["user", "product_id", "category", "window", "metric", "rule", "number", "url"]
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        fields = {
+            name: data[name]
+            for name in ("product_id", "category", "window", "metric", "rule", "number", "url")
+        }
+        wire = {"productId": "product_id", "rule": "number"}
+        for problem in alert_problems(**fields):
+            self.add_error(wire.get(problem.field, problem.field), problem.reason)
+        return data
+
+
+class FailingFilter(admin.SimpleListFilter):
+    title = "delivery"
+    parameter_name = "failing"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "failing"), ("no", "delivering")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(failing_since__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(failing_since__isnull=True)
+        return queryset
+
+
+# The latest attempts an alert's page shows; the attempts list has the rest.
+ATTEMPTS_SHOWN = 20
+
+
+@admin.register(Alert)
+class AlertAdmin(LargeTableAdmin):
+    """Rank alerts: their board and rule, where they deliver, their latest answer; a new one's signing
+    secret is shown once, when it is saved."""
+
+    form = AlertForm
+    list_display = ["id", "user", "product_id", "category", "window", "metric", "rule_text", "host",
+                    "last_answer", "failing_since", "created_at"]  # fmt: skip
+    list_select_related = ["user"]
+    list_filter = [FailingFilter, "rule", "window", "metric"]
+    search_fields = ["=product_id", "=user__username"]
+    search_help_text = "A product id or a user name."
+    ordering = ["-id"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["host", "shard", "since", "created_at", "failing_since", "latest_attempts"]
+    list_per_page = 100
+
+    def get_queryset(self, request):
+        # Each row's latest attempt: one probe of the (alert, at) index per row of the page.
+        latest = AlertAttempt.objects.filter(alert=OuterRef("pk")).order_by("-at")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_status=Subquery(latest.values("status")[:1]),
+                last_error=Subquery(latest.values("error")[:1]),
+            )
+        )
+
+    def get_actions(self, request):
+        """No bulk delete: its confirmation would list every firing and attempt of every alert chosen
+        (an alert's own page lists at most its week of them)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def get_deleted_objects(self, objs, request):
+        """An alert's firings and attempts go with it, though nobody deletes attempts on their own."""
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
+    def delete_model(self, request, obj):
+        alert_delete(user=obj.user, alert_id=obj.id)
+
+    def save_model(self, request, obj, form, change):
+        secret = alert_file(obj)
+        if secret:
+            self.message_user(
+                request, f"The alert signs its webhooks with {secret}: copy it now, it is not shown again.",
+                messages.WARNING,
+            )  # fmt: skip
+
+    @admin.display(description="rule")
+    def rule_text(self, obj):
+        return f"{obj.rule} {obj.number}"
+
+    @admin.display(description="last answer")
+    def last_answer(self, obj):
+        if obj.last_status is None and not obj.last_error:
+            return "–"
+        return obj.last_status or obj.last_error
+
+    @admin.display(description="latest attempts")
+    def latest_attempts(self, obj):
+        if obj.pk is None:
+            return "–"
+        rows = obj.attempts.select_related("firing").order_by("-at")[:ATTEMPTS_SHOWN]
+        every = reverse("admin:rankings_alertattempt_changelist") + f"?alert__id__exact={obj.pk}"
+        table = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ms</td></tr>",
+            (
+                (
+                    a.at,
+                    a.firing.kind,
+                    a.firing.webhook_id,
+                    a.status or "–",
+                    a.error or "ok",
+                    f"{a.duration_ms:.0f}",
+                )
+                for a in rows
+            ),
+        )
+        return format_html(
+            "<table><tr><th>at</th><th>firing</th><th>webhook-id</th><th>answer</th><th>outcome</th>"
+            '<th>took</th></tr>{}</table><a href="{}">every attempt</a>',
+            table,
+            every,
+        )
+
+
+class OutcomeFilter(admin.SimpleListFilter):
+    title = "outcome"
+    parameter_name = "outcome"
+
+    def lookups(self, request, model_admin):
+        return [("ok", "delivered (2xx)"), ("failed", "refused or no answer")]
+
+    def queryset(self, request, queryset):
+        delivered = {"status__gte": 200, "status__lt": 300}
+        if self.value() == "ok":
+            return queryset.filter(**delivered)
+        if self.value() == "failed":
+            return queryset.exclude(**delivered)
+        return queryset
+
+
+@admin.register(AlertAttempt)
+class AlertAttemptAdmin(ReadOnlyAdmin):
+    """Every delivery of every firing, newest first: what the receiver answered, or why nothing came."""
+
+    list_display = ["at", "alert_id", "kind", "webhook_id", "status", "error", "duration_ms"]
+    list_select_related = ["firing"]
+    list_filter = [OutcomeFilter, ("at", admin.DateFieldListFilter)]
+    date_lookups_field = "at"
+    ordering = ["-at"]
+    list_per_page = 100
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return lookup == "alert__id__exact" or super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="firing")
+    def kind(self, obj):
+        return f"{obj.firing.kind} at {obj.firing.at:%Y-%m-%d %H:%M}"
+
+    @admin.display(description="webhook-id")
+    def webhook_id(self, obj):
+        return obj.firing.webhook_id
 
 
 # --- operations: versions, rebuild, compare, switch, status -------------------------

@@ -245,6 +245,55 @@ DEFAULTS: dict[str, Setting] = {
         dict,
         "name: (bucket size in seconds, bucket count)",
     ),
+    "ALERTS_ALLOW_PRIVATE": Setting(
+        False,
+        bool,
+        "rank alerts may name `http` URLs and be delivered to private, loopback, link-local and"
+        " reserved addresses: for a receiver on the developer's own machine, never in production",
+        env="ALERTS_ALLOW_PRIVATE",
+    ),
+    "ALERTS_PER_USER": Setting(
+        1000, int, "most rank alerts one API user holds, whichever of its tokens made them", 1
+    ),
+    "ALERTS_TIMEOUT_SECONDS": Setting(
+        5.0,
+        float,
+        "a webhook delivery (resolving, connecting, sending, reading the answer's status) is given up"
+        " after this long and counts as failed",
+        0.1,
+    ),
+    "ALERTS_SEND_THREADS": Setting(
+        8, int, "webhook deliveries one sender makes at once, each on a thread of its own", 1
+    ),
+    "ALERTS_HOST_CONCURRENCY": Setting(
+        2,
+        int,
+        "webhook deliveries one sender makes at once to the same host: a receiver that hangs holds at"
+        " most this many of its threads, and the others go on delivering elsewhere",
+        1,
+    ),
+    "ALERTS_RETRY_SECONDS": Setting(
+        86400,
+        int,
+        "a firing refused (any answer but 2xx, or none) is retried with a growing wait for this long after"
+        " its first attempt, then given up and its alert marked failing",
+        60,
+    ),
+    "ALERTS_KEEP_SECONDS": Setting(
+        7 * DAY,
+        int,
+        "firings and their delivery attempts kept behind the engine's clock (never less than the retries'"
+        " day plus a day)",
+        0,
+    ),
+    "ALERTS_SEND_SECONDS": Setting(10, int, "seconds between the beat's webhook sends", 1),
+    "ALERTS_SEND_BUDGET_SECONDS": Setting(
+        60.0,
+        float,
+        "a send stops claiming firings after this long (the next beat's send takes the rest), so one"
+        " task never holds a worker through a flood",
+        1.0,
+    ),
 }
 
 
@@ -351,6 +400,12 @@ def metric_pair(metric: str) -> tuple[str, str]:
 def longest_window_seconds() -> int:
     """The span of the longest window."""
     return max(size * count for size, count in rankings_settings.WINDOWS.values())
+
+
+def alerts_keep_seconds() -> int:
+    """How long firings and attempts are kept behind the engine's clock: the setting, but never less
+    than the retries' period plus a day (a firing still retried is never pruned)."""
+    return max(rankings_settings.ALERTS_KEEP_SECONDS, rankings_settings.ALERTS_RETRY_SECONDS + DAY)
 
 
 def engagement_retention_seconds() -> int:

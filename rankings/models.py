@@ -8,6 +8,7 @@ import re
 import msgspec
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.functions import RandomUUID
 from django.db import connection, models
 from django.utils import timezone
 
@@ -524,3 +525,113 @@ class ApiToken(models.Model):
         if self.last_used is None or now - self.last_used >= self.LAST_USED_STEP:
             ApiToken.objects.filter(pk=self.pk).update(last_used=now)
             self.last_used = now
+
+
+class Alert(models.Model):
+    """A seller's rank alert: POST a webhook when a product's rank on one board crosses a line or moves
+    by some places between two hourly snapshots (rankings/engine/alerts.py judges it, in the
+    transaction that records the hour; rankings/operations/webhooks.py delivers what fires)."""
+
+    class Rule(models.TextChoices):
+        ENTERS = "enters", "enters the top N"
+        LEAVES = "leaves", "leaves the top N"
+        CLIMBS = "climbs", "climbs k places or more"
+        FALLS = "falls", "falls k places or more"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rank_alerts", db_index=False
+    )
+    product_id = models.CharField("product id", max_length=64)
+    category = models.CharField(max_length=50)
+    window = models.CharField(max_length=8)
+    metric = models.CharField(max_length=16)
+    rule = models.CharField(max_length=8, choices=Rule.choices)
+    number = models.PositiveIntegerField(help_text="N of enters and leaves, k of climbs and falls")
+    url = models.URLField("webhook URL", max_length=2000)
+    # Where deliveries go, lower case: a sender holds at most ALERTS_HOST_CONCURRENCY of them at once.
+    host = models.CharField(max_length=253, editable=False)
+    # The signing key, as Standard Webhooks write it (whsec_ and base64); shown once, at creation. Kept
+    # readable, unlike a token's key: every delivery is signed with it.
+    secret = models.CharField(max_length=64, editable=False)
+    # The shard of the category's boards in the active layout: the tick of that shard judges the alert.
+    # Re-keyed by a switch-over that changes the layout (rankings/engine/relayout.py).
+    shard = models.PositiveSmallIntegerField(editable=False)
+    # The engine's clock when the alert was made: it is judged at the hours after it only.
+    since = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # A firing was given up (a day of refused deliveries); cleared by the next delivery that succeeds.
+    failing_since = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["shard"], name="alert_shard"),
+            models.Index(fields=["user", "id"], name="alert_user"),
+            models.Index(fields=["product_id"], name="alert_product"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(number__gte=1), name="alert_number_positive")
+        ]
+
+    def __str__(self):
+        return (
+            f"{self.product_id} {self.rule} {self.number} in {self.category} ({self.window}, {self.metric})"
+        )
+
+
+class AlertFiring(models.Model):
+    """An alert's rule held at one hour: one webhook message, delivered at least once. Made by the tick
+    that records the hour's snapshot, in its transaction, once: (alert, hour) is unique, so an hour
+    taken again (a reshard's new shard, a clock reset) fires nothing more."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed", "given up"
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="firings", db_index=False)
+    at = models.DateTimeField(help_text="the hour of the snapshot judged", db_index=True)
+    kind = models.CharField(max_length=16, help_text="rank.entered, rank.left, rank.climbed or rank.fell")
+    rank = models.PositiveIntegerField(null=True, blank=True)
+    rank_before = models.PositiveIntegerField(null=True, blank=True)
+    # The webhook-id of every attempt (a receiver drops a message it has seen).
+    message_id = models.UUIDField(db_default=RandomUUID(), editable=False)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    # When it is sent next: the hour at first, after a refusal the backoff's, while a sender holds it
+    # the end of its lease; null once delivered or given up.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    first_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["alert", "at"], name="alert_firing_once")]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=models.Q(next_attempt_at__isnull=False),
+                name="firing_due",
+            )
+        ]
+
+    @property
+    def webhook_id(self) -> str:
+        return f"msg_{self.message_id.hex}"
+
+
+class AlertAttempt(models.Model):
+    """One delivery of a firing: when, what the receiver answered (or why none came), how long it took."""
+
+    firing = models.ForeignKey(AlertFiring, on_delete=models.CASCADE, related_name="deliveries")
+    # The firing's alert again, so that an alert's latest attempts are one index range.
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="attempts", db_index=False)
+    at = models.DateTimeField(db_index=True)
+    status = models.PositiveSmallIntegerField("answer", null=True, blank=True, help_text="the HTTP status")
+    error = models.CharField(max_length=200, blank=True, default="")
+    duration_ms = models.FloatField(default=0.0)
+
+    class Meta:
+        indexes = [models.Index(fields=["alert", "-at"], name="attempt_alert_at")]
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300

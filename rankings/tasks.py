@@ -58,6 +58,22 @@ def prune():
 
 
 @shared_task(ignore_result=True)
+def alerts_send():
+    """Deliver the rank alerts' firings that are due, and their retries."""
+    from rankings.operations.webhooks import alerts_send as send
+
+    report = send()
+    if report.attempts:
+        log.info(
+            "alerts: %s attempts, %s delivered, %s refused, %s given up",
+            report.attempts,
+            report.delivered,
+            report.refused,
+            report.given_up,
+        )
+
+
+@shared_task(ignore_result=True)
 def versions_expire():
     """Delete versions whose grace period is over; mark abandoned rebuilds failed."""
     from rankings.operations.backfill import versions_expire as expire

@@ -295,6 +295,7 @@ _TICK_SECONDS = RANKINGS.get("TICK_SECONDS", DEFAULTS["TICK_SECONDS"].default)
 _TICK_EXPIRES_SECONDS = RANKINGS.get("TICK_EXPIRES_SECONDS", _TICK_SECONDS * 3)
 _VERIFY_SAMPLE_SECONDS = RANKINGS.get("VERIFY_SAMPLE_SECONDS", DEFAULTS["VERIFY_SAMPLE_SECONDS"].default)
 _PRUNE_SECONDS = RANKINGS.get("PRUNE_SECONDS", DEFAULTS["PRUNE_SECONDS"].default)
+_ALERTS_SEND_SECONDS = RANKINGS.get("ALERTS_SEND_SECONDS", DEFAULTS["ALERTS_SEND_SECONDS"].default)
 CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
@@ -344,6 +345,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": _PRUNE_SECONDS,
         # Each run deletes everything due, so a queued duplicate would only repeat the checks.
         "options": {"expires": _PRUNE_SECONDS},
+    },
+    "rankings-alerts-send": {
+        "task": "rankings.tasks.alerts_send",
+        "schedule": _ALERTS_SEND_SECONDS,
+        # Each send delivers what is due and what falls due while it runs (ALERTS_SEND_BUDGET_SECONDS);
+        # one queued while another ran finds nothing more, and two at once never send one firing twice.
+        "options": {"expires": _ALERTS_SEND_SECONDS},  # seconds
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",

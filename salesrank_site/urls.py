@@ -3,6 +3,7 @@ from django.urls import path, register_converter
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from rankings.serving import (
+    alerts_api,
     api,
     catalogue_api,
     categories_api,
@@ -16,6 +17,7 @@ from rankings.serving import (
 
 register_converter(paths.CategorySlug, "category")
 register_converter(paths.ProductId, "product")
+register_converter(paths.AlertId, "alert")
 
 urlpatterns = [
     # The read API first, the most asked for first: a URL is matched against each pattern in
@@ -42,6 +44,8 @@ urlpatterns = [
     path("v1/engagements", engagement_api.EngagementsIngestApi.as_view(), name="engagements-ingest"),
     path("v1/catalogue/products", catalogue_api.ProductsPushApi.as_view(), name="catalogue-products"),
     path("v1/catalogue/categories", catalogue_api.CategoriesPushApi.as_view(), name="catalogue-categories"),
+    path("v1/alerts", alerts_api.AlertsApi.as_view(), name="alerts"),
+    path("v1/alerts/<alert:alert_id>", alerts_api.AlertApi.as_view(), name="alert"),
     path("v1/schema", schema_api.SchemaApi.as_view(), name="schema"),
     # The split view serves its start-up script as a file of its own (?script):
     # the Content-Security-Policy refuses inline scripts.

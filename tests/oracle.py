@@ -132,3 +132,50 @@ def snapshots(
         for (window, metric, category), rows in _boards(counted, hour, parents, known, names).items():
             found[(hour, window, metric, category)] = [pid for pid, _ in rows[:depth]]
     return found
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A rank alert as the contract states it (docs/api.md, "Rank alerts")."""
+
+    id: int
+    product_id: str
+    category: str
+    window: str
+    metric: str
+    rule: str  # enters, leaves, climbs, falls
+    number: int
+    since: dt.datetime | None  # judged at the hours after it only
+
+
+TYPES = {"enters": "rank.entered", "leaves": "rank.left", "climbs": "rank.climbed", "falls": "rank.fell"}
+
+
+def firings(
+    alerts: list[Alert], snapshots: dict[tuple[int, str, str, str], list[str]], hour: int
+) -> set[tuple[int, int, str, int | None, int | None]]:
+    """(alert id, hour, type, rank, rank before) of each alert whose rule holds at `hour` (epoch
+    seconds) between the snapshots of the hour before and of `hour`: `enters N` when the rank is at
+    most N and was unranked or past N, `leaves N` the reverse, `climbs k` when it rose by k places or
+    more, `falls k` when it fell by k or more; unranked counts as SNAPSHOT_DEPTH + 1."""
+    past = rankings_settings.SNAPSHOT_DEPTH + 1
+    found = set()
+    for alert in alerts:
+        if alert.since is not None and hour <= alert.since.timestamp():
+            continue
+
+        def rank(at: int, alert=alert) -> int | None:
+            row = snapshots.get((at, alert.window, alert.metric, alert.category), [])
+            return row.index(alert.product_id) + 1 if alert.product_id in row else None
+
+        now, before = rank(hour), rank(hour - 3600)
+        r, r_before = now or past, before or past
+        holds = {
+            "enters": r <= alert.number < r_before,
+            "leaves": r_before <= alert.number < r,
+            "climbs": r_before - r >= alert.number,
+            "falls": r - r_before >= alert.number,
+        }[alert.rule]
+        if holds:
+            found.add((alert.id, hour, TYPES[alert.rule], now, before))
+    return found

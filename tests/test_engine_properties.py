@@ -6,12 +6,14 @@ category together with one of its ancestors), resends, partial returns,
 engagement events (views and wishes, with and without ids, resent, late, too
 old, older than the retention), moves the clock by minutes to weeks (crossing
 no hour boundary, one, or hundreds; past the retention of engagement), prunes,
-and ticks with batches of every size. After each tick every board of every
+subscribes rank alerts, and ticks with batches of every size. After each tick every board of every
 metric in Redis must equal the GROUP BY over raw sales and engagement events,
 each counted once in every ancestor of its categories, and every hourly
 snapshot taken so far the GROUP BY as of its hour over what was counted by then
 (rankings/engine/snapshots.py): the hours a tick crossed are computed when it
-has run and must never change afterwards. A history also rebuilds once:
+has run and must never change afterwards. The alerts' firings must be exactly
+those the rules give from the recompute's snapshots of each hour crossed and
+the hour before it, each once, whatever rebuilds and switches happen between. A history also rebuilds once:
 the new version's snapshots must be the recompute as of each hour from every
 sale known, carried on by the ticks. A second machine also moves categories in
 the catalogue, rebuilds with the edited tree, switches to it and back, with
@@ -26,6 +28,7 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.color import no_style
 from django.db import connection, transaction
 from django.db.models import Min
@@ -49,6 +52,7 @@ from rankings.engine.recompute import boards_recompute, snapshots_recompute
 from rankings.engine.shards import ALL, Layout, active
 from rankings.engine.tree import active_tree
 from rankings.models import (
+    AlertFiring,
     Engagement,
     RankingVersion,
     Sale,
@@ -58,6 +62,7 @@ from rankings.models import (
     SnapshotMark,
 )
 from rankings.operations import backfill
+from rankings.operations.alerts import AlertRefused, alert_create
 from rankings.serving import memory, moves, selectors
 from rankings.serving.rank_then import gain_percent
 
@@ -78,6 +83,27 @@ engagement_ages = st.one_of(
     ages,
     st.integers(36 * 24, 60 * 24).map(lambda h: dt.timedelta(hours=h)),  # older than the retention
 )
+
+
+def _alerts_wanted(categories, metrics, *, most: int):
+    return st.lists(
+        st.tuples(
+            st.sampled_from(PRODUCTS),
+            st.sampled_from(categories),
+            st.sampled_from(["1d", "7d"]),
+            st.sampled_from(metrics),
+            st.sampled_from(["enters", "leaves", "climbs", "falls"]),
+            # Small numbers, and those where an unranked product (past the depth) crosses the line or not.
+            st.sampled_from([1, 2, 3, 5, 997, 998, 999, 1000]),
+        ),
+        min_size=1,
+        max_size=most,
+    )
+
+
+wanted_alerts = _alerts_wanted([ALL, *CATEGORIES], METRICS, most=4)
+# Boards that move with nearly every sale: `all`'s above all, a sales metric most often.
+watched_alerts = _alerts_wanted([ALL, ALL, ALL, "c0", "c1"], ["units", "units", "revenue", "views"], most=8)
 clock_steps = st.one_of(
     st.just(dt.timedelta(0)),
     st.integers(1, 59).map(lambda m: dt.timedelta(minutes=m)),
@@ -134,6 +160,8 @@ class SalesHistory(RuleBasedStateMachine):
         self.parents: dict[str, str | None] = {}  # the catalogue's tree
         self.live_parents: dict[str, str | None] = {}  # the active version's: the last switched to
         self.trees: dict[int, dict[str, str | None]] = {}  # each version's tree
+        self.alerts: list[oracle.Alert] = []
+        self.fired: set[tuple] = set()  # (alert id, hour, type, rank, rank before)
 
     @initialize(data=st.data())
     def plant_tree(self, data):
@@ -207,6 +235,28 @@ class SalesHistory(RuleBasedStateMachine):
         result = self.shop.engage(*events)
         assert result.accepted + result.duplicates == len(events)
         assert result.accepted >= sum(1 for event in events if "id" not in event)
+
+    @precondition(lambda self: len(self.alerts) < MOST_ALERTS)
+    @rule(wanted=wanted_alerts)
+    def subscribe(self, wanted):
+        """Alerts, judged from the engine's next hour on, of products an editor puts in the catalogue
+        first if need be; one on a split board is refused."""
+        user, _ = get_user_model().objects.get_or_create(username="property-seller")
+        split = active().layout.split
+        for product, category, window, metric, kind, number in wanted:
+            Product.objects.get_or_create(product_id=product, defaults={"name": product})
+            try:
+                alert, _ = alert_create(
+                    user=user, product_id=product, category=category, window=window, metric=metric,
+                    rule=kind, number=number, url="https://hooks.example.com/ranks",
+                )  # fmt: skip
+            except AlertRefused as refused:
+                assert refused.field == "category" and category in split
+                continue
+            assert alert.since == self.ticked_at
+            self.alerts.append(
+                oracle.Alert(alert.id, product, category, window, metric, kind, number, self.ticked_at)
+            )
 
     @rule()
     def prune(self):
@@ -380,6 +430,7 @@ class SalesHistory(RuleBasedStateMachine):
         self.snapshots.update(recomputed)
         self.hours.update(hours)
         self.marked.update(hours)
+        self._check_firings(hours)
         self._assert_history_stored()
         marks = set(SnapshotMark.objects.values_list("shard", "at"))
         shards = active().layout.shards
@@ -389,6 +440,17 @@ class SalesHistory(RuleBasedStateMachine):
         self.ticked_at = now
         self.counted_before = Sale.objects.order_by("-id").values_list("id", flat=True).first() or 0
         self.engaged_before = Engagement.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+    def _check_firings(self, hours: list[int]) -> None:
+        """Each hour the tick crossed, whose previous hour the active version's history has, fires the
+        alerts whose rule holds between the two snapshots; every firing so far exists once."""
+        for hour in sorted(hours):
+            if hour - HOUR in self.hours:
+                self.fired |= oracle.firings(self.alerts, self.snapshots, hour)
+        stored = AlertFiring.objects.values_list("alert_id", "at", "kind", "rank", "rank_before")
+        assert {
+            (a, int(at.timestamp()), kind, rank, before) for a, at, kind, rank, before in stored
+        } == self.fired
 
     def _assert_history_stored(self):
         """The active version's snapshots and hours are the model's."""
@@ -497,6 +559,25 @@ def _assert_same_snapshots(recomputed: dict, own: dict) -> None:
     assert whole(recomputed) == whole(own)
 
 
+class AlertHistory(SalesHistory):
+    """Sales histories watched by alerts from the start, sold in and ticked hour after hour, so that
+    most hours are judged against the one before with sales in between."""
+
+    @initialize(data=st.data())
+    def plant_tree(self, data):
+        super().plant_tree(data)
+        self.subscribe(data.draw(watched_alerts))
+
+    @rule(
+        data=st.data(), count=st.integers(1, 4), minutes=st.integers(0, 59), threads=st.sampled_from([1, 2])
+    )
+    def sell_then_tick_next_hour(self, data, count, minutes, threads):
+        self.send_new_sales(data=data, count=count)
+        t = int(self.shop.now.timestamp())
+        self.shop.now = dt.datetime.fromtimestamp(t - t % HOUR + HOUR + 60 * minutes, dt.UTC)
+        self.tick(batch_size=5000, threads=threads, product=PRODUCTS[0], category=ALL)
+
+
 class TreeEditHistory(SalesHistory):
     """Sales histories in which editors move categories and the edited tree goes live (and back)."""
 
@@ -537,6 +618,8 @@ class TreeEditHistory(SalesHistory):
 # 600) or fewer (the second run of `make test`, on a Redis Cluster). Histories with tree edits, each
 # with several rebuilds and switches, are a quarter as many.
 HISTORIES = int(os.environ.get("PROPERTY_HISTORIES", 60))
+# Alerts a history subscribes at most: each costs its judging a few rows an hour.
+MOST_ALERTS = 12
 PARTS = 4
 
 
@@ -554,6 +637,22 @@ def test_random_histories_match_the_batch_recompute(part, split, settings):
         SalesHistory,
         settings=hypothesis_settings(
             max_examples=HISTORIES // PARTS,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("partitions_dropped")
+def test_random_histories_fire_the_alerts_the_recomputed_snapshots_say():
+    """Histories ticked hour after hour under alerts made from the start: the firings are the rules
+    applied to the recompute's snapshots of each hour and the one before."""
+    run_state_machine_as_test(
+        AlertHistory,
+        settings=hypothesis_settings(
+            max_examples=max(1, HISTORIES // 12),
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

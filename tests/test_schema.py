@@ -225,12 +225,12 @@ def test_every_hand_written_reply_is_checked():
     other than the items nested in another, is among the sampled ones above."""
     from rest_framework import serializers
 
+    from rankings.serving import alerts_api, categories_api, engagement_api, moves_api
     from rankings.serving import api as read_api
-    from rankings.serving import categories_api, engagement_api, moves_api
 
     replies = {
         name: value
-        for module in (read_api, moves_api, categories_api, engagement_api)
+        for module in (read_api, moves_api, categories_api, engagement_api, alerts_api)
         for name, value in vars(module).items()
         if isinstance(value, type)
         and issubclass(value, serializers.Serializer)

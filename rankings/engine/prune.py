@@ -14,7 +14,7 @@ from typing import cast
 from django.db import connection
 from django.utils import timezone
 
-from rankings.conf import engagement_retention_seconds, rankings_settings
+from rankings.conf import alerts_keep_seconds, engagement_retention_seconds, rankings_settings
 from rankings.engine.partitions import (
     engagement_partitions_drop,
     month_of,
@@ -23,6 +23,8 @@ from rankings.engine.partitions import (
 )
 from rankings.engine.windows import configured_windows
 from rankings.models import (
+    AlertAttempt,
+    AlertFiring,
     Batch,
     Bucket,
     EngagementId,
@@ -169,6 +171,17 @@ def batches_prune(now: dt.datetime) -> int:
     )
 
 
+def alerts_prune(now: dt.datetime) -> int:
+    """Delete the firings of hours more than alerts_keep_seconds() behind the engine's clock, their
+    delivery attempts first; returns the firings deleted."""
+    cutoff = now - dt.timedelta(seconds=alerts_keep_seconds())
+    firings = AlertFiring._meta.db_table
+    _delete_chunks(
+        AlertAttempt._meta.db_table, f"firing_id IN (SELECT id FROM {firings} WHERE at < %s)", [cutoff]
+    )
+    return _delete_chunks(firings, "at < %s", [cutoff])
+
+
 def engagement_prune(now: dt.datetime) -> tuple[list[str], int]:
     """Drop the days of engagement events past the retention behind `now` (the engine's clock), and
     the ids of events that old: an event that old is dropped on arrival, so no id is needed for it.
@@ -203,6 +216,7 @@ def prune() -> PruneReport:
         "verify_log": verify_log_prune(now),
         "batches": batches_prune(now),
         "snapshots": snapshots_prune(now),
+        "alert_firings": alerts_prune(now),
     }
     report.dropped, report.deleted["engagement_ids"] = engagement_prune(now)
     if any(report.deleted.values()) or report.partitions or report.dropped:

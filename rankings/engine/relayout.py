@@ -15,6 +15,7 @@ queue, the layout lock that every ingest shares:
   instant first), so the next tick's batch is the next number there;
 - the batch log is emptied: every batch was applied to the version that served
   and replayed into the new one, and the next numbers start from the new state;
+- each rank alert takes the shard of its category, whose ticks judge it;
 - a board split otherwise (rankings.engine.split) changes the category its rows
   are kept under: each bucket and queue row of a product takes the board that
   holds the product in the new layout (`all` ↔ `all#k`) before being re-keyed.
@@ -25,6 +26,7 @@ import datetime as dt
 from django.db import connection
 
 from rankings.engine import locks
+from rankings.engine.alerts import alerts_rekey
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.split import base_of
 from rankings.models import ShardState
@@ -188,3 +190,5 @@ def state_rekey(
         cursor.execute(_REKEY_PENDING)
         _map_add(cursor, layout, _PENDING_ENGAGEMENT_CATEGORIES)
         cursor.execute(_REKEY_PENDING_ENGAGEMENT)
+        # Made under the shared layout lock too: an alert made under the old layout is re-keyed here.
+        alerts_rekey(cursor, layout)

@@ -17,6 +17,9 @@ hours with nothing pending between them are taken together, up to HOURS_PER_TAKE
 statement ranks and writes them all, of every window, in PostgreSQL, which keeps a tick that crosses
 days of boundaries (a catch-up) cheap.
 
+The same transaction judges the rank alerts of the shard's boards at each hour it records
+(rankings/engine/alerts.py), so a firing exists exactly when its hour's snapshots do.
+
 A mark per shard and hour, written in the snapshots' transaction, says the hour is done; a tick
 resumes after its shard's last mark, so a tick killed between two boundaries leaves the next one
 to take the rest, and an hour is never recorded twice from two different states. Hours more than
@@ -30,6 +33,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 
 from rankings.conf import METRICS, rankings_settings
+from rankings.engine.alerts import alerts_judge
 from rankings.engine.buckets import bucket_sums
 from rankings.engine.shards import Layout
 from rankings.engine.windows import configured_windows
@@ -133,7 +137,8 @@ ON CONFLICT (version, category, "window", metric, at) DO UPDATE SET products = e
 
 def take(*, shard: int, layout: Layout, version: int, hours: list[int]) -> int:
     """Record, as `version`'s, the snapshots of every board of the shard as of each hour of `hours`
-    from its buckets and mark the hours, in one transaction; returns how many boards were recorded."""
+    from its buckets, mark the hours and judge the alerts of the shard's boards at each
+    (rankings/engine/alerts.py), in one transaction; returns how many boards were recorded."""
     # One row of `hours` per window and hour.
     rows = [(name, configured_windows()[name], at) for name in snapshot_windows() for at in hours]
     bounds = [window.bounds(at) for _, window, at in rows]
@@ -164,6 +169,8 @@ def take(*, shard: int, layout: Layout, version: int, hours: list[int]) -> int:
         SnapshotHour.objects.bulk_create(
             [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
         )
+        # In the same transaction: each firing exists exactly when its hour's snapshots do.
+        alerts_judge(shard=shard, version=version, hours=hours)
     return recorded
 
 

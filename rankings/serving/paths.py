@@ -16,3 +16,15 @@ class ProductId(StringConverter):
     """A product's id: at most 64 of A–Z a–z 0–9 . _ : -"""
 
     regex = PRODUCT_ID_PATTERN.removeprefix("^").removesuffix("$")
+
+
+class AlertId:
+    """An alert's id: digits, no more than a bigint holds (a longer number is no alert, not an error)."""
+
+    regex = "[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value) -> str:
+        return str(value)
