@@ -354,6 +354,6 @@ def test_a_deleted_alert_s_claimed_firing_is_recorded_nowhere(private_allowed):
         (message,) = webhooks._claim(now=T, limit=5, busy=[])
         Alert.objects.filter(id=alert.id).delete()
         report = webhooks.SendReport()
-        webhooks._record([(message, webhooks.deliver(message, timeout=2))], at=T, report=report)
+        webhooks._record([(message, webhooks.deliver(message, timeout=2), T)], report=report)
     assert report.attempts == 0
     assert AlertAttempt.objects.count() == AlertFiring.objects.count() == 0

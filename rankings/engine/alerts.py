@@ -15,8 +15,9 @@ fires nothing at all. An hour whose previous hour the version's history lacks (t
 ever, a gap past the snapshots' keep) is not judged: nothing is known to compare with.
 
 The cost is one statement per shard and take, whatever the boards' sizes: the alerts of the shard
-(by its index), the distinct boards they name, each board's two snapshot rows unnested once, and a
-hash join of the alerts to their product's rank in each.
+(by its index), the distinct boards they name, each board's rows of the hours judged looked up by
+the board's own index entries (never every board of the hour), and each alert's product searched for
+in its board's two rows (array_position: at most SNAPSHOT_DEPTH ids, in memory).
 """
 
 import datetime as dt
@@ -49,43 +50,46 @@ WITH hours (at) AS (
     FROM {Alert._meta.db_table} WHERE shard = %(shard)s
 ), boards AS (
     SELECT DISTINCT category, "window", metric FROM alerts
-), ranks AS MATERIALIZED (
-    SELECT b.category, b."window", b.metric, extract(epoch FROM s.at)::bigint AS at, u.product_id,
-           u.rank::integer AS rank
+), rows_ AS MATERIALIZED (
+    SELECT b.category, b."window", b.metric, extract(epoch FROM s.at)::bigint AS at, s.products
     FROM boards b
     -- Each alerted board's rows looked up by the board's own index entries (OFFSET 0 keeps the planner
     -- from turning this into a scan of every board's rows of those hours, then a join).
     CROSS JOIN LATERAL (
         SELECT s.at, s.products FROM {Snapshot._meta.db_table} s
         WHERE s.version = %(version)s AND s.category = b.category AND s."window" = b."window"
-          AND s.metric = b.metric
-          AND s.at = ANY(%(instants)s::timestamptz[])
+          AND s.metric = b.metric AND s.at = ANY(%(instants)s::timestamptz[])
         OFFSET 0
     ) s
-    CROSS JOIN LATERAL unnest(s.products) WITH ORDINALITY AS u(product_id, rank)
 ), judged AS (
-    SELECT a.id, h.at, a.rule, a.number, now_.rank, before.rank AS rank_before,
-           coalesce(now_.rank, %(past)s) AS r, coalesce(before.rank, %(past)s) AS r_before
+    -- Each alert's product looked for in its board's two rows: a search of at most SNAPSHOT_DEPTH ids
+    -- in memory, after one hash join per hour (a board has one row an hour at most).
+    SELECT a.id, h.at, a.rule, a.number, array_position(now_.products, a.product_id) AS rank,
+           array_position(before.products, a.product_id) AS rank_before
     FROM alerts a CROSS JOIN hours h
-    LEFT JOIN ranks now_
+    LEFT JOIN rows_ now_
       ON now_.category = a.category AND now_."window" = a."window" AND now_.metric = a.metric
-     AND now_.at = h.at AND now_.product_id = a.product_id
-    LEFT JOIN ranks before
+     AND now_.at = h.at
+    LEFT JOIN rows_ before
       ON before.category = a.category AND before."window" = a."window" AND before.metric = a.metric
-     AND before.at = h.at - {HOUR} AND before.product_id = a.product_id
+     AND before.at = h.at - {HOUR}
     WHERE a.since IS NULL OR to_timestamp(h.at) > a.since
 ), fired AS (
+    SELECT id, at, rule, number, rank, rank_before,
+           coalesce(rank, %(past)s) AS r, coalesce(rank_before, %(past)s) AS r_before
+    FROM judged
+), kinds AS (
     SELECT id, at, rank, rank_before, CASE
         WHEN rule = 'enters' AND r <= number AND r_before > number THEN '{KINDS[Alert.Rule.ENTERS]}'
         WHEN rule = 'leaves' AND r_before <= number AND r > number THEN '{KINDS[Alert.Rule.LEAVES]}'
         WHEN rule = 'climbs' AND r_before - r >= number THEN '{KINDS[Alert.Rule.CLIMBS]}'
         WHEN rule = 'falls' AND r - r_before >= number THEN '{KINDS[Alert.Rule.FALLS]}'
     END AS kind
-    FROM judged
+    FROM fired
 )
 INSERT INTO {AlertFiring._meta.db_table} (alert_id, at, kind, rank, rank_before, state, attempts, next_attempt_at)
 SELECT id, to_timestamp(at), kind, rank, rank_before, '{AlertFiring.State.PENDING}', 0, to_timestamp(at)
-FROM fired WHERE kind IS NOT NULL
+FROM kinds WHERE kind IS NOT NULL
 ORDER BY at, id
 ON CONFLICT (alert_id, at) DO NOTHING
 """
