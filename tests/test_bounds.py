@@ -103,12 +103,14 @@ def test_neighbours_read_at_most_2n_plus_one_members(api, big_board, monkeypatch
     memory.forget_all("answers")
     replies = RedisReplies(monkeypatch)
 
-    reply = api.get("/v1/products/p1/neighbors?category=toys&n=50")
+    with CaptureQueriesContext(connection) as queries:
+        reply = api.get("/v1/products/p1/neighbors?category=toys&n=50")
 
     assert reply.status_code == 200
     assert len(reply.json()["items"]) == 101
-    assert replies.trips <= 3
+    assert replies.trips == 1  # its rank and the members around it, with both metrics, in one call
     assert replies.values <= 3 * 101 + 20
+    assert len(queries) <= 1  # the names; a ranked product needs no catalogue lookup of its own
     assert api.get("/v1/products/p1/neighbors?category=toys&n=51").status_code == 400
 
 

@@ -104,16 +104,36 @@ def test_home_costs_two_queries_whatever_the_number_of_categories(client, django
 
 
 class RedisRoundTrips:
-    """Counts the round trips made on the ranking store's read connection (a pipeline is one)."""
+    """Counts the round trips made on the ranking store's read connection (a pipeline is one; on a
+    Redis Cluster, a pipeline sends each node its commands at once and is one too)."""
 
     def __init__(self, monkeypatch):
         import redis
+        from redis.cluster import ClusterPipeline, RedisCluster
 
         from rankings.engine import store
 
         self.count = 0
-        pool = store.fast().connection_pool
         counter = self
+        if store.clustered():
+            nodes = store.fast().nodes_manager
+            original_cluster = RedisCluster.execute_command
+            original_cluster_pipeline = ClusterPipeline.execute
+
+            def cluster_command(self, *args, **options):
+                if self.nodes_manager is nodes:
+                    counter.count += 1
+                return original_cluster(self, *args, **options)
+
+            def cluster_execute(self, *args, **options):
+                if self.nodes_manager is nodes:
+                    counter.count += 1
+                return original_cluster_pipeline(self, *args, **options)
+
+            monkeypatch.setattr(RedisCluster, "execute_command", cluster_command)
+            monkeypatch.setattr(ClusterPipeline, "execute", cluster_execute)
+            return
+        pool = store.fast().connection_pool
 
         original_command = redis.Redis.execute_command
         original_pipeline = redis.client.Pipeline.execute

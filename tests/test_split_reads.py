@@ -163,6 +163,43 @@ def test_every_item_of_an_engagement_board_carries_the_products_own_sales_split_
         assert {r.category: shown(r) for r in ranks.ranks} == {SPLIT: figures[pid], SINGLE: figures[pid]}
 
 
+def test_a_split_board_answers_a_rank_or_neighbours_in_two_round_trips_a_whole_one_in_one(
+    redis_client, catalogue, monkeypatch
+):
+    """On one server or a Redis Cluster alike: a product's rank or neighbours on a split board are
+    its own part's read (with the members either side of it there), then one read of every other
+    part at once (the members ordered before it, and either side of that place); on a whole board
+    each is one read."""
+    from .test_pages import RedisRoundTrips
+
+    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
+    _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
+    args = {"product_id": "p150", "window": WINDOW, "metric": "units"}
+    reads = {
+        ("rank", SPLIT): lambda: selectors.product_rank(category=SPLIT, **args),
+        ("rank", SINGLE): lambda: selectors.product_rank(category=SINGLE, **args),
+        ("neighbours", SPLIT): lambda: selectors.product_neighbors(category=SPLIT, n=5, **args),
+        ("neighbours", SINGLE): lambda: selectors.product_neighbors(category=SINGLE, n=5, **args),
+    }
+    for answer in reads.values():  # each script known to every node (a node sent it once)
+        answer()
+    trips = {}
+    for read, answer in reads.items():
+        memory.forget_all("answers")
+        counted = RedisRoundTrips(monkeypatch)
+        # when
+        answer()
+        trips[read] = counted.count
+        monkeypatch.undo()
+    # then
+    assert trips == {
+        ("rank", SPLIT): 2,
+        ("rank", SINGLE): 1,
+        ("neighbours", SPLIT): 2,
+        ("neighbours", SINGLE): 1,
+    }
+
+
 def test_each_part_holds_the_products_its_hash_names(redis_client, catalogue):
     """The parts are on shards of their own, and a product is in exactly one of them."""
     board = {f"p{i}": (1 + i % 3, 100) for i in range(50)}

@@ -204,7 +204,8 @@ def neighbors(
     version: int, layout: Layout, *, category: str, window: str, metric: str, product_id: str, n: int
 ) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
     """(the product's rank, the 0-based rank the slice starts at, the slice of the n products on
-    either side of it and itself); no slice for a product without a rank there."""
+    either side of it and itself); no slice for a product without a rank there. A whole board in
+    one round trip; a split board in two (merge.neighbors)."""
     if category in layout.split:
         return merge.neighbors(
             version=version,
@@ -215,21 +216,18 @@ def neighbors(
             product_id=product_id,
             n=n,
         )
-    found = store.member_rank(
+    read = store.member_around(
         version=version,
         shard=layout.shard_of(category),
         window=window,
         metric=metric,
         category=category,
         product_id=product_id,
+        n=n,
     )
-    if found.rank is None:
-        return found, 0, None
-    start = max(0, found.rank - n)
-    board = board_slice(
-        version, layout, category=category, window=window, metric=metric, start=start, stop=found.rank + n
-    )
-    return found, start, board
+    if read.found.rank is None:
+        return read.found, 0, None
+    return read.found, read.start, read.board
 
 
 def thresholds(

@@ -246,26 +246,49 @@ def neighbors(
     *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str, n: int
 ) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
     """The product's standing, and the ranks from n above it to n below it (the first's 0-based rank
-    and the slice; None when it is not ranked)."""
-    found, parts, before = _rank(
-        version=version, layout=layout, window=window, metric=metric, category=category, product_id=product_id
+    and the slice; None when it is not ranked). Two round trips: the product's rank in its own
+    part with the n members either side of it there; then in each other part the members ordered
+    before it and the n either side of that place (all parts at once, in parallel on a cluster)."""
+    parts = _parts(layout, category)
+    own = [part for _, part in parts].index(layout.board_of(category, product_id))
+    mine = store.member_around(
+        version=version,
+        shard=parts[own][0],
+        window=window,
+        metric=metric,
+        category=parts[own][1],
+        product_id=product_id,
+        n=n,
+    )
+    found = mine.found
+    others = store.parts_around(
+        version=version,
+        window=window,
+        metric=metric,
+        parts=[p for i, p in enumerate(parts) if i != own],
+        score=found.score,
+        product_id=product_id,
+        n=n if found.rank is not None else 0,
+    )
+    merged = store.MemberRank(
+        as_of=_as_of([found, *(o.before for o in others)]),
+        total=found.total + sum(o.before.total for o in others),
+        rank=found.rank + sum(o.before.before for o in others) if found.rank is not None else None,
+        score=found.score,
+        other=found.other,
     )
     if found.rank is None:
-        return found, 0, None
-    own = [part for _, part in parts].index(layout.board_of(category, product_id))
-    ranges = []
-    for i, ((shard, part), b) in enumerate(zip(parts, before, strict=True)):
-        # In its own part the product is at rank b: n before it, itself and n after; in any other,
-        # the members ordered before it end at b.
-        ranges.append((shard, part, max(0, b - n), b + n if i == own else b + n - 1))
-    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=True)
-    rows = [row for _, row in _merged(read)]
-    place = sum(b - first for b, (_, _, first, _) in zip(before, ranges, strict=True))
+        return merged, 0, None
+    # Each part read from `start` on; in it `before` members are ordered before the product (in its
+    # own part, its rank there).
+    read = [(o.before.before, o.start, o.rows) for o in others]
+    read.insert(own, (found.rank, mine.start, mine.board.rows))
+    tagged = [[(i, row) for row in rows] for i, (_, _, rows) in enumerate(read)]
+    rows = [row for _, row in heapq.merge(*tagged, key=lambda item: _order(item[1]))]
+    place = sum(before - start for before, start, _ in read)  # the product's place in `rows`
     first = max(0, place - n)
-    board = store.BoardSlice(
-        as_of=_as_of([found, *read]), total=found.total, rows=rows[first : place + n + 1]
-    )
-    return found, found.rank - (place - first), board
+    board = store.BoardSlice(as_of=merged.as_of, total=merged.total, rows=rows[first : place + n + 1])
+    return merged, merged.rank - (place - first), board
 
 
 def ordered_before(

@@ -139,13 +139,17 @@ def product_neighbors(*, product_id: str, category: str, window: str, metric: st
 
 
 def _product_neighbors(*, product_id: str, category: str, window: str, metric: str, n: int) -> Neighbors:
-    catalogue_product(product_id)
+    if not PRODUCT_ID.fullmatch(product_id):
+        raise NotFound(f"unknown product '{product_id}'")
     version = store.served_version()
     layout = layout_of(version)
     found, start, board = board_reader.neighbors(
         version, layout, category=category, window=window, metric=metric, product_id=product_id, n=n
     )
     if board is None:
+        # As for a rank: only an unranked product needs the catalogue ("not ranked" or "no such
+        # product"); a ranked one has sales, and a product with sales cannot be deleted.
+        catalogue_product(product_id)
         return Neighbors(product_id, category, window, metric, instant(found.as_of), None, ())
     assert found.rank is not None  # a product with a slice around it has a rank
     as_of = instant(board.as_of)

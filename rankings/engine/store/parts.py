@@ -3,9 +3,9 @@
 from dataclasses import dataclass
 
 from rankings.conf import other_metric
-from rankings.engine.store.client import clustered, fast, script, translated
-from rankings.engine.store.keys import STATE_READ, board_key, state_key
-from rankings.engine.store.reads import BoardSlice, Thresholds, state_as_of
+from rankings.engine.store.client import fast, scripts_run, translated
+from rankings.engine.store.keys import STATE_READ, board_key, member_keys, state_key
+from rankings.engine.store.reads import BoardSlice, Thresholds, scored_rows, state_as_of
 
 
 @dataclass
@@ -20,8 +20,8 @@ def parts_before(
     *, version: int, window: str, metric: str, parts: list[tuple[int, str]], score: int, product_id: str
 ) -> list[PartBefore]:
     """On each board (shard, category), the members ordered before `product_id` were its score
-    `score`, with the board's size and its shard's as_of. One round trip on one server; on a Redis
-    Cluster, whose pipelines refuse scripts, one per board."""
+    `score`, with the board's size and its shard's as_of: one round trip, on one server or a Redis
+    Cluster."""
     args = [-score, product_id, *STATE_READ]
     replies = _on_boards("part_before", version=version, window=window, metric=metric, parts=parts, args=args)
     return [
@@ -34,17 +34,52 @@ def _on_boards(
     source: str, *, version: int, window: str, metric: str, parts: list[tuple[int, str]], args: list
 ):
     """The replies of the script `source` run on each board (shard, category) with its shard's state
-    key and `args`: one round trip on one server; on a Redis Cluster, whose pipelines refuse
-    scripts, one per board."""
-    run = script(source)
-    calls = [[board_key(version, shard, window, metric, category), state_key(version, shard)]
-             for shard, category in parts]  # fmt: skip
-    if clustered():
-        return [run(keys=keys, args=args, client=fast()) for keys in calls]
-    pipe = fast().pipeline(transaction=False)
-    for keys in calls:
-        run(keys=keys, args=args, client=pipe)
-    return pipe.execute()
+    key and `args`: one round trip, on one server or a Redis Cluster (client.scripts_run)."""
+    return scripts_run(
+        [
+            (source, [board_key(version, shard, window, metric, category), state_key(version, shard)], args)
+            for shard, category in parts
+        ]
+    )
+
+
+@dataclass
+class PartAround:
+    before: PartBefore  # the members of the part ordered before the product, its size, its as_of
+    start: int  # the 0-based rank (in the part) of the first row read
+    rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score)
+
+
+@translated
+def parts_around(
+    *,
+    version: int,
+    window: str,
+    metric: str,
+    parts: list[tuple[int, str]],
+    score: int,
+    product_id: str,
+    n: int,
+) -> list[PartAround]:
+    """On each board (shard, category), the members ordered before `product_id` were its score
+    `score`, and the n just before that place and the n from it on with both metrics, the board's
+    size and its shard's as_of (lua/part_around.lua): one round trip, on one server or a Redis
+    Cluster."""
+    args = [-score, product_id, n, *STATE_READ]
+    replies = scripts_run(
+        [
+            ("part_around", [*member_keys(version, shard, window, metric, category)], args)
+            for shard, category in parts
+        ]
+    )
+    return [
+        PartAround(
+            before=PartBefore(as_of=state_as_of(version, shard, state), total=int(total), before=int(before)),
+            start=int(start),
+            rows=scored_rows(rows, others),
+        )
+        for (before, start, rows, others, total, state), (shard, _) in zip(replies, parts, strict=True)
+    ]
 
 
 @translated
@@ -108,7 +143,7 @@ def parts_histogram(
     *, version: int, window: str, metric: str, parts: list[tuple[int, str]], edges: list[int]
 ) -> list[Thresholds]:
     """Each board's size, histogram over `edges` and shard's as_of (board_thresholds without ranks):
-    one round trip on one server, one per board on a Redis Cluster."""
+    one round trip."""
     args = [0, len(edges), *(-edge for edge in edges), *STATE_READ]
     replies = _on_boards("thresholds", version=version, window=window, metric=metric, parts=parts, args=args)
     return [

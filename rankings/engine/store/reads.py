@@ -10,11 +10,11 @@ from cachetools import LRUCache
 from rankings.conf import other_metric
 from rankings.engine.store.client import (
     REMEMBERED_PREFIXES,
-    clustered,
     fast,
     memory_lock,
     remembered,
     script,
+    scripts_run,
     translated,
 )
 from rankings.engine.store.keys import (
@@ -49,19 +49,12 @@ def state_as_of(version: int, shard: int, state: list) -> float | None:
 
 
 def _heads(version: int, boards: list[tuple[int, str, str, str]], states: list[int]) -> tuple[list, list]:
-    """The head (lua/head.lua) of each board (shard, window, metric, category), and the state of each shard of
-    `states`: one round trip on one server; on a Redis Cluster, whose pipelines refuse scripts, the
-    states in one and each head in one of its own."""
-    r = fast()
-    pipe = r.pipeline(transaction=False)
-    for shard in states:
-        pipe.hmget(state_key(version, shard), STATE_READ)
-    head, calls = script("head"), [list(board_keys(version, *board)) for board in boards]
-    if clustered():
-        return pipe.execute() if states else [], [head(keys=k, args=[BLOB_SIZE], client=r) for k in calls]
-    for keys in calls:
-        head(keys=keys, args=[BLOB_SIZE], client=pipe)
-    values = pipe.execute()
+    """The head (lua/head.lua) of each board (shard, window, metric, category), and the state of each
+    shard of `states`: one round trip (client.scripts_run), on one server or a Redis Cluster."""
+    values = scripts_run(
+        [("head", list(board_keys(version, *board)), [BLOB_SIZE]) for board in boards],
+        commands=[("HMGET", state_key(version, shard), *STATE_READ) for shard in states],
+    )
     return values[: len(states)], values[len(states) :]
 
 
@@ -141,6 +134,42 @@ def member_rank(
     keys = member_keys(version, shard, window, metric, category)
     reply = script("member_rank")(keys=keys, args=[product_id, *STATE_READ], client=fast())
     return MemberRank.from_reply(version, shard, reply)
+
+
+@dataclass
+class MemberAround:
+    found: MemberRank  # the product's rank, scores, the board's size, as of its shard's state
+    start: int  # the 0-based rank of the slice's first row
+    board: BoardSlice  # ranks from n before the product to n after it (empty when it has no rank)
+
+
+def scored_rows(rows: list, others: list) -> list[tuple[str, int, int]]:
+    """(member, score, other score) of a ZRANGE ... WITHSCORES reply and its members' ZMSCORE (as a
+    script returns them: scores as text, False for none)."""
+    return [
+        (m.decode(), int(-float(s)), int(-float(o)) if o is not None else 0)
+        for m, s, o in zip(rows[::2], rows[1::2], others, strict=True)
+    ]
+
+
+@translated
+def member_around(
+    *, version: int, shard: int, window: str, metric: str, category: str, product_id: str, n: int
+) -> MemberAround:
+    """A product's rank and scores on a board and the members from n ranks before it to n after,
+    with both metrics, of one instant: one round trip (lua/neighbors.lua), O(log n + n)."""
+    keys = member_keys(version, shard, window, metric, category)
+    rank, start, rows, others, total, state = script("neighbors")(
+        keys=keys, args=[product_id, n, *STATE_READ], client=fast()
+    )
+    as_of = state_as_of(version, shard, state)
+    read = scored_rows(rows, others)
+    if rank is None:
+        found = MemberRank(as_of=as_of, total=total, rank=None, score=0, other=0)
+    else:
+        _, score, other = read[rank - start]
+        found = MemberRank(as_of=as_of, total=total, rank=rank, score=score, other=other)
+    return MemberAround(found=found, start=start, board=BoardSlice(as_of=as_of, total=total, rows=read))
 
 
 class BoardCopy:

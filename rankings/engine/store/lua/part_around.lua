@@ -1,0 +1,16 @@
+-- What one other part adds to a product's neighbours on a split board, in one call: the members
+-- ordered before (score, member) (lua/members_before.lua), the n just before that place and the n
+-- from it on with both metrics' scores, the board's size and its shard's state. O(log² n + n).
+-- KEYS: a board, the other metric's board, its shard's state. ARGV: a score as stored (negated), a
+-- member, n, then the state's fields.
+-- Reply: {members before, the rank of the first member read, those members with their scores (as
+-- ZRANGE ... WITHSCORES), their other metric's scores, the board's size, the state}.
+--! include members_before
+--! include others_of
+local before = members_before(KEYS[1], ARGV[1], ARGV[2])
+local n = tonumber(ARGV[3])
+local start = math.max(0, before - n)
+local rows = {}
+if n > 0 then rows = redis.call('ZRANGE', KEYS[1], start, before + n - 1, 'WITHSCORES') end
+local total = redis.call('ZCARD', KEYS[1])
+return {before, start, rows, others_of(KEYS[2], rows), total, redis.call('HMGET', KEYS[3], unpack(ARGV, 4))}
