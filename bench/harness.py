@@ -12,6 +12,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 from rankings.serving import memory
 from tests import processes
@@ -170,3 +171,64 @@ def ingest_token() -> str:
     from rankings.operations.tokens import ingest_token_create
 
     return ingest_token_create(username="bench", permissions=["add_sale", "add_engagement"])
+
+
+class RoundTrips:
+    """Counts the round trips this process makes on the ranking store's read client while the block
+    runs (a pipeline is one; on a Redis Cluster, a pipeline sends each node its commands at once and
+    is one too): what a read costs in waits on Redis, whatever the machine's load."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __enter__(self) -> "RoundTrips":
+        import redis
+        from redis.cluster import ClusterPipeline, RedisCluster
+
+        from rankings.engine import store
+
+        client, counter = store.fast(), self
+        if store.clustered():
+            nodes = client.nodes_manager
+            mine = lambda c: c.nodes_manager is nodes  # noqa: E731
+            targets = [(RedisCluster, "execute_command"), (ClusterPipeline, "execute")]
+        else:
+            pool = client.connection_pool
+            mine = lambda c: c.connection_pool is pool  # noqa: E731
+            targets = [(redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")]
+        self._patches = []
+        for cls, name in targets:
+            original = getattr(cls, name)
+
+            def counted(c, *args, _original=original, **kwargs):
+                if mine(c):
+                    counter.count += 1
+                return _original(c, *args, **kwargs)
+
+            patch = mock.patch.object(cls, name, counted)
+            patch.start()
+            self._patches.append(patch)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for patch in self._patches:
+            patch.stop()
+
+
+def redirections() -> int:
+    """The MOVED and ASK replies the boards' Redis has sent since it started (every primary of a
+    cluster): a client sent to the wrong node pays a round trip more."""
+    from rankings.engine import store
+
+    r = store.patient()
+    nodes = [node.redis_connection for node in r.get_primaries()] if store.clustered() else [r]
+    found = 0
+    for node in nodes:
+        stats = node.info("errorstats")
+        found += sum(stats.get(f"errorstat_{kind}", {}).get("count", 0) for kind in ("MOVED", "ASK"))
+    return found
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes, as the figures beside it were taken."""
+    return "load " + " ".join(f"{x:.1f}" for x in os.getloadavg())

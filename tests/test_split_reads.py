@@ -180,6 +180,9 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_two_round_trips_a_whole_o
         ("rank", SINGLE): lambda: selectors.product_rank(category=SINGLE, **args),
         ("neighbours", SPLIT): lambda: selectors.product_neighbors(category=SPLIT, n=5, **args),
         ("neighbours", SINGLE): lambda: selectors.product_neighbors(category=SINGLE, n=5, **args),
+        ("top", SPLIT): lambda: selectors.board_top(
+            category=SPLIT, window=WINDOW, metric="units", limit=100, offset=0
+        ),
     }
     for answer in reads.values():  # each script known to every node (a node sent it once)
         answer()
@@ -197,6 +200,7 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_two_round_trips_a_whole_o
         ("rank", SINGLE): 1,
         ("neighbours", SPLIT): 2,
         ("neighbours", SINGLE): 1,
+        ("top", SPLIT): 1,
     }
 
 

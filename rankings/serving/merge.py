@@ -12,12 +12,15 @@ product is in exactly one part. So:
 - a product's rank is 1 + the members ordered before it in every part: its own rank in its part,
   plus, in each other part, the members with a higher score or the same score and a smaller id
   (store.parts_before; ZCOUNT on the score alone would miscount the ties);
-- its neighbours are merged from each part's members just before and after that place;
+- its neighbours are merged from each part's members just before and after that place, read with
+  the product's rank in its own part and with the counts in the others;
 - asOf is the oldest of the parts' shards' instants (each part is exact as of its own), unknown
   when one part's is.
 
-Each read costs one or two round trips (one per node on a Redis Cluster where scripts are
-involved) and O(K × (log n + limit)) work in Redis, K the number of parts; a deep page
+Each read costs one or two round trips, on one server or a Redis Cluster alike (the parts' calls
+in one pipeline, which a cluster sends to each node at once), and
+O(K × (log n + limit)) work in Redis, K the number of parts; a rank or the neighbours two (the
+counts in the other parts need the product's score, which only its own part holds); a deep page
 O(K × (sqrt(offset) + limit)), and when the parts are very uneven O(K log offset) round trips more
 and O(K² log² n log offset) work (offset being at most 10,000); the thresholds, such a page of one
 rank for each of 1,000 and 10,000.

@@ -43,8 +43,8 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
 On a Redis Cluster (REDIS_CLUSTER) the keys of one shard share its slot, so
 every Lua call stays on one node; the keys without a shard (active, gen,
 shards) are never in a call with a shard's keys. Reads of several shards are
-pipelines, which the cluster client sends to each node at once, and SCANs
-visit every primary.
+pipelines, which the cluster client sends to each node at once (script calls
+too: client.scripts_run), and SCANs visit every primary.
 
 Scores are stored negated so that ZRANGE (ascending) yields score descending
 with equal scores by productId ascending in byte order: exactly the ranking
