@@ -6,7 +6,10 @@ product p<i> with the demo's skew (a few best sellers, a long tail of ties at on
 after a tick has made the shop's version and shard states; a real sale in each part and a tick
 then write the board's top-100 blobs as the engine does. The board is read through gunicorn with wrk,
 whole on the plain Redis, then split 3 ways (a rebuild with the split, switched to) over a
-Redis Cluster of three primaries, each part on a node of its own.
+Redis Cluster of three primaries, each part on a node of its own. Beside each read's rate: its
+Redis round trips, counted in this process over TRIPS_READS random products (a count the
+machine's load does not move), the MOVED/ASK replies the nodes sent during its runs, and the load
+average; and a row of neighbours against rank, for each layout.
 
 The million categories are written with SQL (categories, five products each); a sample of
 them gets one sale per product through the ingest and a tick, to measure Redis's cost per

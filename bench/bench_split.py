@@ -3,9 +3,10 @@
 The demo data is ticked once with `all` whole (one sorted set); the reads are measured with wrk
 through gunicorn; then a rebuild splits `all` into 3 parts (rankings_rebuild --split all:3, each
 part on a shard of its own) and is switched to, and the same reads are measured again. The ratio
-is split over whole (goal ≥ 0.5x). On one Redis server the parts share the server: this measures
-the merge's own cost (the extra commands and round trips, the k-way merge in the web process),
-not what spreading the parts over cluster nodes gains.
+is split over whole (goal ≥ 0.5x); a row for each layout sets /neighbors against /rank. On one
+Redis server the parts share the server: this measures the merge's own cost (the extra commands
+and round trips, the k-way merge in the web process), not what spreading the parts over cluster
+nodes gains.
 """
 
 import tempfile
@@ -105,6 +106,18 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
             f"whole: {whole_rate:,.0f} req/s, p50 {whole_p50:.1f} ms, p99 {whole_p99:.1f} ms",
             f"{rate / whole_rate:.2f}x",
             "goal ≥ 0.5x; " + layout,
+        )
+    rank, neighbours = (
+        "/rank in all, random products of 20,000",
+        "/neighbors in all, random products of 20,000",
+    )
+    for name, measured in (("whole", whole), ("split 3 ways", split)):
+        table.add(
+            f"/neighbors (n=5) against /rank in all, random products, {name}",
+            f"{measured[neighbours][0]:,.0f} req/s",
+            f"rank: {measured[rank][0]:,.0f} req/s",
+            f"{measured[neighbours][0] / measured[rank][0]:.2f}x",
+            harness.load_average(),
         )
     return table
 
