@@ -19,8 +19,9 @@ product is in exactly one part. So:
 
 Each read costs one or two round trips, on one server or a Redis Cluster alike (the parts' calls
 in one pipeline, which a cluster sends to each node at once), and
-O(K × (log n + limit)) work in Redis, K the number of parts; a rank or the neighbours two (the
-counts in the other parts need the product's score, which only its own part holds); a deep page
+O(K × (log n + limit)) work in Redis, K the number of parts; a rank or the neighbours one on one
+server (one call reads every part) and two on a cluster (the counts in the other parts need the
+product's score, which only its own part holds, and no call reaches two parts' slots); a deep page
 O(K × (sqrt(offset) + limit)), and when the parts are very uneven O(K log offset) round trips more
 and O(K² log² n log offset) work (offset being at most 10,000); the thresholds, such a page of one
 rank for each of 1,000 and 10,000.
@@ -184,45 +185,40 @@ def _window_holds(read: list[store.BoardSlice], lows: list[int], page: list, *, 
     return True
 
 
-def _rank(
-    *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str
-) -> tuple[store.MemberRank, list[tuple[int, str]], list[int]]:
-    """The product's standing on the split board, the parts, and in each part the members ordered
-    before it (in its own part, its rank there)."""
+def _standing(
+    *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str, n: int
+) -> tuple[store.MemberRank, store.MemberAround, list[store.PartAround], int]:
+    """The product's standing on the split board (store.split_around: its own part's read with
+    the n members either side of it there, each other part's count of the members ordered before
+    it with the n either side of that place), the reads themselves and the index of its part."""
     parts = _parts(layout, category)
-    own = layout.board_of(category, product_id)
-    index = [part for _, part in parts].index(own)
-    found = store.member_rank(
-        version=version,
-        shard=parts[index][0],
-        window=window,
-        metric=metric,
-        category=own,
-        product_id=product_id,
+    own = [part for _, part in parts].index(layout.board_of(category, product_id))
+    mine, others = store.split_around(
+        version=version, window=window, metric=metric, parts=parts, own=own, product_id=product_id, n=n
     )
-    others = [p for i, p in enumerate(parts) if i != index]
-    read = store.parts_before(
-        version=version, window=window, metric=metric, parts=others, score=found.score, product_id=product_id
-    )
-    before = [b.before for b in read]
-    before.insert(index, found.rank if found.rank is not None else 0)
-    rank = found.rank + sum(b.before for b in read) if found.rank is not None else None
+    found = mine.found
     merged = store.MemberRank(
-        as_of=_as_of([found, *read]),
-        total=found.total + sum(b.total for b in read),
-        rank=rank,
+        as_of=_as_of([found, *(o.before for o in others)]),
+        total=found.total + sum(o.before.total for o in others),
+        rank=found.rank + sum(o.before.before for o in others) if found.rank is not None else None,
         score=found.score,
         other=found.other,
     )
-    return merged, parts, before
+    return merged, mine, others, own
 
 
 def member_rank(
     *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str
 ) -> store.MemberRank:
     """A product's rank (0-based), scores and the board's size on a split board."""
-    found, _, _ = _rank(
-        version=version, layout=layout, window=window, metric=metric, category=category, product_id=product_id
+    found, _, _, _ = _standing(
+        version=version,
+        layout=layout,
+        window=window,
+        metric=metric,
+        category=category,
+        product_id=product_id,
+        n=0,
     )
     return found
 
@@ -249,43 +245,23 @@ def neighbors(
     *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str, n: int
 ) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
     """The product's standing, and the ranks from n above it to n below it (the first's 0-based rank
-    and the slice; None when it is not ranked). Two round trips: the product's rank in its own
-    part with the n members either side of it there; then in each other part the members ordered
-    before it and the n either side of that place (all parts at once, in parallel on a cluster)."""
-    parts = _parts(layout, category)
-    own = [part for _, part in parts].index(layout.board_of(category, product_id))
-    mine = store.member_around(
+    and the slice; None when it is not ranked): the rows read about its place in every part
+    (_standing), merged, and the 2n + 1 around it kept."""
+    merged, mine, others, own = _standing(
         version=version,
-        shard=parts[own][0],
+        layout=layout,
         window=window,
         metric=metric,
-        category=parts[own][1],
+        category=category,
         product_id=product_id,
         n=n,
     )
-    found = mine.found
-    others = store.parts_around(
-        version=version,
-        window=window,
-        metric=metric,
-        parts=[p for i, p in enumerate(parts) if i != own],
-        score=found.score,
-        product_id=product_id,
-        n=n if found.rank is not None else 0,
-    )
-    merged = store.MemberRank(
-        as_of=_as_of([found, *(o.before for o in others)]),
-        total=found.total + sum(o.before.total for o in others),
-        rank=found.rank + sum(o.before.before for o in others) if found.rank is not None else None,
-        score=found.score,
-        other=found.other,
-    )
-    if found.rank is None:
+    if merged.rank is None or mine.found.rank is None:
         return merged, 0, None
     # Each part read from `start` on; in it `before` members are ordered before the product (in its
     # own part, its rank there).
     read = [(o.before.before, o.start, o.rows) for o in others]
-    read.insert(own, (found.rank, mine.start, mine.board.rows))
+    read.insert(own, (mine.found.rank, mine.start, mine.board.rows))
     tagged = [[(i, row) for row in rows] for i, (_, _, rows) in enumerate(read)]
     rows = [row for _, row in heapq.merge(*tagged, key=lambda item: _order(item[1]))]
     place = sum(before - start for before, start, _ in read)  # the product's place in `rows`

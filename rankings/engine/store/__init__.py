@@ -93,6 +93,7 @@ from rankings.engine.store.parts import (
     parts_before,
     parts_histogram,
     parts_ranges,
+    split_around,
 )
 from rankings.engine.store.reads import (
     BoardCopy,
@@ -226,6 +227,7 @@ __all__ = [
     "others_scores",
     "parts_around",
     "parts_before",
+    "split_around",
     "parts_histogram",
     "parts_ranges",
     "patient",

@@ -3,9 +3,17 @@
 from dataclasses import dataclass
 
 from rankings.conf import other_metric
-from rankings.engine.store.client import fast, scripts_run, translated
+from rankings.engine.store.client import clustered, fast, script, scripts_run, translated
 from rankings.engine.store.keys import STATE_READ, board_key, member_keys, state_key
-from rankings.engine.store.reads import BoardSlice, Thresholds, scored_rows, state_as_of
+from rankings.engine.store.reads import (
+    BoardSlice,
+    MemberAround,
+    Thresholds,
+    around_of,
+    member_around,
+    scored_rows,
+    state_as_of,
+)
 
 
 @dataclass
@@ -72,13 +80,54 @@ def parts_around(
             for shard, category in parts
         ]
     )
-    return [
-        PartAround(
-            before=PartBefore(as_of=state_as_of(version, shard, state), total=int(total), before=int(before)),
-            start=int(start),
-            rows=scored_rows(rows, others),
+    return [_part_around(version, shard, reply) for reply, (shard, _) in zip(replies, parts, strict=True)]
+
+
+def _part_around(version: int, shard: int, reply: list) -> PartAround:
+    before, start, rows, others, total, state = reply
+    return PartAround(
+        before=PartBefore(as_of=state_as_of(version, shard, state), total=int(total), before=int(before)),
+        start=int(start),
+        rows=scored_rows(rows, others),
+    )
+
+
+@translated
+def split_around(
+    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], own: int, product_id: str, n: int
+) -> tuple[MemberAround, list[PartAround]]:
+    """A product's standing on a split board whose parts are `parts` ((shard, part) each), `own`
+    the index of the one that holds it: in its own part, member_around's answer (its rank, its
+    scores, the n members either side); in each other part, in order, parts_around's with its
+    score. One round trip on one server (lua/split_around.lua reads every part in one call); two on
+    a Redis Cluster, where no call reaches two parts' slots: its own part, then the others at once."""
+    shard, part = parts[own]
+    others = [p for i, p in enumerate(parts) if i != own]
+    if clustered():
+        mine = member_around(
+            version=version,
+            shard=shard,
+            window=window,
+            metric=metric,
+            category=part,
+            product_id=product_id,
+            n=n,
         )
-        for (before, start, rows, others, total, state), (shard, _) in zip(replies, parts, strict=True)
+        ranked = mine.found.rank is not None
+        read = parts_around(
+            version=version,
+            window=window,
+            metric=metric,
+            parts=others,
+            score=mine.found.score,
+            product_id=product_id,
+            n=n if ranked else 0,
+        )
+        return mine, read
+    keys = [key for s, c in [parts[own], *others] for key in member_keys(version, s, window, metric, c)]
+    replies = script("split_around")(keys=keys, args=[product_id, n, *STATE_READ], client=fast())
+    return around_of(version, shard, replies[0]), [
+        _part_around(version, s, reply) for (s, _), reply in zip(others, replies[1:], strict=True)
     ]
 
 

@@ -159,9 +159,13 @@ def member_around(
     """A product's rank and scores on a board and the members from n ranks before it to n after,
     with both metrics, of one instant: one round trip (lua/neighbors.lua), O(log n + n)."""
     keys = member_keys(version, shard, window, metric, category)
-    rank, start, rows, others, total, state = script("neighbors")(
-        keys=keys, args=[product_id, n, *STATE_READ], client=fast()
-    )
+    reply = script("neighbors")(keys=keys, args=[product_id, n, *STATE_READ], client=fast())
+    return around_of(version, shard, reply)
+
+
+def around_of(version: int, shard: int, reply: list) -> MemberAround:
+    """member_around's answer from lua/neighbors.lua's reply."""
+    rank, start, rows, others, total, state = reply
     as_of = state_as_of(version, shard, state)
     read = scored_rows(rows, others)
     if rank is None:
