@@ -18,6 +18,8 @@ from rest_framework.test import APIClient
 from rankings.conf import rankings_settings
 from rankings.serving import memory
 
+from . import longest_first
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -37,6 +39,7 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if not item.get_closest_marker(unwanted)]
+    items[:] = longest_first.longest_first(items, longest_first.workers())
 
 
 @pytest.fixture(scope="session")
