@@ -10,7 +10,14 @@ RUNNER := $(VENV)/.installed-run
 # on real processes (on 2 cores: 3 workers 2 min 50 s, 2 workers 3 min 5 s).
 JOBS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
 
-.PHONY: run test test-fast soak bench install install-dev db lint format clean browser prometheus oscar oscar-test
+.PHONY: run test test-first test-cluster test-fast soak bench install install-dev db lint format clean browser \
+	prometheus oscar oscar-test
+
+# Python keeps the bytecode it compiles (in __pycache__ folders, which git ignores) even where the
+# environment asks it not to (PYTHONDONTWRITEBYTECODE): the tests start hundreds of Python processes
+# (pytest workers, gunicorn, Celery workers and beats, commands), each of which would otherwise
+# compile every module it imports again, 2 s of CPU or more, before it does anything.
+unexport PYTHONDONTWRITEBYTECODE
 
 # uv installs the pinned lists in a few seconds where pip takes half a minute (a fresh clone's
 # `make test` waits on it); pip only installs uv itself.
@@ -67,20 +74,34 @@ oscar: db install-dev
 	cat Procfile $(SHOP)/Procfile > $(SHOP)/.procfile
 	$(VENV)/bin/honcho -f $(SHOP)/.procfile -d . start
 
-# The whole suite, fault and browser tests included, spread over $(JOBS) workers test by test;
-# a worker that runs out takes waiting tests from the others, so a few long tests (the fault
-# suite, the property and year-of-history tests) do not leave a worker idle.
-# Then a second, shorter run with the boards on a Redis Cluster of each worker's own (three
-# primaries, three replicas): the engine, crash, backfill and cluster tests and 20 random
-# histories (the engine's code is the same on either; what a cluster changes is the store's, which
-# the cluster tests take in turn), about a minute on 2 cores. The failover test, which kills a
-# cluster node, starts a cluster of its own in the first run.
+# The whole suite in three runs, two at a time (RUNS_AT_ONCE=1: one after the other), each part's
+# output shown whole when it ends; make test fails if any part fails.
+# - test-first, beside `make lint`: the whole suite, fault and browser tests included, spread over
+#   $(JOBS) workers test by test, the longest first (tests/longest_first.py); a worker that runs out
+#   takes waiting tests from the others, so a long test does not end the run on one worker.
+# - then test-cluster beside oscar-test: the boards on a Redis Cluster of each worker's own (three
+#   primaries, three replicas): the engine, crash, backfill and cluster tests and 20 random
+#   histories (the engine's code is the same on either; what a cluster changes is the store's,
+#   which the cluster tests take in turn). The failover test, which kills a cluster node, starts a
+#   cluster of its own in the first run.
+# What the repeated tests draw in make test (each run draws anew; `make soak` draws more):
+# - tests/test_engine_properties.py: 24 random histories of 25 steps (sales, returns, resends,
+#   engagement, clock moves, prunes, alerts, ticks of every batch size), 4 parts whole and 2 split,
+#   plus 2 under alerts and 4 with tree edits; on the Redis Cluster, 20;
+# - tests/faults/test_out_of_order_commits.py: 200 seeded interleavings of two sessions' commits
+#   and ticks (about 130 orders of the steps, each with sales and clock moves of its seed's).
+RUNS_AT_ONCE ?= 2
 CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
 	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py
-test: lint browser prometheus
+test: install-dev browser prometheus
+	$(MAKE) --no-print-directory --output-sync=target -j$(RUNS_AT_ONCE) lint test-first
+	$(MAKE) --no-print-directory --output-sync=target -j$(RUNS_AT_ONCE) test-cluster oscar-test
+
+test-first: install-dev browser prometheus
 	$(PY) -m pytest -q -n $(JOBS) --dist worksteal $(PYTEST_ARGS)
+
+test-cluster: install-dev
 	PROPERTY_HISTORIES=20 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster $(CLUSTER_TESTS)
-	$(MAKE) oscar-test
 
 # The Oscar app's own tests (salesrank_oscar/tests): the example shop's settings on a database of the
 # run's own, against a real salesrank (web, worker, beat) the session starts in the background.
@@ -99,11 +120,13 @@ test-fast: install-dev
 		-m "not processes and not faults and not browser and not cluster and not slow" \
 		--ignore=tests/faults $(addprefix --ignore=tests/,$(FAST_SKIPPED)) $(PYTEST_ARGS)
 
-# Ten times make test's random histories (600, and 100 on a Redis Cluster: five times): worth a run before a
-# release or after a change to the engine; about ten times the property tests' share of make test.
+# What make test draws, ten times over and more: 600 random histories (and 100 on a Redis Cluster:
+# five times), 2,000 seeded interleavings of out-of-order commits (ten times); worth a run before a
+# release or after a change to the engine.
 soak: install-dev
 	PROPERTY_HISTORIES=600 $(PY) -m pytest -q -n $(JOBS) --dist worksteal tests/test_engine_properties.py
 	PROPERTY_HISTORIES=100 $(PY) -m pytest -q -n 2 --dist worksteal --redis-cluster tests/test_engine_properties.py
+	INTERLEAVINGS=2000 $(PY) -m pytest -q -n $(JOBS) --dist worksteal tests/faults/test_out_of_order_commits.py
 
 # The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
 browser:

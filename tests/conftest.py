@@ -18,6 +18,8 @@ from rest_framework.test import APIClient
 from rankings.conf import rankings_settings
 from rankings.serving import memory
 
+from . import longest_first
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -37,6 +39,7 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if not item.get_closest_marker(unwanted)]
+    items[:] = longest_first.longest_first(items, longest_first.workers())
 
 
 @pytest.fixture(scope="session")
@@ -55,12 +58,19 @@ def django_db_setup(django_db_setup, django_db_blocker):
         connection.close()  # the next connection is the database's own setting's
 
 
+# What Django's post_migrate signal fills after every emptying (the content types and the
+# permissions of the models): kept rather than deleted and made again.
+KEPT_BY_FLUSH = ("django_content_type", "auth_permission")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _emptied_by_delete():
     """A test that commits is followed by emptying every table. Django truncates them, which makes
     new files for each of the many tables, partitions and indexes (about half a second each time);
     a test leaves a few rows, and deleting them takes milliseconds. Django's foreign keys are
-    checked at commit, when every table is empty, so the order of the deletes does not matter."""
+    checked at commit, when every table is empty, so the order of the deletes does not matter.
+    The content types and permissions are left as they are: Django's post_migrate, which follows
+    each emptying, would make the same rows again (some 40 statements a test), and now finds them."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
@@ -69,7 +79,7 @@ def _emptied_by_delete():
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences:
             return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)
-        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+        return [f"DELETE FROM {self.quote_name(table)};" for table in tables if table not in KEPT_BY_FLUSH]
 
     DatabaseOperations.sql_flush = sql_flush
     yield
