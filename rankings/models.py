@@ -394,6 +394,8 @@ class EngagementId(models.Model):
     event that old is dropped on arrival, so de-duplication holds within it.
     """
 
+    # Looked up by the whole id only: migration 0024 drops the pattern-ops index Django adds to a
+    # text key, which every event would write and no query reads.
     event_id = models.CharField(max_length=128, primary_key=True)
     # Hash of the event as sent, so a resend is told apart from a reuse of its id.
     digest = models.CharField(max_length=32)
