@@ -1,11 +1,12 @@
 """The admin: the catalogue is editable, raw sales are read-only for everyone."""
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from catalogue.models import Category, Product
 from rankings.ingest.sales import sales_ingest
-from rankings.models import Sale
+from rankings.models import Sale, SaleId
 
 pytestmark = pytest.mark.django_db
 
@@ -65,10 +66,57 @@ def test_sales_are_found_by_event_id_and_product_id(admin_client, sales, query, 
     assert {sale.event_id for sale in reply.context["cl"].result_list} == found
 
 
-def test_sales_are_filtered_by_day(admin_client, sales):
-    reply = admin_client.get(sale_url("changelist"), {"ts__year": 2026, "ts__month": 3, "ts__day": 3})
+def test_sales_are_filtered_by_the_day_they_count_in(admin_client, sales):
+    """A return counts in its original's day: it is listed there, not on the day it was sent."""
+    day = {"counted_at__year": 2026, "counted_at__month": 3}
+    on_the_3rd = admin_client.get(sale_url("changelist"), {**day, "counted_at__day": 3})
+    on_the_2nd = admin_client.get(sale_url("changelist"), {**day, "counted_at__day": 2})
 
-    assert [sale.event_id for sale in reply.context["cl"].result_list] == ["ord-2-line-1"]
+    assert [sale.event_id for sale in on_the_3rd.context["cl"].result_list] == ["ord-2-line-1"]
+    assert {sale.event_id for sale in on_the_2nd.context["cl"].result_list} == {
+        "ord-1-line-1",
+        "ord-3-line-1",
+    }
+
+
+def test_the_sale_list_is_newest_first_by_the_instant_each_sale_counts_in(admin_client, sales):
+    reply = admin_client.get(sale_url("changelist"))
+
+    listed = [sale.event_id for sale in reply.context["cl"].result_list]
+    assert listed == ["ord-4-line-1", "ord-2-line-1", "ord-3-line-1", "ord-1-line-1"]
+
+
+def _plan(queryset) -> str:
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_a_search_by_an_event_ids_beginning_reads_the_ids_primary_key(sales):
+    """The ids' table keeps one index, its key, for every lookup: by id, and by an id's beginning."""
+    plan = _plan(SaleId.objects.filter(event_id__startswith="ord-").values("sale_id"))
+
+    assert f"{SaleId._meta.db_table}_pkey" in plan
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass", [SaleId._meta.db_table])
+        assert cursor.fetchone()[0] == 1
+
+
+def test_the_sale_lists_order_and_day_filter_read_an_index_ingest_keeps_anyway(sales):
+    """The sales table is indexed by the instant a sale counts in (the rebuild's windows need it), not
+    also by its ts: each index costs every sale ingested."""
+    plan = _plan(Sale.objects.filter(counted_at__date="2026-03-02").order_by("-counted_at", "-id")[:100])
+
+    assert "counted_at" in plan and "Seq Scan" not in plan
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass"
+            " AND %s = ANY (SELECT attname FROM pg_attribute WHERE attrelid = indrelid AND attnum = ANY (indkey))",
+            [Sale._meta.db_table, "ts"],
+        )
+        assert cursor.fetchone()[0] == 0
 
 
 def test_returns_can_be_listed_apart(admin_client, sales):

@@ -380,3 +380,18 @@ def test_views_queued_across_a_reshard_are_counted_once_in_each_board():
     assert not PendingEngagement.objects.exists()
     shop.assert_exact()
     assert shop.top(category="all", window="1h", metric="views")[0] == ("p0", 24)
+
+
+def test_the_ids_tables_keep_no_index_that_no_query_reads():
+    """Each index on an ids' table is written for every event ingested: their keys serve the duplicate
+    checks (and the admin's search by a sale id's beginning, in the C collation), the engagement ids'
+    ts index the prune; a pattern-ops copy of a key serves nothing."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_opclass o ON o.oid = ANY (i.indclass)"
+            " WHERE i.indrelid = ANY (%s::regclass[]) AND o.opcname LIKE '%%pattern_ops'",
+            [[EngagementId._meta.db_table, "rankings_saleid"]],
+        )
+        assert cursor.fetchall() == []
