@@ -391,20 +391,33 @@ _REVENUE = "(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::
 
 def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
     """The select list of every window's units and revenue as of `as_of` (in the order of `windows`,
-    units first), and its query parameters, with `oldest` and `stop` bounding all windows together."""
+    units first), and its query parameters, with `oldest` and `stop` bounding all windows together.
+
+    The statements that use it read only the sales between `oldest` and `stop`, so a window's bound
+    that is one of those is not tested again: the widest window's sums are plain sums, and the
+    windows of hour buckets, which all end with the current hour, test their start only. Every test
+    left is one a sale of the window passes and a sale outside it fails."""
     t = int(as_of.timestamp())
-    sums, starts, stops = [], [], []
-    params: dict = {"all": ALL}
-    for i, w in enumerate(windows):
+    bounds = []
+    for w in windows:
         first, last = w.bounds(t)
-        params[f"f{i}"] = dt.datetime.fromtimestamp(first, tz=dt.UTC)
-        params[f"t{i}"] = dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC)
-        starts.append(params[f"f{i}"])
-        stops.append(params[f"t{i}"])
-        inside = f"s.counted_at >= %(f{i})s AND s.counted_at < %(t{i})s"
-        sums.append(f"coalesce(sum(s.qty) FILTER (WHERE {inside}), 0)")
-        sums.append(f"coalesce(sum({_REVENUE}) FILTER (WHERE {inside}), 0)::bigint")
-    params.update(oldest=min(starts), stop=max(stops))
+        bounds.append(
+            (
+                dt.datetime.fromtimestamp(first, tz=dt.UTC),
+                dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC),
+            )
+        )
+    oldest, stop = min(start for start, _ in bounds), max(end for _, end in bounds)
+    sums = []
+    params: dict = {"all": ALL, "oldest": oldest, "stop": stop}
+    for i, (start, end) in enumerate(bounds):
+        params[f"f{i}"], params[f"t{i}"] = start, end
+        tests = ([f"s.counted_at >= %(f{i})s"] if start > oldest else []) + (
+            [f"s.counted_at < %(t{i})s"] if end < stop else []
+        )
+        inside = f" FILTER (WHERE {' AND '.join(tests)})" if tests else ""
+        sums.append(f"coalesce(sum(s.qty){inside}, 0)")
+        sums.append(f"coalesce(sum({_REVENUE}){inside}, 0)::bigint")
     return ", ".join(sums), params
 
 
