@@ -233,3 +233,24 @@ def test_a_versions_history_is_deleted_with_it_and_pruned_after_32_days(admin_cl
     assert kept[0] >= shop.now - dt.timedelta(days=32)
     assert Snapshot.objects.filter(at__lt=shop.now - dt.timedelta(days=32)).count() == 0
     assert Snapshot.objects.filter(version=3, at__lt=START).exists()  # of the rebuild, within 32 days
+
+
+def test_a_rebuild_s_history_keeps_product_ids_an_array_literal_would_misread():
+    """`NULL` and `null` are product ids like any other: the recorded ranks hold them as strings."""
+    shop = Shop()
+    toys = Category.objects.create(slug="toys", name="Toys")
+    ids = ["NULL", "null", "a:b", "x.y-z_1"]
+    for pid in ids:
+        Product.objects.create(product_id=pid, name=pid, price_cents=250).categories.set([toys])
+    shop.send(
+        *[
+            shop.sale(pid, categories=["toys"], qty=1 + i, ago=dt.timedelta(hours=3 + i), event_id=f"e{i}")
+            for i, pid in enumerate(ids)
+        ]
+    )
+    shop.tick()
+    backfill.version_build(activate=True)
+    hours = _hours_of(2)
+    expected = snapshots_recompute(hours=hours, earlier_sale_id=0)
+    assert _stored(2) == expected
+    assert {pid for products in expected.values() for pid in products} == set(ids)

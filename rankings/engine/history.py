@@ -130,23 +130,51 @@ def history_record(
                 tqdm(_by_category(rows), desc="history", unit=" categories", leave=False), 1
             ):
                 with writer.copy(_COPY) as copy:
-                    copy.set_types(_TYPES)
+                    lines = []
                     for board_name, board in _parts(category, facts, layout):
                         for name, w in windows:
                             span = (w.buckets - 1) * HOUR
+                            head = f"{version}\t{{}}\t{_copy_text(name)}\t{{}}\t{_copy_text(board_name)}\t"
                             for at, metric, products in _ranked(board, first, len(hours), span):
-                                copy.write_row((version, instant(at), name, metric, board_name, products))
+                                lines.append(
+                                    head.format(instant(at).isoformat(), _copy_text(metric))
+                                    + _copy_text(_array(products))
+                                )
                                 report.boards += 1
                                 report.products += len(products)
+                                if len(lines) >= COPY_LINES:
+                                    copy.write("\n".join(lines) + "\n")
+                                    lines = []
+                    if lines:
+                        copy.write("\n".join(lines) + "\n")
                 if progress is not None:
                     progress(done)
     report.seconds = time.monotonic() - started
     return report
 
 
-_COPY = f'COPY {Snapshot._meta.db_table} (version, at, "window", metric, category, products) FROM STDIN (FORMAT BINARY)'
-_TYPES = ["int4", "timestamptz", "varchar", "varchar", "varchar", "varchar[]"]
+# Written as text, each row's ranks rendered as one array literal: psycopg's binary dumper of a
+# list of a thousand product ids costs several times what ranking them does.
+_COPY = (
+    f'COPY {Snapshot._meta.db_table} (version, at, "window", metric, category, products) FROM STDIN'
+    " WITH (FORMAT TEXT)"
+)
 READ_ROWS = 20_000  # hour buckets read from PostgreSQL at a time
+COPY_LINES = 2_000  # snapshot rows sent to PostgreSQL at a time
+# COPY's text format: a backslash, tab, newline or carriage return in a value is escaped.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str) -> str:
+    return value.translate(_COPY_ESCAPES)
+
+
+def _array(items: list[str]) -> str:
+    """The array literal of `items`, every element quoted (a product id `NULL` is the string, not null)."""
+    body = '","'.join(items)
+    if "\\" in body or body.count('"') != 2 * (len(items) - 1):
+        body = '","'.join(item.replace("\\", "\\\\").replace('"', '\\"') for item in items)
+    return '{"' + body + '"}' if items else "{}"
 
 
 @dataclass

@@ -3,8 +3,8 @@
 A rebuild never writes the active version. It takes one consistent snapshot
 (REPEATABLE READ, begun while every shard's tick lock is held, so the
 snapshot sits exactly between two batches of each shard), lets PostgreSQL
-aggregate the raw sales (a GROUP BY of the categories and one of `all`, side by
-side on two connections), streams the sums into the new version's boards as they
+aggregate the raw sales (one GROUP BY of the categories and `all`, split by
+product into parts that run side by side on two connections), streams the sums into the new version's boards as they
 come (rankings.operations.board_stream), puts each shard's in place, then
 catches up by replaying the batches the ticks committed since the snapshot.
 Those batches are the very changes the active version received, so the new
@@ -209,35 +209,24 @@ def _build_failed(number: int, error: BaseException) -> None:
     history_delete(number)
 
 
-# Every sale counts in its categories and in `all`: two plain GROUP BYs, with no
-# join to the catalogue or the work queue, run several times faster than one
-# over categories || 'all' that is joined to both. The categories' is split by
-# product into PARTS, each a GROUP BY of its own (a product's sums are all in
-# one part): the first part's boards are written to Redis while PostgreSQL adds
-# up the next, where one GROUP BY would send nothing until it was all done. The
-# parts and the aggregate of `all` (which also counts the sales) run on two
-# connections that share the snapshot.
-PARTS = 4
+# Every sale counts in its categories and in `all`: one GROUP BY over both, with no join to the
+# catalogue or the work queue, split by product into PARTS (a product's sums, `all` among them, are
+# all in one part). Each part is one scan of the raw sales, and its hash table holds a part's groups
+# only (a table of every group at once is slower to fill than the parts' tables together); the
+# parts run on two connections that share the snapshot, each part's boards written to Redis while
+# PostgreSQL adds up the next. The first column counts a group's sales; the rows of `all` add up
+# to the sales aggregated.
+PARTS = 2
 _PART = "mod(hashtext(s.product_id) & 2147483647, %(parts)s) = %(part)s"
-_AGGREGATE_CATEGORIES = f"""
-SELECT u.category, s.product_id, {{sums}}
-FROM rankings_sale s CROSS JOIN LATERAL unnest(s.categories) AS u(category)
+_AGGREGATE = f"""
+SELECT count(*), u.category, s.product_id, {{sums}}
+FROM rankings_sale s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({{expand}})) AS u(category)
 WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
-GROUP BY 1, 2
+GROUP BY 2, 3
 """
-# With a tree, each sale counts once in every category it names and every ancestor of them.
-_AGGREGATE_CATEGORIES_TREE = f"""
-SELECT u.category, s.product_id, {{sums}}
-FROM rankings_sale s CROSS JOIN LATERAL ({EXPAND_SQL}) AS u(category)
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
-GROUP BY 1, 2
-"""
-_AGGREGATE_ALL = """
-SELECT count(*), %(all)s, s.product_id, {sums}
-FROM rankings_sale s
-WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s
-GROUP BY 3
-"""
+# Without a tree, a sale counts in the categories it names: a plain unnest. With one, once in every
+# category it names and every ancestor of them.
+_NAMED = "SELECT unnest(s.categories)"
 
 # Sales a shard has not claimed yet are in none of its boards: their part is
 # subtracted as the aggregate streams by (the queue is short, so this is a small query).
@@ -337,7 +326,7 @@ def _aggregate_into(
     windows = list(configured_windows().values())
     sums, params = _window_sums(windows, as_of)
     params.update(tree.sql_params(), parts=PARTS)
-    by_category = (_AGGREGATE_CATEGORIES_TREE if tree.parents else _AGGREGATE_CATEGORIES).format(sums=sums)
+    by_part = _AGGREGATE.format(sums=sums, expand=EXPAND_SQL if tree.parents else _NAMED)
     owed = _pending_sales(connections[0], sums, params, live)
     engagement_owed = engagement_pending(connections[1], windows, as_of, live)
     with ThreadPoolExecutor(max_workers=2) as writer, ThreadPoolExecutor(max_workers=1) as side:
@@ -347,9 +336,7 @@ def _aggregate_into(
         sales = functools.partial(into, metrics=("units", "revenue"), owed=owed)
         engaged = into(metrics=("views", "wishes"), owed=engagement_owed)
         aggregates = [
-            _Aggregate(sales(), by_category, {**params, "part": 0}),
-            _Aggregate(sales(), _AGGREGATE_ALL.format(sums=sums), params, counts=True),
-            *(_Aggregate(sales(), by_category, {**params, "part": part}) for part in range(1, PARTS)),
+            *(_Aggregate(sales(), by_part, {**params, "part": part}, counts=True) for part in range(PARTS)),
             _Aggregate(engaged, *engagement_query(windows, as_of, tree)),
         ]
         left = list(aggregates)
@@ -364,7 +351,7 @@ def _aggregate_into(
 @dataclass
 class _Aggregate:
     """One GROUP BY of a rebuild and the boards its rows go to; with `counts`, its first column
-    counts the sales of the row, and `sales` adds them up."""
+    counts the sales of the row, and `sales` adds up those of the rows of `all` (each sale once)."""
 
     into: BoardStream
     query: str
@@ -378,7 +365,8 @@ class _Aggregate:
 
     def _counted(self, rows: Iterable[tuple]) -> Iterator[list]:
         for sales, *row in rows:
-            self.sales += sales
+            if row[0] == ALL:
+                self.sales += sales
             yield row
 
 
@@ -403,20 +391,33 @@ _REVENUE = "(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::
 
 def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[str, dict]:
     """The select list of every window's units and revenue as of `as_of` (in the order of `windows`,
-    units first), and its query parameters, with `oldest` and `stop` bounding all windows together."""
+    units first), and its query parameters, with `oldest` and `stop` bounding all windows together.
+
+    The statements that use it read only the sales between `oldest` and `stop`, so a window's bound
+    that is one of those is not tested again: the widest window's sums are plain sums, and the
+    windows of hour buckets, which all end with the current hour, test their start only. Every test
+    left is one a sale of the window passes and a sale outside it fails."""
     t = int(as_of.timestamp())
-    sums, starts, stops = [], [], []
-    params: dict = {"all": ALL}
-    for i, w in enumerate(windows):
+    bounds = []
+    for w in windows:
         first, last = w.bounds(t)
-        params[f"f{i}"] = dt.datetime.fromtimestamp(first, tz=dt.UTC)
-        params[f"t{i}"] = dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC)
-        starts.append(params[f"f{i}"])
-        stops.append(params[f"t{i}"])
-        inside = f"s.counted_at >= %(f{i})s AND s.counted_at < %(t{i})s"
-        sums.append(f"coalesce(sum(s.qty) FILTER (WHERE {inside}), 0)")
-        sums.append(f"coalesce(sum({_REVENUE}) FILTER (WHERE {inside}), 0)::bigint")
-    params.update(oldest=min(starts), stop=max(stops))
+        bounds.append(
+            (
+                dt.datetime.fromtimestamp(first, tz=dt.UTC),
+                dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC),
+            )
+        )
+    oldest, stop = min(start for start, _ in bounds), max(end for _, end in bounds)
+    sums = []
+    params: dict = {"all": ALL, "oldest": oldest, "stop": stop}
+    for i, (start, end) in enumerate(bounds):
+        params[f"f{i}"], params[f"t{i}"] = start, end
+        tests = ([f"s.counted_at >= %(f{i})s"] if start > oldest else []) + (
+            [f"s.counted_at < %(t{i})s"] if end < stop else []
+        )
+        inside = f" FILTER (WHERE {' AND '.join(tests)})" if tests else ""
+        sums.append(f"coalesce(sum(s.qty){inside}, 0)")
+        sums.append(f"coalesce(sum({_REVENUE}){inside}, 0)::bigint")
     return ", ".join(sums), params
 
 
