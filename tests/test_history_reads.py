@@ -51,6 +51,17 @@ def snapshots(db):
         [Product(product_id=f"p{i}", name=f"p{i}", price_cents=1) for i in range(100)]
     )
     _snapshot_hours([(_hour(i), -i) for i in range(HOURS)])
+    # A shop's other boards, 30 a hour, as a shop has many more boards than a history has hours; and
+    # the statistics autovacuum gathers, whenever it does. With two boards a history's hours were
+    # the narrower key, and a plan through `snapshot_at` read both boards' rows.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO {Snapshot._meta.db_table} (version, at, "window", metric, category, products)'
+            " SELECT 1, at, '1d', 'units', 'other' || k, ARRAY['p1'] FROM unnest(%s::timestamptz[]) AS at,"
+            " generate_series(1, 30) AS k",
+            [[_hour(i) for i in range(HOURS)]],
+        )
+        cursor.execute(f"ANALYZE {Snapshot._meta.db_table}, {SnapshotHour._meta.db_table}")
 
 
 def _rows_read(table: str) -> int:
@@ -62,6 +73,12 @@ def _rows_read(table: str) -> int:
             [table, table],
         )
         return int(cursor.fetchone()[0] or 0)
+
+
+# Index entries the planner itself may read, at the ends of an index, to learn where a range's values
+# really stop (get_actual_variable_range), counted with the query's own: a few per plan. A read of a
+# week through `snapshot_at` instead of the board's index reads the 32 boards' rows of each hour.
+PLANNER_PROBES = 64
 
 
 def _rank_of_p0(i: int) -> int | None:
@@ -88,8 +105,8 @@ def test_a_history_is_answered_from_memory_until_the_next_hour_is_snapshotted(sn
     assert all(h.points == first.points[-7 * 24 :] for h in week)
     reading_snapshots = [q["sql"] for q in queries if re.search(rf"\b{Snapshot._meta.db_table}\b", q["sql"])]
     assert len(reading_snapshots) == 1, reading_snapshots
-    assert _rows_read(Snapshot._meta.db_table) - snapshots <= 7 * 24
-    assert _rows_read(SnapshotHour._meta.db_table) - marks <= 7 * 24
+    assert _rows_read(Snapshot._meta.db_table) - snapshots <= 7 * 24 + PLANNER_PROBES
+    assert _rows_read(SnapshotHour._meta.db_table) - marks <= 7 * 24 + PLANNER_PROBES
     # when the next hour is snapshotted, and the latest hour asked again
     _snapshot_hours([(LAST + dt.timedelta(hours=1), -HOURS)])
     monkeypatch.setattr(moves, "LATEST_HOUR_SECONDS", 0.0)  # as if that long had passed
@@ -110,7 +127,7 @@ def test_a_history_read_costs_one_query_of_its_hours_per_board_whatever_the_shar
         )
     assert [p.rank for p in histories["gifts"].points] == [_rank_of_p0(i) for i in range(HOURS)]
     assert len(queries) <= 2, [q["sql"] for q in queries]
-    assert _rows_read(Snapshot._meta.db_table) - snapshots <= 2 * HOURS
+    assert _rows_read(Snapshot._meta.db_table) - snapshots <= 2 * HOURS + PLANNER_PROBES
     assert _rows_read(SnapshotHour._meta.db_table) - marks <= 1
 
 

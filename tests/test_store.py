@@ -102,6 +102,25 @@ CALLS = {
     "others_scores": lambda: store.others_scores(
         version=1, window="7d", metric="units", members=[(0, "all#0", ["p1"])]
     ),
+    "member_around": lambda: store.member_around(**BOARD, product_id="p1", n=2),
+    "parts_around": lambda: store.parts_around(
+        version=1,
+        window="7d",
+        metric="units",
+        parts=[(0, "all#0"), (1, "all#1")],
+        score=3,
+        product_id="p1",
+        n=2,
+    ),
+    "split_around": lambda: store.split_around(
+        version=1,
+        window="7d",
+        metric="units",
+        parts=[(0, "all#0"), (1, "all#1")],
+        own=0,
+        product_id="p1",
+        n=2,
+    ),
     "parts_histogram": lambda: store.parts_histogram(
         version=1, window="7d", metric="units", parts=[(0, "all#0")], edges=[1, 2]
     ),

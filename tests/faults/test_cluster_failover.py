@@ -70,10 +70,17 @@ def _seq(node: processes.Process, key: str) -> int:
 
 
 def _replica_of(cluster: processes.RedisCluster, primary: processes.Process) -> processes.Process:
-    nodes = _node_client(primary).execute_command("CLUSTER NODES")
-    primary_id = next(about["node_id"] for about in nodes.values() if "myself" in about["flags"])
-    address = next(a for a, about in nodes.items() if about["master_id"] == primary_id)
-    return cluster.node(address)
+    """The primary's replica, once the primary has heard of it (a new cluster's nodes learn their
+    replicas by gossip, a moment after `redis-cli --cluster create` returns)."""
+    deadline = time.monotonic() + 30
+    while True:
+        nodes = _node_client(primary).execute_command("CLUSTER NODES")
+        primary_id = next(about["node_id"] for about in nodes.values() if "myself" in about["flags"])
+        address = next((a for a, about in nodes.items() if about["master_id"] == primary_id), None)
+        if address is not None:
+            return cluster.node(address)
+        assert time.monotonic() < deadline, f"no replica of {primary.name} known after 30 s"
+        time.sleep(0.1)
 
 
 def _rebuilt_since(tick_id: int) -> int:
