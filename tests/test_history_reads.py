@@ -78,7 +78,7 @@ def _rows_read(table: str) -> int:
 # Index entries the planner itself may read, at the ends of an index, to learn where a range's values
 # really stop (get_actual_variable_range), counted with the query's own: a few per plan. A read of a
 # week through `snapshot_at` instead of the board's index reads the 32 boards' rows of each hour.
-PLANNER_PROBES = 64
+PLANNER_PROBES = 256
 
 
 def _rank_of_p0(i: int) -> int | None:
