@@ -62,7 +62,7 @@ class Receiver:
                 self.end_headers()
 
             def log_message(self, *args):
-                pass
+                """No access log on stderr: what the receiver was sent is in `received`."""
 
         self.address = address
         self.server = ThreadingHTTPServer((address, 0), Handler)
