@@ -447,6 +447,7 @@ class Snapshot(models.Model):
     window = models.CharField(max_length=8)
     metric = models.CharField(max_length=16)
     category = models.CharField(max_length=50)
+    # Compressed with LZ4 (migration 0025): a rebuild writes tens of thousands of these at once.
     products = ArrayField(models.CharField(max_length=64))
 
     class Meta:
