@@ -55,7 +55,7 @@ def weight(value) -> int:
         return 0
     fields = _fields(kind)
     if fields is not None:
-        return size + sum(map(weight, fields(value)))
+        return size + _items_weight(fields(value))
     held = getattr(value, "__dict__", None)
     return size if held is None else size + weight(held)
 
