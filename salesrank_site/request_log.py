@@ -13,7 +13,9 @@ import logging
 import time
 import uuid
 
+from django.core.signals import request_finished
 from django_guid.context import guid
+from django_guid.signals import clear_guid
 
 log = logging.getLogger("salesrank.requests")
 
@@ -43,6 +45,9 @@ class RequestLogMiddleware:
 
     def __init__(self, get_response):
         self.get_response = get_response
+        # django-guid's receiver clears the id when a request ends: this middleware resets it itself,
+        # and a receiver fewer is a signal sent faster after every request.
+        request_finished.disconnect(clear_guid)
 
     def __call__(self, request):
         started = time.perf_counter()
