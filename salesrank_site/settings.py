@@ -79,8 +79,8 @@ MIDDLEWARE = [
     # and the request log (rankings/serving/probes.py says why).
     "rankings.serving.probes.OperatorEndpointsMiddleware",
     # Each request's id (its X-Request-ID when that is a UUID, else a new one), in every log line of
-    # the request and of the Celery tasks it queues, and in the response's X-Request-ID.
-    "django_guid.middleware.guid_middleware",
+    # the request and of the Celery tasks it queues (django-guid's context and Celery integration),
+    # and in the response's X-Request-ID; then the request's log line.
     "salesrank_site.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -367,8 +367,8 @@ if LOG_FORMAT not in FORMATS:
     raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(FORMATS)}, not {LOG_FORMAT!r}")
 LOGGING = logging_config(log_format=LOG_FORMAT, level=env("LOG_LEVEL", default="INFO"))
 LOGGING_CONFIG = "salesrank_site.logs.configure"
+# The request's id is made by salesrank_site/request_log.py; django-guid carries it to Celery.
 DJANGO_GUID = {
-    "GUID_HEADER_NAME": "X-Request-ID",
     # Celery tasks queued while answering a request carry its id; a task queued by a task, the id
     # of the task that queued it.
     "INTEGRATIONS": [CeleryIntegration()],

@@ -122,6 +122,8 @@ def categories_names(slugs) -> dict[str, str]:
 def category_name(slug: str) -> str:
     """A category's name; NotFound for a slug no category has (asked again after
     CATEGORY_MISS_RELOAD_SECONDS: a flood of one made-up slug is one indexed query a second)."""
+    if slug == ALL:  # the board of every product, asked for most: no lookup
+        return ALL_NAME
     name = categories_names([slug]).get(slug)
     if name is None:
         raise NotFound(f"unknown category '{slug}'")

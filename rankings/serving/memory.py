@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from decimal import Decimal
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 
 from cachetools import Cache, LRUCache, TLRUCache, TTLCache
 
@@ -15,8 +15,11 @@ from cachetools import Cache, LRUCache, TLRUCache, TTLCache
 # the TTL caches' list), measured with tracemalloc: 130 bytes for an LRUCache, 220 for a TTLCache.
 ENTRY_BYTES = 256  # bytes
 _CONTAINERS = (tuple, list, set, frozenset)
-# Values that refer to nothing else a cache would hold: their own size is their weight.
+# Values that refer to nothing else a cache would hold: their own size is their weight. None of them
+# is tracked by the garbage collector, so their __sizeof__() is sys.getsizeof's answer, without the
+# parsing of its arguments.
 _LEAVES = frozenset({str, bytes, int, float, bool, type(None), Decimal, dt.datetime, dt.date})
+_leaf_size = methodcaller("__sizeof__")
 
 
 @lru_cache(maxsize=64)  # the value types of the program: a few dozen dataclasses
@@ -35,7 +38,7 @@ def _items_weight(values) -> int:
     """The weight of the values of a container: a board as Redis sent it (tens of thousands of
     bytes objects) in one pass in C, anything else value by value."""
     if set(map(type, values)) <= _LEAVES:
-        return sum(map(sys.getsizeof, values))
+        return sum(map(_leaf_size, values))
     return sum(map(weight, values))
 
 
@@ -44,9 +47,9 @@ def weight(value) -> int:
     reference: a bound, never less than the truth). A type's own objects (classes, functions,
     time zones) are not counted: they exist anyway. Values are data: no cycles."""
     kind: type = type(value)
-    size = sys.getsizeof(value)
     if kind in _LEAVES:
-        return size
+        return value.__sizeof__()
+    size = sys.getsizeof(value)
     if kind in _CONTAINERS:
         return size + _items_weight(value)
     if kind is dict:
@@ -55,7 +58,7 @@ def weight(value) -> int:
         return 0
     fields = _fields(kind)
     if fields is not None:
-        return size + sum(map(weight, fields(value)))
+        return size + _items_weight(fields(value))
     held = getattr(value, "__dict__", None)
     return size if held is None else size + weight(held)
 
