@@ -213,3 +213,43 @@ def states_ensure(cursor, shards: int) -> None:
         " SELECT s, 0, 0, 0, '' FROM generate_series(0, %s - 1) AS s ON CONFLICT (shard) DO NOTHING",
         [shards],
     )
+
+
+def _oldest_unseen(most: str) -> str:
+    """The sales some shard's position has not seen, read by writer id: those of transactions
+    running when it was taken and of its own, and the first `most` after its end in writer order
+    (a bound on the read: a backlog longer than that is old enough at its `most`-th sale)."""
+    prev = ("st.claimed_snapshot", "st.claimed_own", "st.claimed_own_id")
+    target = ("st.claiming_snapshot", "st.claiming_own", "st.claiming_own_id")
+    columns = "id, counted_at, xid, boards, received_at"
+    return f"""
+SELECT s.received_at FROM (
+    SELECT {columns} FROM rankings_sale
+    WHERE xid = ANY(ARRAY(SELECT pg_snapshot_xip(st.claimed_snapshot))) AND xid IS DISTINCT FROM st.claimed_own
+    UNION ALL
+    SELECT {columns} FROM rankings_sale WHERE xid = st.claimed_own AND xid < pg_snapshot_xmax(st.claimed_snapshot)
+    UNION ALL
+    (SELECT {columns} FROM rankings_sale WHERE xid >= pg_snapshot_xmax(st.claimed_snapshot) ORDER BY xid LIMIT {most})
+) AS s
+WHERE rankings_boards_of(s.boards, st.shard) IS NOT NULL AND NOT {_seen(prev)}
+  AND NOT coalesce({_seen(target)} AND (s.counted_at, s.id) <= (st.claiming_at, st.claiming_id), false)
+UNION ALL
+SELECT received_at FROM rankings_sale
+WHERE id = (SELECT min(sale_id) FROM rankings_requeuedsale r WHERE r.shard = st.shard)
+"""
+
+
+# When the oldest sale some shard of the first `shards` has yet to claim was received.
+_OLDEST = f"""
+SELECT min(o.received_at) FROM rankings_shardstate st
+CROSS JOIN LATERAL ({_oldest_unseen("%(most)s")}) AS o
+WHERE st.shard < %(shards)s
+"""
+
+
+def unclaimed_oldest(cursor, *, shards: int, most: int):
+    """When the oldest sale that one of the first `shards` shards has yet to claim was received
+    (None when none waits), reading at most `most` sales per shard beyond those of transactions
+    that were running at its last claim: a bounded read however long the backlog."""
+    cursor.execute(_OLDEST, {"shards": shards, "most": most})
+    return cursor.fetchone()[0]
