@@ -386,7 +386,11 @@ def _claim(cursor, params: dict, *, last: int | None, position: claims.Position)
         cursor.execute(_CLAIM_REQUEUED, {**params, "last": last})
         (requeued,) = cursor.fetchone()
     return requeued + claims.claim_sales(
-        cursor, shard=params["shard"], position=position, limit=params["limit"] - requeued, until=params["until"]
+        cursor,
+        shard=params["shard"],
+        position=position,
+        limit=params["limit"] - requeued,
+        until=params["until"],
     )
 
 

@@ -49,7 +49,7 @@ class Position:
     after_id: int | None
 
 
-def _unseen(columns: str, prev: str, target_bound: str) -> str:
+def _unseen(columns: str, prev: tuple[str, str, str], target_bound: str) -> str:
     """The rows of the sales table whose writer the position `prev` (SQL of its snapshot, own,
     own_id) may not have seen, read by the writer's id only: at or after the snapshot's end (and
     before `target_bound`), running when it was taken, or the position's own transaction."""
@@ -152,7 +152,7 @@ def claim_sales(cursor, *, shard: int, position: Position, limit: int, until) ->
         if fresh and not claimed and position.target == position.snapshot:
             return 0  # no transaction ended since: the state stays as it is
         position.snapshot, position.own, position.own_id = (
-            position.target,
+            position.target or position.snapshot,
             position.target_own,
             position.target_own_id,
         )
