@@ -21,6 +21,10 @@ class Sale(models.Model):
     the recent months. Its primary key in PostgreSQL is (id, counted_at), as a
     partitioned table's must include the partition key; `id` alone is still unique
     and is the key the ORM knows. Event ids are kept unique by SaleId.
+
+    Two columns only SQL reads (rankings.engine.claims): `xid`, the id of the transaction that
+    wrote the row (by default), and `boards`, the boards of each shard it counts in, fixed at
+    ingest ('shard:category,…;…'): the tick claims the sale by them, with no queue row.
     """
 
     event_id = models.CharField("event id", max_length=128)

@@ -4,7 +4,7 @@ The caller (the tick, a switch-over, a clock reset) holds the shard's advisory l
 brought to `now` a batch at a time:
 
 1. In one PostgreSQL transaction: claim about BATCH_SIZE pending sales
-   (DELETE … RETURNING of the rows it sees: no cursor, nothing skipped or repeated),
+   (by snapshot pairs, rankings.engine.claims: nothing skipped or repeated),
    compute the net change of every board as the clock moves from the shard's
    last instant to `now` — the claimed sales inside each window, plus the
    buckets that entered it, minus the buckets that left it, all read before

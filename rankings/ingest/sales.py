@@ -1,5 +1,6 @@
 """Sales through the batch ingest (rankings.ingest.batch): duplicates, returns, catalogue defaults,
-the bound on a product's lifetime totals, and the sales' tables and work queue.
+the bound on a product's lifetime totals, and the sales' tables (each sale's row with the boards
+it counts in on each shard, which the tick claims it by: rankings.engine.claims).
 
 Concurrent batches take their locks in one order (returned originals, then
 categories, products and sales, and last the product totals, each sorted by
