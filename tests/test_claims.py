@@ -19,7 +19,8 @@ from rankings.operations.verify import rankings_verify
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-START = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+# Two minutes before an hour: the ticks cross it, claiming first only what counts by then.
+START = dt.datetime(2026, 3, 2, 12, 58, tzinfo=dt.UTC)
 
 
 class Session(threading.Thread):
@@ -66,7 +67,8 @@ def _units() -> dict[str, int]:
 
 
 def test_a_transaction_left_open_is_claimed_once_after_it_commits_and_holds_back_no_other(settings):
-    # given small claims (several a tick) and a catalogue made beforehand, so that the open
+    # given small claims (several a tick, and a tick that crosses an hour claims first the sales
+    # counted by then, then the others) and a catalogue made beforehand, so that the open
     # transaction holds no row the others wait on
     settings.RANKINGS = {**settings.RANKINGS, "SHARDS": 2, "BATCH_SIZE": 2}
     Category.objects.create(slug="toys", name="toys", has_sales=True)
@@ -85,7 +87,9 @@ def test_a_transaction_left_open_is_claimed_once_after_it_commits_and_holds_back
         # when sales of this session commit and ticks run, several, while the other stays open
         now = START
         for round_ in range(4):
-            events = [_sale(f"early-{round_}-{n}", "early", 2, now) for n in range(3)]
+            events = [
+                _sale(f"early-{round_}-{n}", "early", 2, now + dt.timedelta(seconds=40 * n)) for n in range(3)
+            ]
             assert sales_ingest(events=events, now=now).accepted == 3
             now += dt.timedelta(minutes=1)
             tick(now=now, log_tick=False)

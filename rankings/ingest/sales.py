@@ -30,7 +30,7 @@ from rankings.ingest.batch import (
     catalogue_of,
 )
 from rankings.ingest.events import MAX_AMOUNT_CENTS, MAX_AMOUNT_DIGITS, SaleEventSerializer
-from rankings.models import ProductTotal, Sale, SaleId, ShardState
+from rankings.models import ProductTotal, Sale, SaleId
 
 __all__ = ["DUPLICATE_ID", "IngestResult", "MAX_PRODUCT_TOTAL", "event_digest", "sales_ingest"]
 
@@ -155,17 +155,6 @@ WITH claimed AS (
            return_of, counted_at, now(), digest, queue
     FROM claimed JOIN ingest_stage USING (event_id)
     RETURNING id, event_id, counted_at
-), positioned AS (
-    -- A shard that never ticked gets its state here, its claim position seeing no sale yet: the
-    -- sales pending on it show from the start (rankings_pendingsale reads the shards' states).
-    -- Only a shard with no state is inserted: one a switch is replacing is not waited on.
-    INSERT INTO {ShardState._meta.db_table} (shard, seq, too_old, failures, last_error)
-    SELECT shard, 0, 0, 0, '' FROM (
-        SELECT DISTINCT split_part(entry, ':', 1)::smallint AS shard
-        FROM ingest_stage, unnest(string_to_array(ingest_stage.queue, ';')) AS entry
-    ) AS named
-    WHERE NOT EXISTS (SELECT 1 FROM {ShardState._meta.db_table} st WHERE st.shard = named.shard)
-    ON CONFLICT (shard) DO NOTHING
 )
 SELECT ord FROM inserted JOIN ingest_stage USING (event_id)
 """
