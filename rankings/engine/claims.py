@@ -64,9 +64,9 @@ def _unseen(columns: str, prev: tuple[str, str, str], target_bound: str) -> str:
     """
 
 
-def _seen(position: tuple[str, str, str]) -> str:
+def _seen(position: tuple[str, str, str], sale: str = "s") -> str:
     snap, own, own_id = position
-    return f"rankings_seen(s.xid, s.id, {snap}, {own}, {own_id})"
+    return f"rankings_seen({sale}.xid, {sale}.id, {snap}, {own}, {own_id})"
 
 
 _PREV = ("%(snapshot)s::pg_snapshot", "%(own)s::xid8", "%(own_id)s::bigint")
@@ -160,6 +160,17 @@ def claim_sales(cursor, *, shard: int, position: Position, limit: int, until) ->
         position.after_at = position.after_id = None
     cursor.execute(_RECORD, {**vars(position), "shard": shard})
     return claimed
+
+
+def unseen_by(sale: str, state: str) -> str:
+    """SQL: whether the sales table's row `sale` names the shard of state row `state` and its
+    position has not seen it (the view rankings_pendingsale's test, for one row)."""
+    prev = (f"{state}.claimed_snapshot", f"{state}.claimed_own", f"{state}.claimed_own_id")
+    target = (f"{state}.claiming_snapshot", f"{state}.claiming_own", f"{state}.claiming_own_id")
+    return f"""(rankings_boards_of({sale}.boards, {state}.shard) IS NOT NULL
+    AND NOT {_seen(prev, sale)}
+    AND NOT coalesce({_seen(target, sale)}
+                     AND ({sale}.counted_at, {sale}.id) <= ({state}.claiming_at, {state}.claiming_id), false))"""
 
 
 def _unseen_entries(positions: str) -> str:
