@@ -11,11 +11,11 @@ from rankings.migrations.sql import run_sql
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rankings", "0024_engagement_ids_one_index_fewer"),
+        ("rankings", "0025_snapshot_ranks_lz4"),
     ]
 
     operations = [
-        run_sql("0025_sales_claimed_by_snapshot"),
+        run_sql("0026_sales_claimed_by_snapshot"),
         migrations.RenameModel("PendingSale", "RequeuedSale"),
         migrations.CreateModel(
             name="PendingSale",
@@ -28,5 +28,5 @@ class Migration(migrations.Migration):
             ],
             options={"db_table": "rankings_pendingsale", "managed": False},
         ),
-        run_sql("0025_pending_sales_view"),
+        run_sql("0026_pending_sales_view"),
     ]
