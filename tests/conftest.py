@@ -15,10 +15,10 @@ from django.db import transaction
 from redis.cluster import RedisCluster
 from rest_framework.test import APIClient
 
-from rankings.conf import rankings_settings
 from rankings.serving import memory
 
 from . import longest_first
+from .rankings_helpers import run_keys
 
 
 def pytest_addoption(parser):
@@ -213,8 +213,7 @@ def _clean_redis(redis_client):
     memory.forget_all()
     store.reset_clients()
     yield
-    prefix = rankings_settings.KEY_PREFIX
-    keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
+    keys = run_keys(redis_client)
     if keys:
         redis_client.delete(*keys)
 
@@ -255,14 +254,10 @@ def built_once(build: Callable, django_db_blocker, redis_client) -> Iterator[Bui
     """`build()` run once for several tests that only read what it made: its rows in a transaction
     rolled back after the last of them, each test in a savepoint of it rolled back after the test
     (no test sees another's writes); its Redis keys put back by `restored()` before each test."""
-    prefix = rankings_settings.KEY_PREFIX
     with _rolled_back(django_db_blocker):
         with django_db_blocker.unblock():
             result = build()
-        keys = {
-            key: (redis_client.dump(key), redis_client.pttl(key))
-            for key in redis_client.scan_iter(f"{prefix}:*", count=1000)
-        }
+        keys = {key: (redis_client.dump(key), redis_client.pttl(key)) for key in run_keys(redis_client)}
         yield BuiltOnce(result, keys, redis_client)
 
 
