@@ -108,17 +108,21 @@ test-cluster: install-dev
 oscar-test: install-dev browser
 	$(PY) -m pytest -q -c salesrank_oscar/pyproject.toml salesrank_oscar/tests
 
-# The inner loop, about a minute on 2 cores: no processes, fault, browser, cluster or slow tests
+# The inner loop, under a minute on 2 cores: no processes, fault, browser, cluster or slow tests
 # (reshards and switch-overs, over and over), 4 random histories instead of 60, and without the
-# slowest files (the schema's generated requests, a million categories in the admin, memory and
-# growth bounds at size, the year of history, the partitions' and migrations' own tests), which
-# make test still runs.
+# slowest files and tests (the schema's generated requests, a million categories in the admin,
+# memory and growth bounds at size, the year of history, the partitions' and migrations' own tests,
+# the split boards' pages against one sorted set at every depth, the statements of pushes of 5,000
+# products and categories: each seconds of CPU), which make test still runs.
 FAST_SKIPPED := test_schema.py test_admin_scale.py test_read_memory.py test_growth.py \
-	test_history_reads.py test_partitions.py test_migrations.py test_demo.py
+	test_history_reads.py test_partitions.py test_migrations.py test_demo.py test_split_depth.py
+FAST_DESELECTED := test_catalogue_api.py::test_a_push_of_5000_products_costs_the_statements_of_a_push_of_10 \
+	test_catalogue_api.py::test_a_push_of_5000_categories_costs_the_statements_of_a_push_of_10
 test-fast: install-dev
 	PROPERTY_HISTORIES=4 $(PY) -m pytest -q -n $(JOBS) --dist worksteal \
 		-m "not processes and not faults and not browser and not cluster and not slow" \
-		--ignore=tests/faults $(addprefix --ignore=tests/,$(FAST_SKIPPED)) $(PYTEST_ARGS)
+		--ignore=tests/faults $(addprefix --ignore=tests/,$(FAST_SKIPPED)) \
+		$(addprefix --deselect=tests/,$(FAST_DESELECTED)) $(PYTEST_ARGS)
 
 # What make test draws, ten times over and more: 600 random histories (and 100 on a Redis Cluster:
 # five times), 2,000 seeded interleavings of out-of-order commits (ten times); worth a run before a

@@ -15,10 +15,10 @@ from django.db import transaction
 from redis.cluster import RedisCluster
 from rest_framework.test import APIClient
 
-from rankings.conf import rankings_settings
 from rankings.serving import memory
 
 from . import longest_first
+from .rankings_helpers import run_keys
 
 
 def pytest_addoption(parser):
@@ -61,29 +61,100 @@ def django_db_setup(django_db_setup, django_db_blocker):
 # What Django's post_migrate signal fills after every emptying (the content types and the
 # permissions of the models): kept rather than deleted and made again.
 KEPT_BY_FLUSH = ("django_content_type", "auth_permission")
+# The receivers of post_migrate, all of which fill only the tables of KEPT_BY_FLUSH.
+POST_MIGRATE_FILLS_KEPT = (
+    "django.contrib.auth.management.create_permissions",
+    "django.contrib.contenttypes.management.create_contenttypes",
+)
+# One value for what the tables of KEPT_BY_FLUSH hold, every row of them.
+KEPT_ROWS = """
+SELECT md5(concat(
+    (SELECT string_agg(concat_ws(' ', id, app_label, model), ',' ORDER BY id) FROM django_content_type), ';',
+    (SELECT string_agg(concat_ws(' ', id, content_type_id, codename, name), ',' ORDER BY id) FROM auth_permission)
+))
+"""
+
+
+def kept_rows(using: str) -> str:
+    from django.db import connections
+
+    with connections[using].cursor() as cursor:
+        cursor.execute(KEPT_ROWS)
+        return cursor.fetchone()[0]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _emptied_by_delete():
     """A test that commits is followed by emptying every table. Django truncates them, which makes
     new files for each of the many tables, partitions and indexes (about half a second each time);
-    a test leaves a few rows, and deleting them takes milliseconds. Django's foreign keys are
-    checked at commit, when every table is empty, so the order of the deletes does not matter.
-    The content types and permissions are left as they are: Django's post_migrate, which follows
-    each emptying, would make the same rows again (some 40 statements a test), and now finds them."""
+    a test leaves a few rows, and deleting them takes milliseconds. The deletes go in one statement
+    (one round trip instead of one a table). Django's foreign keys are checked at commit, when
+    every table is empty, so the order of the deletes does not matter.
+    The content types and permissions are left as they are, and Django's post_migrate, which
+    follows each emptying to make them again (some 30 statements), is sent only when they are not
+    as they stood after it was last sent: otherwise it would find every row it makes."""
+    from django.core.management.commands import flush
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
+    emit = flush.emit_post_migrate_signal
+    after_post_migrate: dict[str, str] = {}
 
     @functools.wraps(truncate)  # tests/test_flush.py pins what it replaces
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences:
             return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)
-        return [f"DELETE FROM {self.quote_name(table)};" for table in tables if table not in KEPT_BY_FLUSH]
+        deletes = [f"DELETE FROM {self.quote_name(table)};" for table in tables if table not in KEPT_BY_FLUSH]
+        return [" ".join(deletes)] if deletes else []
+
+    @functools.wraps(emit)
+    def emit_post_migrate_signal(verbosity, interactive, db, **kwargs):
+        if after_post_migrate.get(db) == kept_rows(db):
+            return
+        emit(verbosity, interactive, db, **kwargs)
+        after_post_migrate[db] = kept_rows(db)
 
     DatabaseOperations.sql_flush = sql_flush
+    flush.emit_post_migrate_signal = emit_post_migrate_signal
     yield
     DatabaseOperations.sql_flush = truncate
+    flush.emit_post_migrate_signal = emit
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _static_files_found_once():
+    """Django's test client builds the middleware anew for each client, and WhiteNoise's looks up
+    every static file each time it is built (some 170 files, each stat'ed with its compressed
+    variants: about 13 ms of CPU, for most tests that make a request); a web process builds it
+    once. The files are found once for each configuration: the settings WhiteNoise reads and the
+    staticfiles finders (made anew by Django when their settings change)."""
+    from django.contrib.staticfiles import finders
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    find = WhiteNoiseMiddleware.add_files_from_finders
+    found: dict[tuple, dict] = {}
+
+    @functools.wraps(find)
+    def add_files_from_finders(self):
+        read = (
+            "DEBUG",
+            "STATIC_URL",
+            "FORCE_SCRIPT_NAME",
+            *(n for n in dir(settings) if n.startswith("WHITENOISE_")),
+        )
+        key = (
+            tuple((name, repr(getattr(settings, name, None))) for name in read),
+            tuple(id(finder) for finder in finders.get_finders()),
+        )
+        if key not in found:
+            files, self.files = self.files, {}
+            find(self)
+            found[key], self.files = self.files, files
+        self.files.update(found[key])
+
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders
+    yield
+    WhiteNoiseMiddleware.add_files_from_finders = find
 
 
 @pytest.fixture
@@ -142,8 +213,7 @@ def _clean_redis(redis_client):
     memory.forget_all()
     store.reset_clients()
     yield
-    prefix = rankings_settings.KEY_PREFIX
-    keys = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
+    keys = run_keys(redis_client)
     if keys:
         redis_client.delete(*keys)
 
@@ -184,14 +254,10 @@ def built_once(build: Callable, django_db_blocker, redis_client) -> Iterator[Bui
     """`build()` run once for several tests that only read what it made: its rows in a transaction
     rolled back after the last of them, each test in a savepoint of it rolled back after the test
     (no test sees another's writes); its Redis keys put back by `restored()` before each test."""
-    prefix = rankings_settings.KEY_PREFIX
     with _rolled_back(django_db_blocker):
         with django_db_blocker.unblock():
             result = build()
-        keys = {
-            key: (redis_client.dump(key), redis_client.pttl(key))
-            for key in redis_client.scan_iter(f"{prefix}:*", count=1000)
-        }
+        keys = {key: (redis_client.dump(key), redis_client.pttl(key)) for key in run_keys(redis_client)}
         yield BuiltOnce(result, keys, redis_client)
 
 

@@ -17,6 +17,13 @@ from . import oracle
 START = dt.datetime(2026, 3, 2, 12, 0, 0, tzinfo=dt.UTC)
 
 
+def run_keys(client, pattern: str = "*") -> list[bytes]:
+    """The keys of this run's prefix that match `pattern`. SCAN walks the whole keyspace whatever
+    the pattern, and its default of 10 keys a call takes a round trip for every 10 keys of the
+    server (other runs' too): this takes store.SCAN_COUNT a call, as the store does."""
+    return list(client.scan_iter(f"{rankings_settings.KEY_PREFIX}:{pattern}", count=store.SCAN_COUNT))
+
+
 class Shop:
     def __init__(self, now: dt.datetime = START):
         self.now = now

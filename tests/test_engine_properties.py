@@ -67,7 +67,7 @@ from rankings.serving import memory, moves, selectors
 from rankings.serving.rank_then import gain_percent
 
 from . import oracle
-from .rankings_helpers import Shop
+from .rankings_helpers import Shop, run_keys
 
 HOUR = 3600  # seconds
 PRODUCTS = [f"p{i}" for i in range(6)]
@@ -124,7 +124,7 @@ def _reset():
     with transaction.atomic():
         connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), tables))
     r = store.patient()
-    keys = list(r.scan_iter(f"{rankings_settings.KEY_PREFIX}:*"))
+    keys = run_keys(r)
     if keys:
         r.delete(*keys)
     store.reset_clients()

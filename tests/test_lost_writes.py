@@ -10,30 +10,25 @@ import logging
 
 import pytest
 
-from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import active, shard_of
 from rankings.models import ShardState
 from rankings.serving import answers, memory, selectors
 
-from .rankings_helpers import Shop
+from .rankings_helpers import Shop, run_keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _snapshot(redis_client) -> dict[bytes, bytes]:
-    return {key: redis_client.dump(key) for key in redis_client.scan_iter(f"{_prefix()}:*", count=1000)}
+    return {key: redis_client.dump(key) for key in run_keys(redis_client)}
 
 
 def _restore(redis_client, snapshot: dict[bytes, bytes]) -> None:
     """Redis as it was when the snapshot was taken: later keys gone, earlier ones back as they were."""
-    redis_client.delete(*redis_client.scan_iter(f"{_prefix()}:*", count=1000))
+    redis_client.delete(*run_keys(redis_client))
     for key, value in snapshot.items():
         redis_client.restore(key, 0, value)
-
-
-def _prefix() -> str:
-    return rankings_settings.KEY_PREFIX
 
 
 def _top() -> selectors.Board:

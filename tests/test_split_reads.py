@@ -15,6 +15,8 @@ from rankings.engine.shards import Layout
 from rankings.engine.split import part_index, part_names
 from rankings.serving import board_reader, memory, selectors, thresholds
 
+from .rankings_helpers import run_keys
+
 HASHED = 2
 WINDOW = "7d"
 SPLIT, SINGLE = "big", "ref"
@@ -37,8 +39,7 @@ _seq = iter(range(1, 10**9))
 def _write(redis_client, board: dict[str, tuple[int, ...]], parts: int) -> Layout:
     """`board` (product -> (units, revenue) or (units, revenue, views, wishes)) split `parts` ways
     under SPLIT and whole under SINGLE."""
-    prefix = store.prefix()
-    keys = list(redis_client.scan_iter(f"{prefix}:*"))
+    keys = run_keys(redis_client)
     if keys:
         redis_client.delete(*keys)
     store.reset_clients()
@@ -228,7 +229,7 @@ def test_a_split_board_lost_in_redis_is_rebuilt_by_the_next_tick_and_merged_agai
     shop.tick()
     before = selectors.board_top(category="all", window="7d", metric="units", limit=50, offset=0)
     assert before.total == 40
-    redis_client.delete(*redis_client.scan_iter(rankings_settings.KEY_PREFIX + ":*"))
+    redis_client.delete(*run_keys(redis_client))
     memory.forget_all("answers")
     store.reset_clients()
     report = shop.tick()
