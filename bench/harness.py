@@ -60,7 +60,7 @@ def reset() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE rankings_sale, rankings_saleid, rankings_requeuedsale, rankings_bucket, rankings_shardstate, rankings_batch,"
+            "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
             " rankings_engagement, rankings_engagementid, rankings_pendingengagement,"
             " rankings_ticklog, rankings_ingestlog, rankings_snapshot, rankings_snapshotmark, rankings_snapshothour,"
             " rankings_metriccount, rankings_alert, rankings_alertfiring, rankings_alertattempt,"

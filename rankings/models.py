@@ -21,10 +21,6 @@ class Sale(models.Model):
     the recent months. Its primary key in PostgreSQL is (id, counted_at), as a
     partitioned table's must include the partition key; `id` alone is still unique
     and is the key the ORM knows. Event ids are kept unique by SaleId.
-
-    Two columns only SQL reads (rankings.engine.claims): `xid`, the id of the transaction that
-    wrote the row (by default), and `boards`, the boards of each shard it counts in, fixed at
-    ingest ('shard:category,…;…'): the tick claims the sale by them, with no queue row.
     """
 
     event_id = models.CharField("event id", max_length=128)
@@ -96,13 +92,11 @@ class SaleId(models.Model):
     counted_at = models.DateTimeField()
 
 
-class RequeuedSale(models.Model):
-    """A sale re-queued on one shard by a switch-over that re-keyed what the shard had yet to claim.
+class PendingSale(models.Model):
+    """A sale not yet folded into one shard's buckets: the work queue of the tick.
 
-    A sale writes no queue row: each shard claims the sales table itself, by snapshot
-    (rankings.engine.claims). A switch-over that changes the layout or the tree moves the sales
-    the shards have not claimed yet here, re-keyed, and moves every shard's position past them;
-    the tick claims these rows with DELETE … RETURNING before the sales table's own.
+    Claimed with DELETE … RETURNING of the rows a statement sees rather than a max-id
+    cursor, because sequence values commit out of order and a cursor would skip rows.
     """
 
     pk = models.CompositePrimaryKey("shard", "sale")
@@ -111,31 +105,11 @@ class RequeuedSale(models.Model):
     sale = models.ForeignKey(
         Sale, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
     )
-    # The boards of this shard the sale counts in (with `all` in its shard), fixed at ingest and
-    # re-keyed by the switch: the tick never consults the catalogue.
+    # The boards of this shard the sale counts in (with `all` in its shard), fixed at ingest: the
+    # tick never consults the catalogue, so a category deleted or re-sharded meanwhile loses nothing.
     categories = ArrayField(models.CharField(max_length=50))
     # The sale's partition key, so that the claim's join reads one month per sale, not every month.
     counted_at = models.DateTimeField()
-
-
-class PendingSale(models.Model):
-    """A sale not yet claimed by one shard (a view: rankings.engine.claims, docs/architecture.md).
-
-    The sales whose boards (fixed at ingest in the sale's row) name the shard and that the shard's
-    claim position has not seen, and its re-queued sales. Read only: to see the backlog.
-    """
-
-    pk = models.CompositePrimaryKey("shard", "sale")
-    shard = models.PositiveSmallIntegerField()
-    sale = models.ForeignKey(
-        Sale, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, db_index=False
-    )
-    categories = ArrayField(models.CharField(max_length=50))
-    counted_at = models.DateTimeField()
-
-    class Meta:
-        managed = False
-        db_table = "rankings_pendingsale"
 
 
 class Bucket(models.Model):

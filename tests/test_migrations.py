@@ -132,12 +132,11 @@ def _schema(*, ordered: bool = True) -> dict[str, str]:
 
 
 def _rows() -> dict[str, int]:
-    """The row count of every table (a partitioned one with its partitions) and view, but the
-    migrations' record: the sales pending on the shards are a view since the queue was dropped."""
+    """The row count of every table (a partitioned one with its partitions), but the migrations' record."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
             " AND c.relname <> 'django_migrations'"
         )
         tables = sorted(name for (name,) in cursor.fetchall())

@@ -4,7 +4,7 @@ The caller (the tick, a switch-over, a clock reset) holds the shard's advisory l
 brought to `now` a batch at a time:
 
 1. In one PostgreSQL transaction: claim about BATCH_SIZE pending sales
-   (by snapshot pairs, rankings.engine.claims: nothing skipped or repeated),
+   (DELETE … RETURNING of the rows it sees: no cursor, nothing skipped or repeated),
    compute the net change of every board as the clock moves from the shard's
    last instant to `now` — the claimed sales inside each window, plus the
    buckets that entered it, minus the buckets that left it, all read before
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine import claims, locks, snapshots, store
+from rankings.engine import locks, snapshots, store
 from rankings.engine.buckets import bucket_sums
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import ALL, Layout, active, shard_count_checked
@@ -164,12 +164,12 @@ def _claim_and_record(
         state = cursor.fetchone()
         if state is None:
             raise ShardState.DoesNotExist(f"shard {shard} has no state: it is made on the shard's first tick")
-        seq, as_of, *position = state
+        seq, as_of = state
         cursor.nextset()
         last, engagements_wait = cursor.fetchone()
         if as_of is not None and now < as_of:
             return None  # a concurrent tick with a later clock has already passed this shard
-        claimed = _claim(cursor, params, last=last, position=claims.position_of(position))
+        claimed = _claim(cursor, params, last=last) if last is not None else 0
         engaged_rows, engaged = _claim_engagements(cursor, params) if engagements_wait else (0, 0)
         if claimed == 0 and engaged == 0 and as_of == now:
             return None
@@ -302,22 +302,21 @@ DELETE FROM tick_facts
 # takes a table never analysed as a few thousand rows) and is spared the ANALYZE.
 FACTS_ANALYZED_FROM = 1000
 
-# The claim's last re-queued sale id: the `limit`-th of the shard's re-queued sales (those
-# counted by `until`, if given), or its last one when fewer wait; NULL when none does.
+# The claim's last sale id: the `limit`-th of the shard's queue rows (those counted by `until`,
+# if given), or its last one when fewer wait; NULL when none does.
 _CLAIM_LAST = """
 SELECT max(sale_id) FROM (
-    SELECT sale_id FROM rankings_requeuedsale WHERE shard = %(shard)s
+    SELECT sale_id FROM rankings_pendingsale WHERE shard = %(shard)s
       AND (%(until)s::timestamptz IS NULL OR counted_at <= %(until)s::timestamptz)
     ORDER BY sale_id LIMIT %(limit)s
 ) AS first
 """
 
 # The tick's first statements, under the shard state's row lock (one claimer per shard): the
-# state with its claim position (rankings.engine.claims), whether re-queued sales and engagement
-# events wait (the claim's last re-queued sale id, see _CLAIM_LAST), and the facts table made
-# ready; one round trip.
+# state, whether sales and engagement events wait (the claim's last sale id, see _CLAIM_LAST), and
+# the facts table made ready; one round trip.
 _OPEN = f"""
-SELECT seq, as_of, {claims.POSITION_READ} FROM rankings_shardstate WHERE shard = %(shard)s FOR UPDATE;
+SELECT seq, as_of FROM rankings_shardstate WHERE shard = %(shard)s FOR UPDATE;
 SELECT ({_CLAIM_LAST}), EXISTS (
     SELECT 1 FROM rankings_pendingengagement WHERE shard = %(shard)s
       AND (%(until)s::timestamptz IS NULL OR ts <= %(until)s::timestamptz)
@@ -325,15 +324,16 @@ SELECT ({_CLAIM_LAST}), EXISTS (
 {_FACTS_TABLE}
 """
 
-# Re-queued sales (rankings.engine.relayout, retree), claimed before the sales table's own: the
-# row names the boards of this shard the sale counts in, so a category deleted meanwhile loses
-# nothing. The claim deletes the rows up to the last sale id that it sees, reading each row once;
-# no other transaction claims from the shard meanwhile (the claimer holds its state's row lock).
-# The last id is a value, not a subquery, so that PostgreSQL knows how many sales it joins: a few
-# are looked up, many are hashed.
-_CLAIM_REQUEUED = """
+# The queue row names the boards of this shard the sale counts in: the
+# catalogue is not consulted, so a category deleted meanwhile loses nothing.
+# The claim deletes the rows up to the last sale id that it sees, reading each row once and
+# locking none beforehand; no other transaction claims from the shard meanwhile (the claimer
+# holds its state's row lock). A sale committed since, with a lower id, is claimed with them;
+# one it does not see waits for the next claim. The last id is a value, not a subquery, so that
+# PostgreSQL knows how many sales it joins: a few are looked up, many are hashed.
+_CLAIM = """
 WITH claimed AS (
-    DELETE FROM rankings_requeuedsale p
+    DELETE FROM rankings_pendingsale p
     WHERE p.shard = %(shard)s AND p.sale_id <= %(last)s
       AND (%(until)s::timestamptz IS NULL OR p.counted_at <= %(until)s::timestamptz)
     RETURNING p.sale_id, p.counted_at, p.categories
@@ -377,21 +377,12 @@ SELECT count(*), coalesce(sum(views + wishes), 0) FROM claimed
 """
 
 
-def _claim(cursor, params: dict, *, last: int | None, position: claims.Position) -> int:
-    """Move up to `limit` of the shard's unclaimed sales (those counted at or before `until`, if
-    given) into tick_facts: its re-queued ones up to sale id `last`, then the sales table's own
-    (rankings.engine.claims); return how many."""
-    requeued = 0
-    if last is not None:
-        cursor.execute(_CLAIM_REQUEUED, {**params, "last": last})
-        (requeued,) = cursor.fetchone()
-    return requeued + claims.claim_sales(
-        cursor,
-        shard=params["shard"],
-        position=position,
-        limit=params["limit"] - requeued,
-        until=params["until"],
-    )
+def _claim(cursor, params: dict, *, last: int) -> int:
+    """Move the shard's pending sales up to sale id `last` (those counted at or before `until`, if
+    given) into tick_facts; return how many."""
+    cursor.execute(_CLAIM, {**params, "last": last})
+    (claimed,) = cursor.fetchone()
+    return claimed
 
 
 def _claim_engagements(cursor, params: dict) -> tuple[int, int]:

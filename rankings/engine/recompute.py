@@ -10,7 +10,6 @@ from typing import Any
 from django.db import connection
 
 from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
-from rankings.engine import claims
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
 from rankings.engine.windows import configured_windows
@@ -23,14 +22,10 @@ _RECOMPUTE = f"""
 SELECT c.category, s.product_id, sum(s.qty),
        sum(CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)  -- a refund subtracts
 FROM rankings_sale s
-LEFT JOIN rankings_shardstate st ON st.shard = %(shard)s
 CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS c(category)
 WHERE s.counted_at >= to_timestamp(%(first)s) AND s.counted_at < to_timestamp(%(stop)s)
-  -- Not pending on the shard: neither unseen by its claim position (told from the row itself,
-  -- so only the window's months are read) nor re-queued on it.
-  AND NOT coalesce({claims.unseen_by("s", "st")}, false)
   AND NOT EXISTS (
-      SELECT 1 FROM rankings_requeuedsale p WHERE p.sale_id = s.id AND p.shard = %(shard)s
+      SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = %(shard)s
   )
 GROUP BY c.category, s.product_id
 """

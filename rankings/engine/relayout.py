@@ -25,7 +25,7 @@ import datetime as dt
 
 from django.db import connection
 
-from rankings.engine import claims, locks
+from rankings.engine import locks
 from rankings.engine.alerts import alerts_rekey
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.split import base_of
@@ -37,7 +37,7 @@ CREATE TEMPORARY TABLE layout_map (category varchar(50) PRIMARY KEY, shard small
 """
 
 _BUCKET_CATEGORIES = "SELECT DISTINCT category FROM rankings_bucket"
-_PENDING_CATEGORIES = "SELECT DISTINCT unnest(categories) FROM rankings_requeuedsale"
+_PENDING_CATEGORIES = "SELECT DISTINCT unnest(categories) FROM rankings_pendingsale"
 
 _REKEY_BUCKETS = """
 UPDATE rankings_bucket b SET shard = m.shard FROM layout_map m
@@ -48,11 +48,11 @@ _REKEY_PENDING = """
 DROP TABLE IF EXISTS pg_temp.pending_rekeyed;
 CREATE TEMPORARY TABLE pending_rekeyed ON COMMIT DROP AS
 SELECT m.shard, p.sale_id, p.counted_at, array_agg(u.category ORDER BY u.category) AS categories
-FROM rankings_requeuedsale p CROSS JOIN LATERAL unnest(p.categories) AS u(category)
+FROM rankings_pendingsale p CROSS JOIN LATERAL unnest(p.categories) AS u(category)
 JOIN layout_map m ON m.category = u.category
 GROUP BY m.shard, p.sale_id, p.counted_at;
-DELETE FROM rankings_requeuedsale;
-INSERT INTO rankings_requeuedsale (shard, sale_id, counted_at, categories)
+DELETE FROM rankings_pendingsale;
+INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
 SELECT shard, sale_id, counted_at, categories FROM pending_rekeyed
 """
 
@@ -93,7 +93,7 @@ CREATE TEMPORARY TABLE split_map (
 _BUCKET_PAIRS = "SELECT DISTINCT category, product_id FROM rankings_bucket WHERE category = ANY(%s)"
 _PENDING_PAIRS = """
 SELECT DISTINCT u.category, s.product_id
-FROM rankings_requeuedsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
 CROSS JOIN LATERAL unnest(p.categories) AS u(category)
 WHERE p.categories && %(names)s::varchar[] AND u.category = ANY(%(names)s)
 """
@@ -109,15 +109,15 @@ _SPLIT_PENDING = (
     """
 CREATE TEMPORARY TABLE pending_split ON COMMIT DROP AS
 SELECT p.shard, p.sale_id, p.counted_at, array_agg(coalesce(m.board, u.category)) AS categories
-FROM rankings_requeuedsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
 CROSS JOIN LATERAL unnest(p.categories) AS u(category)
 LEFT JOIN split_map m ON m.category = u.category AND m.product_id = s.product_id
 WHERE p.categories && %(names)s::varchar[]
 GROUP BY p.shard, p.sale_id, p.counted_at
 """,
-    "DELETE FROM rankings_requeuedsale WHERE categories && %(names)s::varchar[]",
+    "DELETE FROM rankings_pendingsale WHERE categories && %(names)s::varchar[]",
     """
-INSERT INTO rankings_requeuedsale (shard, sale_id, counted_at, categories)
+INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
 SELECT shard, sale_id, counted_at, categories FROM pending_split
 """,
 )
@@ -166,14 +166,6 @@ def state_rekey(
         _map_add(cursor, layout, _BUCKET_CATEGORIES)
         cursor.execute(_REKEY_BUCKETS)
         too_old = sum(ShardState.objects.values_list("too_old", flat=True))
-        # The old shards' claim positions, to re-queue what each has yet to claim once ingests are
-        # held off (below).
-        claims.states_ensure(cursor, previous.shards if previous is not None else layout.shards)
-        cursor.execute(
-            "DROP TABLE IF EXISTS pg_temp.claim_positions;"
-            " CREATE TEMPORARY TABLE claim_positions ON COMMIT DROP AS"
-            f" SELECT shard, {claims.POSITION_COLUMNS} FROM rankings_shardstate"
-        )
         cursor.execute("DELETE FROM rankings_shardstate")
         ShardState.objects.bulk_create(
             [
@@ -190,9 +182,6 @@ def state_rekey(
         # Last, as briefly as can be: the ingests that queued under the old layout commit first,
         # later ones wait for this commit and then read the new layout.
         locks.layout_change_lock()
-        # Every sale an old shard has yet to claim goes to the re-queued sales, keyed by the old
-        # shard, and every new shard's position starts past them; they are re-keyed below.
-        claims.requeue_all(cursor, positions="claim_positions")
         if resplit:
             _split_map_add(cursor, layout, _PENDING_PAIRS, {"names": resplit})
             for statement in _SPLIT_PENDING:

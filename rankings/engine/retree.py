@@ -33,7 +33,7 @@ import datetime as dt
 
 from django.db import connection
 
-from rankings.engine import claims, locks
+from rankings.engine import locks
 from rankings.engine.prune import bucket_cutoff
 from rankings.engine.shards import Layout
 from rankings.engine.tree import EXPAND_SQL, Tree
@@ -52,7 +52,7 @@ FROM (
     JOIN unnest(%(affected)s::text[], %(shards)s::integer[]) AS m(category, shard) ON m.category = u.category
     WHERE s.counted_at >= to_timestamp(%(oldest)s)
       AND s.categories && %(covering)s::varchar[]  -- only sales that count in an affected category
-      AND NOT EXISTS (SELECT 1 FROM rankings_requeuedsale p WHERE p.sale_id = s.id AND p.shard = m.shard)
+      AND NOT EXISTS (SELECT 1 FROM rankings_pendingsale p WHERE p.sale_id = s.id AND p.shard = m.shard)
 ) e
 CROSS JOIN unnest(%(sizes)s::integer[], %(cutoffs)s::bigint[]) AS sizes(size, cutoff)
 WHERE e.t >= sizes.cutoff
@@ -96,12 +96,12 @@ SELECT shard, entry, categories, named FROM rankings_pendingengagement WHERE sha
 # of theirs that _WAITING_ADD takes after the shard and the categories.
 _WAITING = """
 SELECT s.product_id, s.categories, array_agg(p.shard), p.sale_id, p.counted_at
-FROM rankings_requeuedsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
 WHERE s.categories && %s::varchar[]
 GROUP BY p.sale_id, p.counted_at, s.product_id, s.categories
 """
 _WAITING_ADD = """
-INSERT INTO rankings_requeuedsale (shard, sale_id, counted_at, categories)
+INSERT INTO rankings_pendingsale (shard, sale_id, counted_at, categories)
 SELECT v.shard, v.sale_id, v.counted_at, string_to_array(v.categories, ',')
 FROM unnest(%s::smallint[], %s::text[], %s::bigint[], %s::timestamptz[]) AS v(shard, categories, sale_id, counted_at)
 """
@@ -123,7 +123,7 @@ FROM unnest(%s::smallint[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s
 
 _PENDING_OF_SHARDS = """
 SELECT p.shard, p.sale_id, p.categories, s.categories
-FROM rankings_requeuedsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
+FROM rankings_pendingsale p JOIN rankings_sale s ON s.id = p.sale_id AND s.counted_at = p.counted_at
 WHERE p.shard = ANY(%s)
 """
 
@@ -142,7 +142,7 @@ WHERE p.shard = v.shard AND p.{row} = v.{row}
     return update, drop
 
 
-_PENDING_SET, _PENDING_DROP = _queue_rewrites("rankings_requeuedsale", "sale_id")
+_PENDING_SET, _PENDING_DROP = _queue_rewrites("rankings_pendingsale", "sale_id")
 _PENDING_ENGAGEMENT_SET, _PENDING_ENGAGEMENT_DROP = _queue_rewrites("rankings_pendingengagement", "entry")
 
 
@@ -159,10 +159,6 @@ def tree_recount(*, layout: Layout, old: Tree, tree: Tree, affected: set[str]) -
     locks.layout_change_lock()
     instants = [a for a in ShardState.objects.values_list("as_of", flat=True) if a is not None]
     with connection.cursor() as cursor:
-        # What the shards have yet to claim becomes re-queued sales, which the statements below
-        # re-count and add to (rankings.engine.claims).
-        claims.states_ensure(cursor, layout.shards)
-        claims.requeue_all(cursor)
         # With the size, the primary key's first two columns: an index scan, not the whole table.
         cursor.execute(
             "DELETE FROM rankings_bucket WHERE size = ANY(%s) AND category = ANY(%s)",

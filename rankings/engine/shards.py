@@ -142,14 +142,14 @@ def _recorded() -> ActiveVersion | None:
 
 def active() -> ActiveVersion:
     """The active version, in one read; a fresh install records version 1 with the setting."""
-    from rankings.models import RankingVersion, ShardState
+    from rankings.models import RankingVersion
 
     found = _recorded()
     if found is not None:
         return found
     # A fresh install's split boards (RANKINGS_SPLIT) are pinned after its hashed shards.
     parts = [name for slug, count in split_setting().items() for name in part_names(slug, count)]
-    version, created = RankingVersion.objects.get_or_create(
+    version, _ = RankingVersion.objects.get_or_create(
         number=1,
         defaults={
             "state": RankingVersion.State.ACTIVE,
@@ -158,12 +158,6 @@ def active() -> ActiveVersion:
             "activated_at": timezone.now(),
         },
     )
-    if created:
-        # Each shard's state, its claim position seeing no sale yet: the sales pending on a shard
-        # that has not ticked show from the start (rankings_pendingsale reads the shards' states).
-        ShardState.objects.bulk_create(
-            [ShardState(shard=shard) for shard in range(version.shards)], ignore_conflicts=True
-        )
     return ActiveVersion(version.number, version.switch_epoch, Layout(version.shards, tuple(version.pinned)))
 
 

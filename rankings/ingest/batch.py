@@ -1,16 +1,15 @@
 """The one way in for a batch of events, sales or views and wishes: validate, stage, store, log.
 
 A batch is checked event by event, in the order given; the valid events are
-stored in one transaction, together with the boards of each shard they count in
-(for the tick's claim: a sale's in its own row, rankings.engine.claims; engagement
-in its work queue), and committed before the caller replies. A bad event is rejected with
+stored in one transaction, together with their places in the tick's work
+queue, and committed before the caller replies. A bad event is rejected with
 its index and reason and costs the others nothing.
 
 What every kind of event shares lives here (`BatchIngest`): the validation
 loop, the retries of a deadlock or serialization failure, the catalogue read
 for what events leave out, placeholders for unknown categories and products,
 a binary COPY into a per-session staging table, the one statement that stores
-the staged rows (and engagement's queue rows), the ids found taken only at insert time,
+the staged rows with their queue rows, the ids found taken only at insert time,
 and the log row. A kind of event (`rankings.ingest.sales`,
 `rankings.ingest.engagement`) says which serializer, staging table and insert
 statement it uses, and how it resolves its valid events into rows.
@@ -226,7 +225,7 @@ def too_many_new(most: int, item: str = "event") -> str:
 
 
 def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree, product_id: str) -> str:
-    """'shard:slug,slug;shard:slug': each shard an event counts on, with the boards it counts in
+    """'shard:slug,slug;shard:slug': each shard an event is queued for, with the boards it counts in
     there (its categories and their ancestors in the active version's tree, each once; of a split
     category, the part that holds the product)."""
     boards = layout.queued(tree.expand(categories), product_id)
@@ -243,7 +242,7 @@ class BatchIngest:
     stage_table: str  # a temporary table with the columns `ord`, `event_id`, `product_id`, `categories`
     stage_columns: str  # its columns, as CREATE TABLE lists them
     stage_types: list[str]  # their types, in order, for the binary COPY
-    insert: str  # stores the staged rows (with the boards they count in); returns the `ord` of each stored
+    insert: str  # stores the staged rows and their queue rows; returns the `ord` of each stored
     kinds: ClassVar[tuple[str, ...]]  # what its events are counted as in /metrics (see kind_of)
     # Made from the above for each subclass, as it is declared.
     _stage_sql: ClassVar[str]

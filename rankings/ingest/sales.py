@@ -1,6 +1,5 @@
 """Sales through the batch ingest (rankings.ingest.batch): duplicates, returns, catalogue defaults,
-the bound on a product's lifetime totals, and the sales' tables (each sale's row with the boards
-it counts in on each shard, which the tick claims it by: rankings.engine.claims).
+the bound on a product's lifetime totals, and the sales' tables and work queue.
 
 Concurrent batches take their locks in one order (returned originals, then
 categories, products and sales, and last the product totals, each sorted by
@@ -30,7 +29,7 @@ from rankings.ingest.batch import (
     catalogue_of,
 )
 from rankings.ingest.events import MAX_AMOUNT_CENTS, MAX_AMOUNT_DIGITS, SaleEventSerializer
-from rankings.models import ProductTotal, Sale, SaleId
+from rankings.models import PendingSale, ProductTotal, Sale, SaleId
 
 __all__ = ["DUPLICATE_ID", "IngestResult", "MAX_PRODUCT_TOTAL", "event_digest", "sales_ingest"]
 
@@ -145,16 +144,18 @@ WITH claimed AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, sale_id
 ), inserted AS (
-    -- The sale's boards per shard go in its row ('shard:category,…;…', distinct shards), and its
-    -- writer's transaction id by default: each shard's tick claims it from there
-    -- (rankings.engine.claims); no queue row is written.
     INSERT INTO {Sale._meta.db_table}
-        (id, event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest,
-         boards)
+        (id, event_id, ts, product_id, categories, qty, amount_cents, return_of, counted_at, received_at, digest)
     SELECT claimed.sale_id, event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents,
-           return_of, counted_at, now(), digest, queue
+           return_of, counted_at, now(), digest
     FROM claimed JOIN ingest_stage USING (event_id)
     RETURNING id, event_id, counted_at
+), queued AS (
+    INSERT INTO {PendingSale._meta.db_table} (shard, sale_id, counted_at, categories)
+    SELECT split_part(entry, ':', 1)::smallint, inserted.id, inserted.counted_at,  -- distinct shards
+           string_to_array(split_part(entry, ':', 2), ',')
+    FROM inserted JOIN ingest_stage USING (event_id),
+         unnest(string_to_array(ingest_stage.queue, ';')) AS entry
 )
 SELECT ord FROM inserted JOIN ingest_stage USING (event_id)
 """

@@ -8,12 +8,12 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from rankings.conf import rankings_settings
-from rankings.engine import claims, store
+from rankings.engine import store
 from rankings.engine.instants import instant
 from rankings.engine.shards import ALL, Layout, active
 from rankings.engine.snapshots import snapshots_summary
 from rankings.engine.tick import shards_failing
-from rankings.models import IngestLog, PendingSale, ShardState, TickLog
+from rankings.models import IngestLog, PendingSale, Sale, ShardState, TickLog
 from rankings.operations.engagement_status import SOURCE_PREFIX as ENGAGEMENT_SOURCE
 from rankings.operations.engagement_status import engagement_status
 
@@ -55,15 +55,29 @@ def liveness_read() -> dict:
     return {"status": state, "as_of": instant(as_of)}
 
 
+# Each shard's lowest queued sale, through the queue's primary key (shard, sale): one statement
+# however many shards there are.
+_FIRST_PENDING = f"""
+SELECT min(first.sale_id) FROM generate_series(0, %s - 1) AS s (shard)
+CROSS JOIN LATERAL (
+    SELECT sale_id FROM {PendingSale._meta.db_table} p WHERE p.shard = s.shard ORDER BY p.sale_id LIMIT 1
+) AS first
+"""
+
+
 def _oldest_pending(shards: int) -> dt.datetime | None:
     """When the oldest sale that some shard has yet to count was received.
 
     Every shard, not only `all`'s: a shard whose ticks stopped (a queue no worker consumes) holds
-    sales that `all` has counted. Read by the sales' writers (rankings.engine.claims), not a scan
-    of the backlog.
+    sales that `all` has counted. Each shard's lowest sale id is its oldest sale to within a
+    commit's reordering, found through the queue's primary key, not a scan of it.
     """
     with connection.cursor() as cursor:
-        return claims.unclaimed_oldest(cursor, shards=shards, most=PENDING_COUNTED)
+        cursor.execute(_FIRST_PENDING, [shards])
+        (first,) = cursor.fetchone()
+    if first is None:
+        return None
+    return Sale.objects.filter(id=first).values_list("received_at", flat=True).first()
 
 
 def _tick_summary(last: TickLog | None) -> dict | None:
