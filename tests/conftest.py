@@ -121,42 +121,6 @@ def _emptied_by_delete():
     flush.emit_post_migrate_signal = emit
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _static_files_found_once():
-    """Django's test client builds the middleware anew for each client, and WhiteNoise's looks up
-    every static file each time it is built (some 170 files, each stat'ed with its compressed
-    variants: about 13 ms of CPU, for most tests that make a request); a web process builds it
-    once. The files are found once for each configuration: the settings WhiteNoise reads and the
-    staticfiles finders (made anew by Django when their settings change)."""
-    from django.contrib.staticfiles import finders
-    from whitenoise.middleware import WhiteNoiseMiddleware
-
-    find = WhiteNoiseMiddleware.add_files_from_finders
-    found: dict[tuple, dict] = {}
-
-    @functools.wraps(find)
-    def add_files_from_finders(self):
-        read = (
-            "DEBUG",
-            "STATIC_URL",
-            "FORCE_SCRIPT_NAME",
-            *(n for n in dir(settings) if n.startswith("WHITENOISE_")),
-        )
-        key = (
-            tuple((name, repr(getattr(settings, name, None))) for name in read),
-            tuple(id(finder) for finder in finders.get_finders()),
-        )
-        if key not in found:
-            files, self.files = self.files, {}
-            find(self)
-            found[key], self.files = self.files, files
-        self.files.update(found[key])
-
-    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders
-    yield
-    WhiteNoiseMiddleware.add_files_from_finders = find
-
-
 @pytest.fixture
 def partitions_dropped(transactional_db):
     """The partitions of raw sales (months) and engagement events (days) the test made are dropped

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from rankings import tasks
 from rankings.engine import recompute
 from rankings.engine.partitions import partition_name, sale_partitions
-from rankings.engine.tree import EXPAND_SQL, Tree
+from rankings.engine.tree import EXPAND_SQL, NAMED_SQL, Tree
 from rankings.ingest.sales import DUPLICATE_ID, sales_ingest
 from rankings.models import Sale, SaleId
 from rankings.operations import backfill
@@ -140,7 +140,7 @@ def test_a_rebuild_over_the_last_30_days_reads_only_the_recent_partitions():
     # when the rebuild's queries are planned for the 30-day window (a category tree's too)
     tree = Tree({"board-games": "toys"}).sql_params()
     for query in (
-        backfill._AGGREGATE.format(sums="count(*)", expand=backfill._NAMED),
+        backfill._AGGREGATE.format(sums="count(*)", expand=NAMED_SQL),
         backfill._AGGREGATE.format(sums="count(*)", expand=EXPAND_SQL),
         backfill._PENDING.format(sums="count(*)"),
     ):

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.snapshots import HOUR, instant, snapshot_windows
-from rankings.engine.tree import EXPAND_SQL, Tree
+from rankings.engine.tree import Tree
 from rankings.engine.windows import configured_windows
 from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
 
@@ -59,8 +59,6 @@ SELECT category, product_id, (ceil(t / 3600) * 3600)::bigint AS b, t = ceil(t / 
 FROM facts GROUP BY 1, 2, 3, 4
 ORDER BY 1
 """
-# Without a tree, a fact counts in the categories it names: a plain unnest, several times faster.
-_NAMED = "SELECT unnest(s.categories)"
 
 
 @dataclass
@@ -125,7 +123,7 @@ def history_record(
         raw = connection.connection  # the transaction's own: a cursor of its, read a category at a time
         with raw.cursor(name="history") as rows, raw.cursor() as writer:
             rows.itersize = READ_ROWS
-            rows.execute(_HOURLY.format(expand=EXPAND_SQL if tree.parents else _NAMED), params)
+            rows.execute(_HOURLY.format(expand=tree.categories_sql()), params)
             for done, (category, facts) in enumerate(
                 tqdm(_by_category(rows), desc="history", unit=" categories", leave=False), 1
             ):

@@ -54,6 +54,11 @@ class Tree:
         """Of `slugs`, those whose sales count in `slug` (itself and its descendants)."""
         return {s for s in slugs if s == slug or slug in self.ancestors(s)}
 
+    def categories_sql(self) -> str:
+        """The SELECT of the categories a sale `s` counts in under this tree: EXPAND_SQL, or without
+        a parent anywhere the categories it names, a plain unnest several times faster."""
+        return EXPAND_SQL if self.parents else NAMED_SQL
+
     def sql_params(self) -> dict[str, list[str]]:
         """The tree as two parallel arrays for EXPAND_SQL: each slug with a parent, and its
         expansion (itself and its ancestors) joined by commas (slugs hold none)."""
@@ -75,6 +80,8 @@ FROM unnest(s.categories) AS c(slug)
 LEFT JOIN unnest(%(tree_slugs)s::text[], %(tree_lines)s::text[]) AS t(slug, line) ON t.slug = c.slug
 CROSS JOIN LATERAL unnest(coalesce(string_to_array(t.line, ','), ARRAY[c.slug::text])) AS x(category)
 """
+# The same without a tree: the categories a sale names (ingest keeps them distinct).
+NAMED_SQL = "SELECT unnest(s.categories)"
 
 
 def version_tree(number: int) -> Tree:

@@ -224,10 +224,6 @@ FROM rankings_sale s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({{expan
 WHERE s.counted_at >= %(oldest)s AND s.counted_at < %(stop)s AND {_PART}
 GROUP BY 2, 3
 """
-# Without a tree, a sale counts in the categories it names: a plain unnest. With one, once in every
-# category it names and every ancestor of them.
-_NAMED = "SELECT unnest(s.categories)"
-
 # Sales a shard has not claimed yet are in none of its boards: their part is
 # subtracted as the aggregate streams by (the queue is short, so this is a small query).
 _PENDING = (
@@ -326,7 +322,7 @@ def _aggregate_into(
     windows = list(configured_windows().values())
     sums, params = _window_sums(windows, as_of)
     params.update(tree.sql_params(), parts=PARTS)
-    by_part = _AGGREGATE.format(sums=sums, expand=EXPAND_SQL if tree.parents else _NAMED)
+    by_part = _AGGREGATE.format(sums=sums, expand=tree.categories_sql())
     owed = _pending_sales(connections[0], sums, params, live)
     engagement_owed = engagement_pending(connections[1], windows, as_of, live)
     with ThreadPoolExecutor(max_workers=2) as writer, ThreadPoolExecutor(max_workers=1) as side:
