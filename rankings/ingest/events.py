@@ -359,6 +359,11 @@ class ItemSerializer(serializers.Serializer):
         return ret
 
     @cached_property
+    def _categories_most(self) -> int:
+        """The most categories an item may name, as its `categories` field reads the setting."""
+        return self.fields["categories"].max_categories
+
+    @cached_property
     def _event_fields(self) -> list[tuple[str, serializers.Field, bool]]:
         """(name, field, whether a present value needs nothing but the field's to_internal_value)."""
         return [(name, field, not field.validators) for name, field in self.fields.items()]
@@ -385,6 +390,38 @@ class SaleEventSerializer(ItemSerializer):
         if attrs["qty"] > 0 and return_of is not None:
             raise serializers.ValidationError("a return (returnOf) needs a negative qty")
         return attrs
+
+    def plain(self, event: dict, seen: "Seen") -> dict | None:
+        """The validated data of a sale in its usual form (a number for `ts`, a plain decimal string or
+        nothing for `amount`), as the fields would make it; None for anything else, which the fields
+        then check and explain. Checks only what it is sure of: tests/test_events_plain.py holds it
+        to the serializer's answers."""
+        data = _plain_common(event, seen)
+        if data is None:
+            return None
+        qty = event.get("qty")
+        if type(qty) is not int or not (0 < qty <= MAX_QTY or (-MAX_QTY <= qty < 0 and "returnOf" in event)):
+            return None
+        data["qty"] = qty
+        if "amount" in event:
+            amount = event["amount"]
+            if amount is None:
+                data["amount"] = None
+            elif type(amount) is str and _AMOUNT.fullmatch(amount):
+                data["amount"] = Decimal(amount)
+            else:
+                return None
+        if "returnOf" in event:
+            return_of = event["returnOf"]
+            if return_of is None or return_of == "":
+                data["returnOf"] = None
+            elif _plain_id(return_of):
+                data["returnOf"] = return_of
+            else:
+                return None
+            if (qty < 0) != (data["returnOf"] is not None):
+                return None
+        return data
 
 
 @extend_schema_field({"type": "string", "enum": ["view", "wish"]})
@@ -423,6 +460,103 @@ class EngagementEventSerializer(ItemSerializer):
     def validate(self, attrs):
         return attrs
 
+    def plain(self, event: dict, seen: "Seen") -> dict | None:
+        """As SaleEventSerializer.plain, for a view or wish: its id may be left out or null."""
+        kind = event.get("kind")
+        if kind != "view" and kind != "wish":
+            return None
+        data = _plain_common(event, seen, id_required=False)
+        if data is None:
+            return None
+        data["kind"] = kind
+        return data
+
+
+def _plain_id(value) -> bool:
+    """Whether `value` is an event id EventIdField takes as it is: printable ASCII needs no search."""
+    return type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isascii() and value.isprintable()
+
+
+class Seen:
+    """What one batch's events in their usual form have shown valid so far: a batch names the same
+    products, categories and seconds many times over, and each is checked once."""
+
+    def __init__(self, categories_most: int):
+        self.categories_most = categories_most
+        self.products: set[str] = set()
+        self.slugs: set[str] = set()
+        self.instants: dict[int | float, dt.datetime] = {}
+
+    def product(self, value) -> bool:
+        if type(value) is not str:
+            return False
+        if value in self.products:
+            return True
+        if not _PRODUCT_ID.fullmatch(value) or value in _DOT_SEGMENTS:
+            return False
+        self.products.add(value)
+        return True
+
+    def slug(self, value) -> bool:
+        if type(value) is not str:
+            return False
+        if value in self.slugs:
+            return True
+        if value == ALL or not _SLUG.fullmatch(value):
+            return False
+        self.slugs.add(value)
+        return True
+
+    def instant(self, value) -> dt.datetime | None:
+        """The UTC time of epoch seconds `value` (an int or a float, not a bool), or None."""
+        if type(value) is not int and type(value) is not float:  # a bool is neither
+            return None
+        instant = self.instants.get(value)
+        if instant is None:
+            try:
+                instant = dt.datetime.fromtimestamp(value, tz=dt.UTC)
+            except (OverflowError, OSError, ValueError):
+                return None
+            if len(self.instants) < 100_000:
+                self.instants[value] = instant
+        return instant
+
+
+def _plain_common(event: dict, seen: Seen, *, id_required: bool = True) -> dict | None:
+    """What a sale and a view share, in the usual form (see SaleEventSerializer.plain), in the
+    serializer's key order: id, ts, productId, categories; None for anything else."""
+    data: dict = {}
+    if "id" in event:
+        event_id = event["id"]
+        if event_id is None and not id_required:
+            data["id"] = None
+        elif _plain_id(event_id):
+            data["id"] = event_id
+        else:
+            return None
+    elif id_required:
+        return None
+    instant = seen.instant(event.get("ts"))
+    if instant is None:
+        return None
+    data["ts"] = instant
+    product_id = event.get("productId")
+    if not seen.product(product_id):
+        return None
+    data["productId"] = product_id
+    if "categories" in event:
+        categories = event["categories"]
+        if categories is None:
+            data["categories"] = []
+        elif type(categories) is list and len(categories) <= seen.categories_most:
+            for slug in categories:
+                if not seen.slug(slug):
+                    return None
+            data["categories"] = list(dict.fromkeys(categories))
+        else:
+            return None
+    return data
+
 
 class EventValidator:
     """Validates many events (or other batch items) with one serializer, so its fields are built
@@ -430,11 +564,19 @@ class EventValidator:
 
     def __init__(self, serializer_class: type[ItemSerializer] = SaleEventSerializer):
         self._serializer = serializer_class()
+        # An event in its usual form is read in one pass (the serializer's `plain`, where it has one);
+        # the fields check, and explain, the others.
+        self._plain = getattr(self._serializer, "plain", None)
+        self._seen = Seen(self._serializer._categories_most) if self._plain else None
 
     def __call__(self, event) -> tuple[dict | None, str | None]:
         """(validated data, None) or (None, the reason)."""
         if not isinstance(event, dict):
             return None, str(self._serializer.error_messages["invalid"])
+        if self._plain is not None:
+            data = self._plain(event, self._seen)
+            if data is not None:
+                return data, None
         # Serializer.run_validation's steps that apply to an event (a dict, no validators), directly.
         serializer = self._serializer
         try:
