@@ -8,11 +8,10 @@ its index and reason and costs the others nothing.
 What every kind of event shares lives here (`BatchIngest`): the validation
 loop, the retries of a deadlock or serialization failure, the catalogue read
 for what events leave out, placeholders for unknown categories and products,
-a binary COPY into a per-session staging table, the one statement that stores
-the staged rows with their queue rows, the ids found taken only at insert time,
-and the log row. A kind of event (`rankings.ingest.sales`,
-`rankings.ingest.engagement`) says which serializer, staging table and insert
-statement it uses, and how it resolves its valid events into rows.
+each row's place in the tick's work queue, the ids found taken only at insert
+time, and the log row. A kind of event (`rankings.ingest.sales`,
+`rankings.ingest.engagement`) says which serializer it uses, how it resolves
+its valid events into rows, and how it writes them with their queue rows.
 """
 
 import datetime as dt
@@ -22,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
@@ -224,6 +223,21 @@ def too_many_new(most: int, item: str = "event") -> str:
     )
 
 
+def _queue_of(layout: Layout, tree: Tree) -> Callable[[Any], str]:
+    """row -> its queue entries (see _queue_entries), each worked out once for a batch's few distinct
+    category lists (and, with split boards, products: the queue then depends on the product's part)."""
+    known: dict[tuple, str] = {}
+
+    def queue_of(row) -> str:
+        key = (tuple(row.categories), row.product_id if layout.split else "")
+        queue = known.get(key)
+        if queue is None:
+            queue = known[key] = _queue_entries(key[0], layout, tree, row.product_id)
+        return queue
+
+    return queue_of
+
+
 def _queue_entries(categories: tuple[str, ...], layout: Layout, tree: Tree, product_id: str) -> str:
     """'shard:slug,slug;shard:slug': each shard an event is queued for, with the boards it counts in
     there (its categories and their ancestors in the active version's tree, each once; of a split
@@ -239,26 +253,9 @@ class BatchIngest:
 
     serializer_class: type
     id_table: str  # where event ids are unique, with the digest of the event that took each
-    stage_table: str  # a temporary table with the columns `ord`, `event_id`, `product_id`, `categories`
-    stage_columns: str  # its columns, as CREATE TABLE lists them
-    stage_types: list[str]  # their types, in order, for the binary COPY
-    insert: str  # stores the staged rows and their queue rows; returns the `ord` of each stored
     kinds: ClassVar[tuple[str, ...]]  # what its events are counted as in /metrics (see kind_of)
-    # Made from the above for each subclass, as it is declared.
-    _stage_sql: ClassVar[str]
-    _placeholders_sql: ClassVar[str]
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        # Created once per database session and emptied before each use: creating and dropping
-        # it for every batch would write the system catalogues each time. Sent with the
-        # layout's lock as one round trip.
-        cls._stage_sql = (
-            f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0);"
-            f" CREATE TEMPORARY TABLE IF NOT EXISTS {cls.stage_table} ({cls.stage_columns}) ON COMMIT DELETE ROWS;"
-            f" DELETE FROM {cls.stage_table}"
-        )
-        cls._placeholders_sql = _PLACEHOLDER_PRODUCTS.format(stage=cls.stage_table)
+    # Taken first, with what the kind needs ready in the same round trip (its staging table).
+    layout_lock_sql: ClassVar[str] = f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0)"
 
     def __call__(self, *, events: list, source: str, now: dt.datetime | None = None) -> IngestResult:
         """Validate `events` in order and store the valid ones; return what became of each."""
@@ -349,12 +346,10 @@ class BatchIngest:
         """Resolve and store the valid events; rejections go to `result`."""
         raise NotImplementedError
 
-    def staged(self, row, queue: str) -> tuple:
-        """The staging table's row of `row`, queued as `queue` (see _queue_entries)."""
+    def write(self, cursor, rows: list, queue_of: Callable[[Any], str]) -> set[int]:
+        """Insert the rows whose id is not taken, each with its queue rows (`queue_of(row)`, see
+        _queue_entries); return their indexes."""
         raise NotImplementedError
-
-    def before_stage(self, rows: list) -> None:
-        """What to do under the layout's lock before the rows are staged."""
 
     def stored_digests(self, event_ids: list[str]) -> dict[str, str]:
         """event id -> digest of the event stored under it, for the ids already taken."""
@@ -376,7 +371,7 @@ class BatchIngest:
         a switch-over that re-lays out the shards waits for it and then re-keys its rows.
         """
         with connection.cursor() as cursor:
-            cursor.execute(self._stage_sql)
+            cursor.execute(self.layout_lock_sql)
         number, layout = layout_checked()
         if not rows:
             return set(), 0
@@ -384,29 +379,13 @@ class BatchIngest:
         # what was queued before it, and an ingest that reads after it waits for its commit.
         tree = version_tree(number)
         _ensure_categories(rows)
-        self.before_stage(rows)
         with connection.cursor() as cursor:
-            self.stage(cursor, rows, layout, tree)
-            cursor.execute(self._placeholders_sql, [sorted({row.product_id for row in rows})])
-            cursor.execute(self.insert)
-            stored = {index for (index,) in cursor.fetchall()}
+            _placeholders_create(cursor, rows)
+            stored = self.write(cursor, rows, _queue_of(layout, tree))
         # Once committed, these events wake their shards' ticks rather than wait for the beat.
-        tick_wake_on_commit(layout, {tree.expand(row.categories) for row in rows if row.index in stored})
+        counted_in = {tuple(row.categories) for row in rows if row.index in stored}
+        tick_wake_on_commit(layout, {tree.expand(categories) for categories in counted_in})
         return stored, self._late_duplicates([row for row in rows if row.index not in stored], result)
-
-    def stage(self, cursor, rows: list, layout: Layout, tree: Tree) -> None:
-        """COPY the rows, each with its queue entries, into the staging table."""
-        queue_of: dict[tuple, str] = {}  # the few distinct category lists of a batch
-        with cursor.copy(f"COPY {self.stage_table} FROM STDIN (FORMAT BINARY)") as copy:
-            # Binary rows cost the server no text parsing: half the time of a text COPY.
-            copy.set_types(self.stage_types)
-            for row in rows:
-                # With split boards the queue depends on the product too (its parts).
-                key = (tuple(row.categories), row.product_id if layout.split else "")
-                queue = queue_of.get(key)
-                if queue is None:
-                    queue = queue_of[key] = _queue_entries(key[0], layout, tree, row.product_id)
-                copy.write_row(self.staged(row, queue))
 
     def _late_duplicates(self, raced: list, result: IngestResult) -> int:
         """Of the rows not stored (a concurrent batch took their id between our check and our insert),
@@ -430,10 +409,12 @@ class BatchIngest:
 # distinct product ids is looked up in the index (a subquery per id): NOT EXISTS
 # let the planner hash the whole catalogue for every batch instead.
 _PLACEHOLDER_PRODUCTS = f"""
-WITH created AS (
+WITH wanted AS (
+    SELECT * FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS wanted(product_id, categories, n)
+), created AS (
     INSERT INTO {Product._meta.db_table} (product_id, name, price_cents, is_placeholder)
     SELECT wanted.product_id, wanted.product_id, 0, true
-    FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(product_id, n)
+    FROM wanted
     WHERE (SELECT known.id FROM {Product._meta.db_table} known WHERE known.product_id = wanted.product_id) IS NULL
     ORDER BY wanted.n  -- sorted ids: concurrent batches wait rather than deadlock
     ON CONFLICT (product_id) DO NOTHING
@@ -442,9 +423,17 @@ WITH created AS (
 INSERT INTO {Product.categories.through._meta.db_table} (product_id, category_id)
 SELECT DISTINCT created.id, category.id
 FROM created
-JOIN (SELECT DISTINCT ON (product_id) product_id, categories FROM {{stage}} ORDER BY product_id, ord) AS first
-    USING (product_id)
-CROSS JOIN unnest(string_to_array(first.categories, ',')) AS wanted(slug)
-JOIN {Category._meta.db_table} category ON category.slug = wanted.slug
+JOIN wanted USING (product_id)
+CROSS JOIN unnest(string_to_array(wanted.categories, ',')) AS named(slug)
+JOIN {Category._meta.db_table} category ON category.slug = named.slug
 ON CONFLICT DO NOTHING
 """
+
+
+def _placeholders_create(cursor, rows: list) -> None:
+    """Placeholders for the rows' unknown products, each in the categories of its first row."""
+    first: dict[str, list[str]] = {}
+    for row in rows:
+        first.setdefault(row.product_id, row.categories)
+    product_ids = sorted(first)
+    cursor.execute(_PLACEHOLDER_PRODUCTS, [product_ids, [",".join(first[p]) for p in product_ids]])

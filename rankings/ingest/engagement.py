@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from django.utils import timezone
+
 from rankings.conf import engagement_retention_seconds
 from rankings.engine import locks
 from rankings.engine.partitions import engagement_partitions_ensure
@@ -102,52 +104,52 @@ def _resolve(
     return rows, duplicates
 
 
-# An id is claimed in EngagementId first (a concurrent batch's same id waits, then is skipped);
-# events without an id and those whose id was claimed are stored, and queued grouped: one row
-# per product, whole second and list of categories, on each shard they count in, with how many
-# views and wishes the group holds.
-_INSERT = f"""
-WITH claimed AS (
-    INSERT INTO {EngagementId._meta.db_table} (event_id, digest, ts)
-    SELECT event_id, digest, ts FROM engagement_stage WHERE event_id IS NOT NULL
-    ORDER BY event_id  -- a fixed order: concurrent batches wait rather than deadlock
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING event_id
-), chosen AS MATERIALIZED (
-    SELECT stage.* FROM engagement_stage stage
-    WHERE stage.event_id IS NULL OR stage.event_id IN (SELECT event_id FROM claimed)
-), inserted AS (
-    INSERT INTO {Engagement._meta.db_table} (event_id, ts, product_id, kind, categories, received_at)
-    SELECT event_id, ts, product_id, kind, string_to_array(categories, ','), now() FROM chosen
-), grouped AS MATERIALIZED (
-    SELECT nextval('{Engagement._meta.db_table}_id_seq') AS entry, g.*
-    FROM (
-        SELECT product_id, to_timestamp(floor(extract(epoch FROM ts))) AS second, queue, categories,
-               count(*) FILTER (WHERE kind = 'view') AS views, count(*) FILTER (WHERE kind = 'wish') AS wishes
-        FROM chosen GROUP BY 1, 2, 3, 4
-    ) AS g
-), queued AS (
-    INSERT INTO {PendingEngagement._meta.db_table}
-        (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
-    SELECT split_part(item, ':', 1)::smallint, grouped.entry, grouped.product_id, grouped.second,
-           string_to_array(split_part(item, ':', 2), ','), string_to_array(grouped.categories, ','),
-           grouped.views, grouped.wishes, now()
-    FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
-)
-SELECT ord FROM chosen
+# The ids of the batch's events that came with one are claimed in EngagementId first, in one
+# statement (a concurrent batch's same id waits, then is skipped); the events without an id and
+# those whose id was claimed are then copied straight into the raw table.
+_CLAIM = f"""
+INSERT INTO {EngagementId._meta.db_table} (event_id, digest, ts)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[])
+ORDER BY 1  -- a fixed order: concurrent batches wait rather than deadlock
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id
 """
+
+# The stored events are queued grouped: one row per product, whole second and list of categories,
+# on each shard they count in, with how many views and wishes the group holds.
+_QUEUE = f"""
+WITH grouped AS MATERIALIZED (
+    SELECT nextval('{Engagement._meta.db_table}_id_seq') AS entry, g.*
+    FROM unnest(%s::text[], %s::timestamptz[], %s::text[], %s::text[], %s::int[], %s::int[])
+         AS g(product_id, second, queue, named, views, wishes)
+)
+INSERT INTO {PendingEngagement._meta.db_table}
+    (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
+SELECT split_part(item, ':', 1)::smallint, grouped.entry, grouped.product_id, grouped.second,
+       string_to_array(split_part(item, ':', 2), ','), string_to_array(grouped.named, ','),
+       grouped.views, grouped.wishes, now()
+FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
+"""
+
+_RAW_COLUMNS = "event_id, ts, product_id, kind, categories, received_at"
+
+
+def _copy_text(value: str | None) -> str:
+    """`value` as a field of COPY's text format. Product ids, slugs and kinds need no escaping (their
+    characters are fixed); an event id holds no control character, but may hold a backslash."""
+    if value is None:
+        return "\\N"
+    return value.replace("\\", "\\\\") if "\\" in value else value
+
+
+def _copy_array(slugs: list[str]) -> str:
+    """Category slugs as an array field of COPY's text format: each quoted, as a slug may read NULL."""
+    return '{"' + '","'.join(slugs) + '"}' if slugs else "{}"
 
 
 class EngagementIngest(BatchIngest):
     serializer_class = EngagementEventSerializer
     id_table = EngagementId._meta.db_table
-    stage_table = "engagement_stage"
-    stage_columns = (
-        "ord integer, event_id varchar(128), ts timestamptz, product_id varchar(64), kind varchar(4),"
-        " categories text, digest varchar(32), queue text"
-    )
-    stage_types = ["int4", "varchar", "timestamptz", "varchar", "varchar", "text", "varchar", "text"]
-    insert = _INSERT
     # An event rejected for a kind that is neither is counted as "unknown".
     kinds = ("view", "wish", "unknown")
 
@@ -171,20 +173,58 @@ class EngagementIngest(BatchIngest):
             accepted_at=stored | dropped,
         )
 
-    def before_stage(self, rows: list[_Row]) -> None:
-        engagement_partitions_ensure({row.ts for row in rows})
-
-    def staged(self, row: _Row, queue: str) -> tuple:
-        return (
-            row.index,
-            row.event_id,
-            row.ts,
-            row.product_id,
-            row.kind,
-            ",".join(row.categories),
-            row.digest,
-            queue,
+    def write(self, cursor, rows: list[_Row], queue_of: Callable[[_Row], str]) -> set[int]:
+        """Claim the rows' ids, COPY the rows to store into the raw table, and queue them grouped."""
+        identified = [row for row in rows if row.event_id is not None]
+        claimed: set[str] = set()
+        if identified:
+            cursor.execute(
+                _CLAIM,
+                [
+                    [row.event_id for row in identified],
+                    [row.digest for row in identified],
+                    [row.ts for row in identified],
+                ],
+            )
+            claimed = {event_id for (event_id,) in cursor.fetchall()}
+        chosen = [row for row in rows if row.event_id is None or row.event_id in claimed]
+        if not chosen:
+            return set()
+        instants: dict[dt.datetime, tuple[str, dt.datetime]] = {}  # ts -> (its COPY text, its second)
+        for row in chosen:
+            if row.ts not in instants:
+                instants[row.ts] = (row.ts.isoformat(), row.ts.replace(microsecond=0))
+        engagement_partitions_ensure(instants)
+        received_at = timezone.now().isoformat()
+        groups: dict[tuple, list] = {}  # (product, second, categories) -> [views, wishes, a row of them]
+        lines = []
+        for row in chosen:
+            stamp, second = instants[row.ts]
+            lines.append(
+                f"{_copy_text(row.event_id)}\t{stamp}\t{row.product_id}\t{row.kind}\t{_copy_array(row.categories)}"
+                f"\t{received_at}\n"
+            )
+            key = (row.product_id, second, tuple(row.categories))
+            counts = groups.get(key)
+            if counts is None:
+                counts = groups[key] = [0, 0, row]
+            counts[row.kind == "wish"] += 1
+        # Text, built here: psycopg's binary dumper of the categories' arrays takes three times as long.
+        with cursor.copy(f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN") as copy:
+            copy.write("".join(lines))
+        grouped = list(groups.items())
+        cursor.execute(
+            _QUEUE,
+            [
+                [product_id for (product_id, _, _), _ in grouped],
+                [second for (_, second, _), _ in grouped],
+                [queue_of(counts[2]) for _, counts in grouped],
+                [",".join(categories) for (_, _, categories), _ in grouped],
+                [counts[0] for _, counts in grouped],
+                [counts[1] for _, counts in grouped],
+            ],
         )
+        return {row.index for row in chosen}
 
 
 _ingest = EngagementIngest()

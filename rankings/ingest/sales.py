@@ -161,23 +161,30 @@ SELECT ord FROM inserted JOIN ingest_stage USING (event_id)
 """
 
 
+# Category slugs and queue entries are staged as text (slugs cannot hold a
+# comma, colon or semicolon): it copies in a third of the time arrays take.
+_STAGE_COLUMNS = (
+    "ord integer, event_id varchar(128), ts timestamptz, product_id varchar(64), categories text,"
+    " qty integer, amount_cents bigint, return_of varchar(128), counted_at timestamptz, digest varchar(32),"
+    " queue text"
+)
+_STAGE_TYPES = [
+    "int4", "varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar", "timestamptz", "varchar", "text",
+]  # fmt: skip
+
+
 class SaleIngest(BatchIngest):
     serializer_class = SaleEventSerializer
     id_table = SaleId._meta.db_table
-    stage_table = "ingest_stage"
-    # Category slugs and queue entries are staged as text (slugs cannot hold a
-    # comma, colon or semicolon): it copies in a third of the time arrays take.
-    stage_columns = (
-        "ord integer, event_id varchar(128), ts timestamptz, product_id varchar(64), categories text,"
-        " qty integer, amount_cents bigint, return_of varchar(128), counted_at timestamptz, digest varchar(32),"
-        " queue text"
-    )
-    stage_types = [
-        "int4", "varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar", "timestamptz", "varchar",
-        "text",
-    ]  # fmt: skip
-    insert = _INSERT
     kinds = ("sale",)
+    # The staging table is created once per database session and emptied before each use
+    # (creating and dropping it for every batch would write the system catalogues each time),
+    # in the layout lock's round trip.
+    layout_lock_sql = (
+        f"{BatchIngest.layout_lock_sql};"
+        f" CREATE TEMPORARY TABLE IF NOT EXISTS ingest_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS;"
+        " DELETE FROM ingest_stage"
+    )
 
     def prepare(self, valid: list[tuple[int, dict]]) -> None:
         # A return counts in its original's month, whose partition exists already.
@@ -196,20 +203,30 @@ class SaleIngest(BatchIngest):
             accepted=len(inserted), duplicates=resolved.duplicates + late_duplicates, accepted_at=stored
         )
 
-    def staged(self, row: "_Row", queue: str) -> tuple:
-        return (
-            row.index,
-            row.event_id,
-            row.ts,
-            row.product_id,
-            ",".join(row.categories),
-            row.qty,
-            row.amount_cents,
-            row.return_of,
-            row.counted_at,
-            row.digest,
-            queue,
-        )
+    def write(self, cursor, rows: list[_Row], queue_of: Callable[[_Row], str]) -> set[int]:
+        """COPY the rows with their queue entries into the staging table, then store them in one
+        statement (_INSERT), which draws each sale's id where its event id is claimed."""
+        with cursor.copy("COPY ingest_stage FROM STDIN (FORMAT BINARY)") as copy:
+            # Binary rows cost the server no text parsing: half the time of a text COPY.
+            copy.set_types(_STAGE_TYPES)
+            for row in rows:
+                copy.write_row(
+                    (
+                        row.index,
+                        row.event_id,
+                        row.ts,
+                        row.product_id,
+                        ",".join(row.categories),
+                        row.qty,
+                        row.amount_cents,
+                        row.return_of,
+                        row.counted_at,
+                        row.digest,
+                        queue_of(row),
+                    )
+                )
+        cursor.execute(_INSERT)
+        return {index for (index,) in cursor.fetchall()}
 
 
 _ingest = SaleIngest()
