@@ -333,11 +333,15 @@ class BatchIngest:
                 }
             )
         rejected = {r["index"] for r in result.rejected}
-        outcomes: Counter[str] = Counter()
-        for index, event in enumerate(events):
-            outcome = "rejected" if index in rejected else "accepted" if index in accepted_at else "duplicate"
-            outcomes[f"{self.kind_of(event)}:{outcome}"] += 1
-        return outcomes
+        kind_of = self.kind_of
+        outcomes = Counter(
+            (
+                kind_of(event),
+                "rejected" if index in rejected else "accepted" if index in accepted_at else "duplicate",
+            )
+            for index, event in enumerate(events)
+        )
+        return Counter({f"{kind}:{outcome}": count for (kind, outcome), count in outcomes.items()})
 
     def prepare(self, valid: list[tuple[int, dict]]) -> None:
         """What to do once, before the first attempt's transaction."""
