@@ -206,18 +206,19 @@ def _wait(condition, what: str) -> None:
 
 
 class PausedIngest:
-    """An ingest in a thread of its own, paused after it read the layout and staged its sales,
-    holding the layout lock shared, until `resume`."""
+    """An ingest in a thread of its own, paused after it read the layout and wrote its events with
+    their queue rows, holding the layout lock shared, until `resume`."""
 
     def __init__(self, monkeypatch, shop: Shop, events: list[dict], stager=sales.SaleIngest):
-        real_stage, self.layout_read, self._go = stager.stage, threading.Event(), threading.Event()
+        real_write, self.layout_read, self._go = stager.write, threading.Event(), threading.Event()
 
-        def stage_then_wait(ingest, cursor, rows, *queued_under):
-            real_stage(ingest, cursor, rows, *queued_under)
+        def write_then_wait(ingest, cursor, rows, queue_of):
+            stored = real_write(ingest, cursor, rows, queue_of)
             self.layout_read.set()
             assert self._go.wait(DEADLINE)
+            return stored
 
-        monkeypatch.setattr(stager, "stage", stage_then_wait)
+        monkeypatch.setattr(stager, "write", write_then_wait)
         send = shop.send if stager is sales.SaleIngest else shop.engage
         self.errors: list[BaseException] = []
         self._thread = threading.Thread(target=_run, args=(lambda: send(*events), self.errors))
