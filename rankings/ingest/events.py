@@ -361,7 +361,9 @@ class ItemSerializer(serializers.Serializer):
     @cached_property
     def _categories_most(self) -> int:
         """The most categories an item may name, as its `categories` field reads the setting."""
-        return self.fields["categories"].max_categories
+        field = self.fields["categories"]
+        assert isinstance(field, CategoriesField)
+        return field.max_categories
 
     @cached_property
     def _event_fields(self) -> list[tuple[str, serializers.Field, bool]]:
