@@ -247,8 +247,9 @@ def test_a_deep_page_reads_a_window_around_each_parts_place_not_every_member_bef
     board = {f"p{i:04}": (1 + i % 7, 1 + i % 5) for i in range(3000)}
     _write(redis_client, board, 3)
     reads = []
-    real = store.parts_ranges
-    monkeypatch.setattr(store, "parts_ranges", lambda **kw: reads.append(kw["ranges"]) or real(**kw))
+    for name in ("parts_ranges", "parts_rows"):
+        real = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda real=real, **kw: reads.append(kw["ranges"]) or real(**kw))
     args = {"window": WINDOW, "metric": "units", "limit": 50, "offset": 2000}
     split = selectors.board_top(category=SPLIT, **args)
     assert len(reads) == 1, "the windows did not hold the page"
