@@ -74,7 +74,9 @@ def board_slice(
                 )
         rows = [row for _, row in _merged(heads)[start : stop + 1]]
         return store.BoardSlice(as_of=_as_of(heads), total=sum(f.total for f in heads), rows=rows)
-    rows, read = _deep_page(version=version, window=window, metric=metric, parts=parts, start=start, stop=stop)
+    rows, read = _deep_page(
+        version=version, window=window, metric=metric, parts=parts, start=start, stop=stop
+    )
     return store.BoardSlice(as_of=_as_of(read), total=sum(f.total for f in read), rows=rows)
 
 
@@ -254,9 +256,50 @@ def neighbors(
     )
     if merged.rank is None or mine.found.rank is None:
         return merged, 0, None
+    return _around(merged, own, mine, [(o.before.before, o.start, o.rows) for o in others], n)
+
+
+def neighbors_copied(
+    *, layout: Layout, category: str, product_id: str, n: int, copies: list
+) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
+    """neighbors from copies of every part (store.BoardCopy, in the order of the parts), with no
+    Redis round trip: the product's own part's copy gives its rank and the n either side of it
+    there; in each other copy, the members ordered before it and the n either side of that place."""
+    own = layout.boards_of(category).index(layout.board_of(category, product_id))
+    mine = copies[own].around(product_id, n)
+    found = mine.found
+    others = [copy for i, copy in enumerate(copies) if i != own]
+    befores = [copy.before(found.score, product_id) for copy in others] if found.rank is not None else []
+    merged = store.MemberRank(
+        as_of=_as_of(copies),
+        total=sum(copy.total for copy in copies),
+        rank=found.rank + sum(befores) if found.rank is not None else None,
+        score=found.score,
+        other=found.other,
+    )
+    if merged.rank is None:
+        return merged, 0, None
+    read = [
+        (before, max(0, before - n), copy.rows(before - n, before + n))
+        for copy, before in zip(others, befores, strict=True)
+    ]
+    return _around(merged, own, mine, read, n)
+
+
+def _around(
+    merged: store.MemberRank,
+    own: int,
+    mine: store.MemberAround,
+    others: list[tuple[int, int, list[tuple[str, int, int]]]],
+    n: int,
+) -> tuple[store.MemberRank, int, store.BoardSlice]:
+    """The 2n + 1 ranks about a ranked product, from the rows read about its place in each part:
+    its own part's (mine) and each other's (before, start, rows) in order, `before` the members of
+    that part ordered before the product, `start` the part's rank of its first row read."""
     # Each part read from `start` on; in it `before` members are ordered before the product (in its
     # own part, its rank there).
-    read = [(o.before.before, o.start, o.rows) for o in others]
+    assert mine.found.rank is not None and merged.rank is not None
+    read = list(others)
     read.insert(own, (mine.found.rank, mine.start, mine.board.rows))
     tagged = [[(i, row) for row in rows] for i, (_, _, rows) in enumerate(read)]
     rows = [row for _, row in heapq.merge(*tagged, key=lambda item: _order(item[1]))]
