@@ -280,7 +280,9 @@ def test_neighbours_of_random_products_of_a_small_board_are_read_from_its_copies
     direct = [selectors.product_neighbors(product_id=p, category=category, **args) for p in products]
     memory.forget_all("answers")
     monkeypatch.setattr(board_reader, "BOARD_COPY_AFTER", 1)
-    monkeypatch.setattr(answers, "FRESH_SECONDS", 60.0)  # no copy checked again within the test
+    # within the test, no copy checked again and the active version not read again, however slow
+    monkeypatch.setattr(answers, "FRESH_SECONDS", 60.0)
+    monkeypatch.setattr("rankings.engine.store.versions.ACTIVE_VERSION_TTL", 60.0)
     selectors.product_neighbors(product_id="p150", category=category, **args)  # the copies made
     counted = RedisRoundTrips(monkeypatch)
     # when
