@@ -43,8 +43,17 @@ class RedisReplies:
                 counter.add(replies)
             return replies
 
+        original_immediate = redis.client.Pipeline.immediate_execute_command
+
+        def immediate(self, *args, **options):  # sent at once, before the pipeline (SCRIPT EXISTS)
+            reply = original_immediate(self, *args, **options)
+            if self.connection_pool is pool:
+                counter.add([reply])
+            return reply
+
         monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
         monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+        monkeypatch.setattr(redis.client.Pipeline, "immediate_execute_command", immediate)
 
     def add(self, replies: list) -> None:
         self.trips += 1

@@ -104,8 +104,9 @@ def test_home_costs_two_queries_whatever_the_number_of_categories(client, django
 
 
 class RedisRoundTrips:
-    """Counts the round trips made on the ranking store's read connection (a pipeline is one; on a
-    Redis Cluster, a pipeline sends each node its commands at once and is one too)."""
+    """Counts the round trips made on the ranking store's read connection (a pipeline is one, and
+    so is each command it sends before its own; on a Redis Cluster, a pipeline sends each node its
+    commands at once and is one too)."""
 
     def __init__(self, monkeypatch):
         import redis
@@ -148,8 +149,18 @@ class RedisRoundTrips:
                 counter.count += 1
             return original_pipeline(self, *args, **options)
 
+        original_immediate = redis.client.Pipeline.immediate_execute_command
+
+        def immediate(self, *args, **options):
+            # a command a pipeline sends at once, before its own: redis-py's SCRIPT EXISTS of the
+            # scripts it holds is a round trip of its own
+            if self.connection_pool is pool:
+                counter.count += 1
+            return original_immediate(self, *args, **options)
+
         monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
         monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+        monkeypatch.setattr(redis.client.Pipeline, "immediate_execute_command", immediate)
 
 
 def _many_categories(count: int, *, sold: bool = True) -> None:

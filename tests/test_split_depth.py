@@ -19,10 +19,11 @@ PARTS = 3
 
 @pytest.fixture
 def rows_read(monkeypatch):
-    """Every range the parts are read in, as (shard, part, start, stop)."""
+    """Every range the parts are read in, as (shard, part, start, stop): probes and pages alike."""
     ranges = []
-    real = store.parts_ranges
-    monkeypatch.setattr(store, "parts_ranges", lambda **kw: ranges.extend(kw["ranges"]) or real(**kw))
+    for name in ("parts_ranges", "parts_rows"):
+        real = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda real=real, **kw: ranges.extend(kw["ranges"]) or real(**kw))
     return ranges
 
 

@@ -13,7 +13,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import Layout
 from rankings.engine.split import part_index, part_names
-from rankings.serving import board_reader, memory, selectors, thresholds
+from rankings.serving import answers, board_reader, memory, selectors, thresholds
 
 from .rankings_helpers import run_keys
 
@@ -90,14 +90,14 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
     heads = selectors.boards_top_many(limits={SPLIT: 10, SINGLE: 10}, window=WINDOW, metric=metric)
     _same(heads[SPLIT], heads[SINGLE])
     asked = data.draw(st.lists(st.sampled_from(sorted(board)), max_size=6)) if board else []
+    around = {}  # neighbours read from Redis, of the whole board
     for pid in [*asked, "nobody"]:
         args = {"product_id": pid, "window": WINDOW, "metric": metric}
         _same(selectors.product_rank(category=SPLIT, **args), selectors.product_rank(category=SINGLE, **args))
-        _same(
-            selectors.product_neighbors(category=SPLIT, n=n, **args),
-            selectors.product_neighbors(category=SINGLE, n=n, **args),
-        )
-    # ranks of random products, answered from copies of the parts (as a reader of many products is)
+        around[pid] = selectors.product_neighbors(category=SINGLE, n=n, **args)
+        _same(selectors.product_neighbors(category=SPLIT, n=n, **args), around[pid])
+    # ranks and neighbours of random products, answered from copies of the board and of the parts
+    # (as a reader of many products is)
     memory.forget_all("answers")
     copy_after = board_reader.BOARD_COPY_AFTER
     board_reader.BOARD_COPY_AFTER = 1
@@ -108,6 +108,8 @@ def test_every_read_of_a_split_board_equals_that_of_one_sorted_set(
                 selectors.product_rank(category=SPLIT, **args),
                 selectors.product_rank(category=SINGLE, **args),
             )
+            _same(selectors.product_neighbors(category=SPLIT, n=n, **args), around[pid])
+            _same(selectors.product_neighbors(category=SINGLE, n=n, **args), around[pid])
     finally:
         board_reader.BOARD_COPY_AFTER = copy_after
     assert not board or board_reader._board_copies, "the premise: the ranks were read from copies"
@@ -170,7 +172,8 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
     """A product's rank or neighbours on a split board: on one server, one call that reads every
     part; on a Redis Cluster, where no call reaches two parts, its own part's read (with the members
     either side of it there), then one read of every other part at once (the members ordered before
-    it, and either side of that place). On a whole board each is one read."""
+    it, and either side of that place). On a whole board each is one read. A page, first or deep,
+    is one read of every part at once."""
     from .test_pages import RedisRoundTrips
 
     # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
@@ -183,6 +186,9 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
         ("neighbours", SINGLE): lambda: selectors.product_neighbors(category=SINGLE, n=5, **args),
         ("top", SPLIT): lambda: selectors.board_top(
             category=SPLIT, window=WINDOW, metric="units", limit=100, offset=0
+        ),
+        ("deep page", SPLIT): lambda: selectors.board_top(
+            category=SPLIT, window=WINDOW, metric="units", limit=50, offset=150
         ),
     }
     for answer in reads.values():  # each script known to every node (a node sent it once)
@@ -203,6 +209,7 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
         ("neighbours", SPLIT): split,
         ("neighbours", SINGLE): 1,
         ("top", SPLIT): 1,
+        ("deep page", SPLIT): 1,  # each part's window with both metrics, in one pipeline
     }
 
 
@@ -247,10 +254,42 @@ def test_a_deep_page_reads_a_window_around_each_parts_place_not_every_member_bef
     board = {f"p{i:04}": (1 + i % 7, 1 + i % 5) for i in range(3000)}
     _write(redis_client, board, 3)
     reads = []
-    real = store.parts_ranges
-    monkeypatch.setattr(store, "parts_ranges", lambda **kw: reads.append(kw["ranges"]) or real(**kw))
+    for name in ("parts_ranges", "parts_rows"):
+        real = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda real=real, **kw: reads.append(kw["ranges"]) or real(**kw))
     args = {"window": WINDOW, "metric": "units", "limit": 50, "offset": 2000}
     split = selectors.board_top(category=SPLIT, **args)
     assert len(reads) == 1, "the windows did not hold the page"
     assert all(stop - start + 1 < 500 for _, _, start, stop in reads[0])
     _same(split, selectors.board_top(category=SINGLE, **args))
+
+
+@pytest.mark.parametrize("category", [SPLIT, SINGLE])
+def test_neighbours_of_random_products_of_a_small_board_are_read_from_its_copies_with_no_round_trip(
+    redis_client, catalogue, monkeypatch, category
+):
+    """A reader of many products' neighbours, as one of their ranks, is answered from copies of the
+    board (of each of its parts) once it has them: no Redis round trip but the copies' checks, and
+    the answers Redis gives."""
+    from .test_pages import RedisRoundTrips
+
+    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
+    _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
+    products = [f"p{i:03}" for i in range(0, 300, 7)] + ["nobody"]
+    args = {"window": WINDOW, "metric": "units", "n": 5}
+    direct = [selectors.product_neighbors(product_id=p, category=category, **args) for p in products]
+    memory.forget_all("answers")
+    monkeypatch.setattr(board_reader, "BOARD_COPY_AFTER", 1)
+    # within the test, no copy checked again and the active version not read again, however slow
+    monkeypatch.setattr(answers, "FRESH_SECONDS", 60.0)
+    monkeypatch.setattr("rankings.engine.store.versions.ACTIVE_VERSION_TTL", 60.0)
+    selectors.product_neighbors(product_id="p150", category=category, **args)  # the copies made
+    counted = RedisRoundTrips(monkeypatch)
+    # when
+    copied = [selectors.product_neighbors(product_id=p, category=category, **args) for p in products]
+    # then
+    assert board_reader._board_copies, "no board was copied"
+    assert counted.count == 0
+    assert copied == direct
+    assert all(a.items for a in direct[:-1]) and direct[-1].items == ()
+    assert {len(a.items) for a in direct[:-1]} >= {11}

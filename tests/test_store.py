@@ -97,10 +97,10 @@ CALLS = {
         version=1, window="7d", metric="units", parts=[(0, "all#0"), (1, "all#1")], score=3, product_id="p1"
     ),
     "parts_ranges": lambda: store.parts_ranges(
-        version=1, window="7d", metric="units", ranges=[(0, "all#0", 0, 9)], others=True
+        version=1, window="7d", metric="units", ranges=[(0, "all#0", 0, 9)]
     ),
-    "others_scores": lambda: store.others_scores(
-        version=1, window="7d", metric="units", members=[(0, "all#0", ["p1"])]
+    "parts_rows": lambda: store.parts_rows(
+        version=1, window="7d", metric="units", ranges=[(0, "all#0", 0, 9), (1, "all#1", 0, 9)]
     ),
     "member_around": lambda: store.member_around(**BOARD, product_id="p1", n=2),
     "parts_around": lambda: store.parts_around(

@@ -15,16 +15,16 @@ from rankings.serving import answers, merge
 from rankings.serving.layouts import layout_of
 from rankings.serving.memory import WeighedLRU, WeighedTTL
 
-# A board whose ranks are asked for many different products within FRESH_SECONDS (a reader of
-# random products: product pages of the long tail) is copied whole into the process, when it is
-# small enough, and answered from the copy until a tick writes the board's shard (checked every
-# FRESH_SECONDS, so a copy is as fresh as a remembered answer).
+# A board whose ranks or neighbours are asked for many different products within FRESH_SECONDS (a
+# reader of random products: product pages of the long tail) is copied whole into the process, when
+# it is small enough, and answered from the copy until a tick writes the board's shard (checked
+# every FRESH_SECONDS, so a copy is as fresh as a remembered answer).
 # Otherwise each such read costs a Redis round trip, more than the rest of the request.
-BOARD_COPY_AFTER = 16  # uncached rank reads of one board within answers.FRESH_SECONDS
+BOARD_COPY_AFTER = 16  # uncached rank or neighbour reads of one board within answers.FRESH_SECONDS
 BOARD_COPY_MEMBERS = 20_000  # the largest board copied: a few ms of Redis time, a few MB here
 # Boards copied at once, per process: about 7 of the largest (6.6 MB each), more of smaller ones.
 BOARD_COPIES_BYTES = 48 * 2**20  # bytes
-# Rank reads counted per board, within FRESH_SECONDS: about 3,000 boards.
+# Rank and neighbour reads counted per board, within FRESH_SECONDS: about 3,000 boards.
 BOARD_READS_BYTES = 2**20  # bytes
 
 # Each copied board's [copy, when it was last known current]; None for a board too large to copy.
@@ -118,9 +118,10 @@ def _member_rank(board: tuple[int, int, str, str, str], product_id: str) -> stor
 
 
 def _board_copy(board: tuple[int, int, str, str, str]) -> store.BoardCopy | None:
-    """The board's copy, made once its rank reads within answers.FRESH_SECONDS reach BOARD_COPY_AFTER;
-    None before, and for a board too large to copy. Every FRESH_SECONDS a copy is checked against
-    its shard's state, one small read, and kept for as long as no tick has written the shard."""
+    """The board's copy, made once its rank and neighbour reads within answers.FRESH_SECONDS reach
+    BOARD_COPY_AFTER; None before, and for a board too large to copy. Every FRESH_SECONDS a copy is
+    checked against its shard's state, one small read, and kept for as long as no tick has written
+    the shard."""
     now = time.monotonic()
     version, shard, window, metric, category = board
     with _cache_lock:
@@ -205,8 +206,17 @@ def neighbors(
 ) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
     """(the product's rank, the 0-based rank the slice starts at, the slice of the n products on
     either side of it and itself); no slice for a product without a rank there. A whole board in
-    one round trip; a split board in two (merge.neighbors)."""
+    one round trip, a split board in one or two (merge.neighbors); from copies of the board (of
+    its parts) when it has them, as a rank is, with none."""
     if category in layout.split:
+        parts = [
+            (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)
+        ]
+        copies = [_board_copy(part) for part in parts]
+        if all(copy is not None for copy in copies):
+            return merge.neighbors_copied(
+                layout=layout, category=category, product_id=product_id, n=n, copies=copies
+            )
         return merge.neighbors(
             version=version,
             layout=layout,
@@ -216,15 +226,20 @@ def neighbors(
             product_id=product_id,
             n=n,
         )
-    read = store.member_around(
-        version=version,
-        shard=layout.shard_of(category),
-        window=window,
-        metric=metric,
-        category=category,
-        product_id=product_id,
-        n=n,
-    )
+    board = (version, layout.shard_of(category), window, metric, category)
+    copy = _board_copy(board)
+    if copy is not None:
+        read = copy.around(product_id, n)
+    else:
+        read = store.member_around(
+            version=version,
+            shard=board[1],
+            window=window,
+            metric=metric,
+            category=category,
+            product_id=product_id,
+            n=n,
+        )
     if read.found.rank is None:
         return read.found, 0, None
     return read.found, read.start, read.board

@@ -29,6 +29,7 @@ rank for each of 1,000 and 10,000.
 
 import heapq
 import math
+from itertools import chain
 
 from rankings.engine import store
 from rankings.engine.shards import Layout
@@ -64,61 +65,58 @@ def board_slice(
         )
         missing = [i for i, found in enumerate(heads) if found is None]
         if missing:  # a blob being rewritten after a rebuild: those parts from their boards
-            read = store.parts_ranges(
-                version=version,
-                window=window,
-                metric=metric,
-                ranges=[(*parts[i], 0, stop) for i in missing],
-                others=True,
+            read = store.parts_rows(
+                version=version, window=window, metric=metric, ranges=[(*parts[i], 0, stop) for i in missing]
             )
             for i, found in zip(missing, read, strict=True):
-                heads[i] = found
+                heads[i] = store.BoardSlice(
+                    as_of=found.as_of, total=found.total, rows=[_row(row) for row in found.rows]
+                )
         rows = [row for _, row in _merged(heads)[start : stop + 1]]
         return store.BoardSlice(as_of=_as_of(heads), total=sum(f.total for f in heads), rows=rows)
-    chosen, read = _deep_page(
+    rows, read = _deep_page(
         version=version, window=window, metric=metric, parts=parts, start=start, stop=stop
     )
-    wanted = [[row[0] for i, row in chosen if i == part] for part in range(len(parts))]
-    others = store.others_scores(
-        version=version,
-        window=window,
-        metric=metric,
-        members=[(shard, part, ids) for (shard, part), ids in zip(parts, wanted, strict=True)],
-    )
-    other_of = {
-        pid: o for ids, scores in zip(wanted, others, strict=True) for pid, o in zip(ids, scores, strict=True)
-    }
-    rows = [(pid, score, other_of[pid]) for _, (pid, score, _) in chosen]
     return store.BoardSlice(as_of=_as_of(read), total=sum(f.total for f in read), rows=rows)
+
+
+def _row(row: tuple[int, bytes, bytes | None]) -> tuple[str, int, int]:
+    """A row of store.PartRows as a BoardSlice's: (product_id, this metric's score, the other's)."""
+    score, member, other = row
+    return member.decode(), -score, int(-float(other)) if other is not None else 0
 
 
 def _deep_page(
     *, version: int, window: str, metric: str, parts: list[tuple[int, str]], start: int, stop: int
-) -> tuple[list, list[store.BoardSlice]]:
-    """Ranks start..stop of a split board, each row tagged with its part (other metric not read).
+) -> tuple[list[tuple[str, int, int]], list[store.PartRows]]:
+    """Ranks start..stop of a split board with both metrics, and the parts' reads (their sizes and
+    instants).
 
     A product lands in a part by a hash, so about start/K of the members before `start` lie in each
-    part: each part is read in a window of _deep_slack(start) ranks either side of that guess, and
-    the merge of those windows is checked to hold the page exactly (see _window_holds). Should it
-    not (parts far from even), each part's place is found by halves (_places) and the page read
-    from there: never every member before the page."""
+    part: each part is read in a window of _deep_slack(start) ranks either side of that guess, with
+    both metrics (store.parts_rows: one round trip), and the merge of those windows is checked to
+    hold the page exactly (see _window_holds). Should it not (parts far from even), each part's
+    place is found by halves (_places) and the page read from there: never every member before the
+    page. The windows are merged as Redis sent them (tuples that order as the board does, sorted
+    in C), and only the page's rows are turned into ids and figures."""
     guess, slack = start // len(parts), _deep_slack(start)
     ranges = [(*p, max(0, guess - slack), guess + slack + stop - start) for p in parts]
-    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=False)
+    read = store.parts_rows(version=version, window=window, metric=metric, ranges=ranges)
     total = sum(found.total for found in read)
     if start >= total:
         return [], read
-    merged = _merged(read)
+    merged = sorted(chain.from_iterable(found.rows for found in read))
     first = start - sum(low for _, _, low, _ in ranges)
     page = merged[first : first + stop - start + 1] if first >= 0 else []
     if first >= 0 and _window_holds(read, [low for _, _, low, _ in ranges], page, want=stop - start + 1):
-        return page, read
+        return [_row(row) for row in page], read
     places = _places(
         version=version, window=window, metric=metric, parts=parts, sizes=[f.total for f in read], rank=start
     )
     ranges = [(*p, place, place + stop - start) for p, place in zip(parts, places, strict=True)]
-    read = store.parts_ranges(version=version, window=window, metric=metric, ranges=ranges, others=False)
-    return _merged(read)[: stop - start + 1], read
+    read = store.parts_rows(version=version, window=window, metric=metric, ranges=ranges)
+    merged = sorted(chain.from_iterable(found.rows for found in read))
+    return [_row(row) for row in merged[: stop - start + 1]], read
 
 
 def _places(
@@ -139,7 +137,6 @@ def _places(
             ranges=[
                 (*p, -1, -2) if at is None else (*p, at, at) for p, at in zip(parts, probes, strict=True)
             ],
-            others=False,
         )
         for i, (at, found) in enumerate(zip(probes, read, strict=True)):
             if at is None:
@@ -165,22 +162,23 @@ def _deep_slack(start: int) -> int:
     return 32 + 3 * math.isqrt(start)
 
 
-def _window_holds(read: list[store.BoardSlice], lows: list[int], page: list, *, want: int) -> bool:
+def _window_holds(read: list[store.PartRows], lows: list[int], page: list, *, want: int) -> bool:
     """Whether `page`, taken from the merge of the parts' windows (part i: ranks lows[i] onwards),
     is exactly the merged board's ranks there: every member of every part ordered between the
     page's first and last rows was read (no unread member below a window's first row comes after
     the page's first, none past a window's last row comes before the page's last), and a short
     page ends with every part read to its end. Then the page's first row is at rank
-    sum(lows) + its place in the merge, as the caller took it."""
+    sum(lows) + its place in the merge, as the caller took it. Rows are store.PartRows's, which
+    order as the board does."""
     if not page:
         return False
-    first, last = _order(page[0][1]), _order(page[-1][1])
+    first, last = page[0], page[-1]
     for found, low in zip(read, lows, strict=True):
         rows = found.rows
-        if low > 0 and (not rows or _order(rows[0]) > first):
+        if low > 0 and (not rows or rows[0] > first):
             return False
         complete = low + len(rows) >= found.total
-        if not complete and (len(page) < want or not rows or _order(rows[-1]) < last):
+        if not complete and (len(page) < want or not rows or rows[-1] < last):
             return False
     return True
 
@@ -258,9 +256,50 @@ def neighbors(
     )
     if merged.rank is None or mine.found.rank is None:
         return merged, 0, None
+    return _around(merged, own, mine, [(o.before.before, o.start, o.rows) for o in others], n)
+
+
+def neighbors_copied(
+    *, layout: Layout, category: str, product_id: str, n: int, copies: list
+) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
+    """neighbors from copies of every part (store.BoardCopy, in the order of the parts), with no
+    Redis round trip: the product's own part's copy gives its rank and the n either side of it
+    there; in each other copy, the members ordered before it and the n either side of that place."""
+    own = layout.boards_of(category).index(layout.board_of(category, product_id))
+    mine = copies[own].around(product_id, n)
+    found = mine.found
+    others = [copy for i, copy in enumerate(copies) if i != own]
+    befores = [copy.before(found.score, product_id) for copy in others] if found.rank is not None else []
+    merged = store.MemberRank(
+        as_of=_as_of(copies),
+        total=sum(copy.total for copy in copies),
+        rank=found.rank + sum(befores) if found.rank is not None else None,
+        score=found.score,
+        other=found.other,
+    )
+    if merged.rank is None:
+        return merged, 0, None
+    read = [
+        (before, max(0, before - n), copy.rows(before - n, before + n))
+        for copy, before in zip(others, befores, strict=True)
+    ]
+    return _around(merged, own, mine, read, n)
+
+
+def _around(
+    merged: store.MemberRank,
+    own: int,
+    mine: store.MemberAround,
+    others: list[tuple[int, int, list[tuple[str, int, int]]]],
+    n: int,
+) -> tuple[store.MemberRank, int, store.BoardSlice]:
+    """The 2n + 1 ranks about a ranked product, from the rows read about its place in each part:
+    its own part's (mine) and each other's (before, start, rows) in order, `before` the members of
+    that part ordered before the product, `start` the part's rank of its first row read."""
     # Each part read from `start` on; in it `before` members are ordered before the product (in its
     # own part, its rank there).
-    read = [(o.before.before, o.start, o.rows) for o in others]
+    assert mine.found.rank is not None and merged.rank is not None
+    read = list(others)
     read.insert(own, (mine.found.rank, mine.start, mine.board.rows))
     tagged = [[(i, row) for row in rows] for i, (_, _, rows) in enumerate(read)]
     rows = [row for _, row in heapq.merge(*tagged, key=lambda item: _order(item[1]))]
@@ -324,7 +363,7 @@ def thresholds(
             )
             reads.extend(read)
             if page:
-                found[rank] = page[0][1]
+                found[rank] = page[0]
     return store.Thresholds(
         as_of=_as_of(reads),
         total=total,

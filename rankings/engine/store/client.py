@@ -179,19 +179,14 @@ def script(name: str) -> Script:
 
 def scripts_run(calls: list[tuple[str, list, list]], *, commands: Sequence[tuple] = ()) -> list:
     """The replies of plain `commands` (each a command's words) and then of script calls ((script
-    name, keys, args) each), all in one round trip on the fast client: a pipeline on one server; on
-    a Redis Cluster a pipeline too, which sends each node its calls at once (EVALSHA as a plain
-    command: the cluster pipeline refuses only its `evalsha` method, whose reload of a script it
-    cannot do). A node that does not know a script yet is sent it and the calls again. An error
-    reply raises, as a call of its own would."""
+    name, keys, args) each), all in one round trip on the fast client: a pipeline of EVALSHA, on one
+    server or a Redis Cluster (which sends each node its calls at once). EVALSHA goes as a plain
+    command: redis-py's own script call in a pipeline first asks the server, in a round trip of its
+    own, whether it knows the scripts (SCRIPT EXISTS), on every call; and the cluster pipeline
+    refuses its `evalsha` method. A server or node that does not know a script yet (a restart, a
+    new node) is sent it and the calls again: one more round trip, once. An error reply raises, as
+    a call of its own would."""
     r = fast()
-    if not clustered():
-        pipe = r.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        for name, keys, args in calls:
-            script(name)(keys=keys, args=args, client=pipe)
-        return pipe.execute()
     replies: list = []
     for attempt in range(2):
         pipe = r.pipeline(transaction=False)
@@ -204,7 +199,7 @@ def scripts_run(calls: list[tuple[str, list, list]], *, commands: Sequence[tuple
                    if isinstance(reply, redis.exceptions.NoScriptError)}  # fmt: skip
         if not unknown or attempt:
             break
-        for name in unknown:  # SCRIPT LOAD goes to every primary
+        for name in unknown:  # on a cluster, SCRIPT LOAD goes to every primary
             r.script_load(script(name).script)
     for reply in replies:
         if isinstance(reply, Exception):

@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass
 
-from rankings.conf import other_metric
 from rankings.engine.store.client import clustered, fast, script, scripts_run, translated
 from rankings.engine.store.keys import STATE_READ, board_key, member_keys, state_key
 from rankings.engine.store.reads import (
@@ -133,11 +132,11 @@ def split_around(
 
 @translated
 def parts_ranges(
-    *, version: int, window: str, metric: str, ranges: list[tuple[int, str, int, int]], others: bool
+    *, version: int, window: str, metric: str, ranges: list[tuple[int, str, int, int]]
 ) -> list[BoardSlice]:
     """Ranks start..stop (0-based, inclusive) of several boards ((shard, category, start, stop)
-    each), with each board's size and its shard's as_of: one round trip; with `others`, the other
-    metric's scores of those members in a second one (else 0, for the caller to ask later)."""
+    each) with this metric's scores only (the other's 0), each board's size and its shard's as_of:
+    one round trip. For a merge's probes; a page's rows with both metrics are parts_rows'."""
     pipe = fast().pipeline(transaction=False)
     for shard, category, start, stop in ranges:
         key = board_key(version, shard, window, metric, category)
@@ -159,32 +158,43 @@ def parts_ranges(
                 rows=[(m.decode(), int(-s), 0) for m, s in rows],
             )
         )
-    if others:
-        wanted = [
-            (shard, category, [m for m, _, _ in found.rows])
-            for (shard, category, _, _), found in zip(ranges, out, strict=True)
-        ]
-        scores = others_scores(version=version, window=window, metric=metric, members=wanted)
-        for found, other in zip(out, scores, strict=True):
-            found.rows = [(m, s, o) for (m, s, _), o in zip(found.rows, other, strict=True)]
     return out
 
 
+@dataclass
+class PartRows:
+    """Ranks of a part as Redis sent them, for a merge: each row (its score as stored, negated, a
+    whole number; the member; the other metric's score as stored, None for none), in the board's
+    order, which is the order of these tuples (score, then member by bytes; a member is in one part
+    only, so the third item is never compared)."""
+
+    as_of: float | None
+    total: int
+    rows: list[tuple[int, bytes, bytes | None]]
+
+
 @translated
-def others_scores(
-    *, version: int, window: str, metric: str, members: list[tuple[int, str, list[str]]]
-) -> list[list[int]]:
-    """The other metric's scores of members of several boards ((shard, category, members) each),
-    0 where a member has none: one round trip."""
-    asked = [(shard, category, ids) for shard, category, ids in members if ids]
-    values: list[list[float | None]] = []
-    if asked:
-        pipe = fast().pipeline(transaction=False)
-        for shard, category, ids in asked:
-            pipe.zmscore(board_key(version, shard, window, other_metric(metric), category), ids)
-        values = pipe.execute()
-    found = iter(values)
-    return [[int(-o) if o is not None else 0 for o in next(found)] if ids else [] for _, _, ids in members]
+def parts_rows(
+    *, version: int, window: str, metric: str, ranges: list[tuple[int, str, int, int]]
+) -> list[PartRows]:
+    """Ranks start..stop (0-based, inclusive) of several boards ((shard, category, start, stop)
+    each) with both metrics' scores, each board's size and its shard's as_of (lua/part_rows.lua):
+    one round trip, on one server or a Redis Cluster. The rows are left as sent (PartRows): a merge
+    orders them as they are, and only the rows it keeps are turned into ids and figures."""
+    replies = scripts_run(
+        [
+            ("part_rows", member_keys(version, shard, window, metric, category), [start, stop, *STATE_READ])
+            for shard, category, start, stop in ranges
+        ]
+    )
+    return [
+        PartRows(
+            as_of=state_as_of(version, shard, state),
+            total=int(total),
+            rows=list(zip(scores, members, others, strict=True)),
+        )
+        for (members, scores, others, total, state), (shard, _, _, _) in zip(replies, ranges, strict=True)
+    ]
 
 
 @translated

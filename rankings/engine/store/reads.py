@@ -178,7 +178,8 @@ def around_of(version: int, shard: int, reply: list) -> MemberAround:
 
 class BoardCopy:
     """A whole board as of one instant, as Redis sent it: a member's rank is its place in the
-    board's ZRANGE; scores are parsed only for the members asked about."""
+    board's ZRANGE; scores are parsed only for the members asked about (a rank, or a product's
+    neighbours)."""
 
     def __init__(self, as_of: float | None, stamp: tuple, board: list[bytes], other: list[bytes]):
         self.as_of = as_of
@@ -200,6 +201,33 @@ class BoardCopy:
             else:
                 high = mid
         return low
+
+    def rows(self, start: int, stop: int) -> list[tuple[str, int, int]]:
+        """Ranks start..stop - 1 (0-based) with both metrics, as a BoardSlice holds them: only these
+        rows' scores are parsed."""
+        start, stop = max(0, start), min(stop, self.total)
+        board, others = self._scores, self._others
+        out = []
+        for member, score in zip(
+            board[2 * start : 2 * stop : 2], board[2 * start + 1 : 2 * stop : 2], strict=True
+        ):
+            other = others.get(member)
+            out.append((member.decode(), int(-float(score)), int(-float(other)) if other is not None else 0))
+        return out
+
+    def around(self, product_id: str, n: int) -> MemberAround:
+        """What member_around would have answered at the copy's instant: the product's rank and
+        the members from n ranks before it to n after (none when it has no rank), with no round
+        trip."""
+        found = self.member(product_id)
+        if found.rank is None:
+            return MemberAround(found=found, start=0, board=BoardSlice(self.as_of, self.total, []))
+        start = max(0, found.rank - n)
+        return MemberAround(
+            found=found,
+            start=start,
+            board=BoardSlice(self.as_of, self.total, self.rows(start, found.rank + n + 1)),
+        )
 
     def member(self, product_id: str) -> MemberRank:
         """What member_rank would have answered at the copy's instant."""
