@@ -246,8 +246,8 @@ def _apply_step(
 
 
 def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
-    """The changes, in board order (as _changes gives them), cut into steps of at most
-    MAX_BATCH_CHANGES: a board's changes are kept together where they fit (fewer blobs
+    """The changes, a window and category's side by side (as _changes gives them), cut into steps
+    of at most MAX_BATCH_CHANGES: a board's changes are kept together where they fit (fewer blobs
     rewritten); always at least one step, possibly empty."""
     limit = rankings_settings.MAX_BATCH_CHANGES
     return [changes[i : i + limit] for i in range(0, len(changes), limit)] or [[]]
@@ -396,9 +396,10 @@ def _claim_engagements(cursor, params: dict) -> tuple[int, int]:
 # Every board's net change in one statement, as the clock moves: per window (one row of `w`), the
 # buckets that left it subtracted, those that entered it added, and the claimed facts inside it
 # as of the new instant; one row per board member whose score moves, per metric that moves,
-# a board's rows side by side (sorted by bytes: the order only keeps a board's rows together, and
-# a sort by the database's collation costs many times more). An empty range (first > last) stands
-# for no bucket. A tick that moves no bucket in or out of any window (most ticks: the clock moved
+# the rows of a window and category (both metrics of a pair, which share their keys in Redis) side
+# by side: sorted by those two alone, by bytes (a sort of 50,000 rows on four text keys, mostly
+# equal, costs several times more; the order only keeps a board's rows in as few steps as may be).
+# An empty range (first > last) stands for no bucket. A tick that moves no bucket in or out of any window (most ticks: the clock moved
 # within a minute) reads the facts alone (_NET_FACTS), never planned against the buckets.
 _NET_MOVED = """
     SELECT w.name, b.category, b.product_id, -b.units, -b.revenue_cents, -b.views, -b.wishes
@@ -435,7 +436,7 @@ WITH w (name, size, first, stop, left_from, left_to, entered_from, entered_to) A
 SELECT net.name, m.metric, net.category, net.product_id, m.delta
 FROM net CROSS JOIN LATERAL (VALUES %(metric_values)s) AS m(metric, delta)
 WHERE m.delta <> 0
-ORDER BY net.name COLLATE "C", net.category COLLATE "C", m.metric COLLATE "C", net.product_id COLLATE "C"
+ORDER BY net.name COLLATE "C", net.category COLLATE "C"
 """.replace("%(metric_values)s", ", ".join(f"('{m}', {m})" for m in METRICS))
 _NET_FACTS = _NET.replace("%(moved)s", "")
 _NET = _NET.replace("%(moved)s", _NET_MOVED)
