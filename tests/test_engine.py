@@ -249,3 +249,34 @@ def test_the_fold_writes_no_bucket_that_pruning_would_delete():
     folded = set(Bucket.objects.filter(category="toys").values_list("product_id", "size"))
     assert folded == {("old", 3600), ("new", 3600), ("new", 60)}
     shop.assert_exact()
+
+
+def test_a_tick_within_the_minute_reads_no_bucket_and_one_across_reads_each_window_by_the_index():
+    """The net change reads the buckets only for a range that moved, and each through the shard's
+    index: with the bucket table's statistics, a join of the windows with it was planned as a scan
+    of the shard's every bucket."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    shop = Shop(now=START + dt.timedelta(minutes=1, seconds=10))
+    shop.send(*[shop.sale(f"p{i}", categories=[f"c{i % 40}"], qty=1) for i in range(400)])
+    shop.tick()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE rankings_bucket")
+    shop.advance(seconds=5)
+    shop.send(shop.sale("p1", categories=["c1"], qty=2))
+    with CaptureQueriesContext(connection) as within:
+        shop.tick()
+    nets = [q["sql"] for q in within.captured_queries if "tick_facts f ON" in q["sql"]]
+    assert nets and not any("rankings_bucket" in sql for sql in nets)
+    shop.advance(minutes=1)
+    shop.send(shop.sale("p2", categories=["c2"], qty=3))
+    with CaptureQueriesContext(connection) as across:
+        shop.tick()
+    nets = [q["sql"] for q in across.captured_queries if "tick_facts f ON" in q["sql"]]
+    assert nets
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + nets[0])
+        plan = "\n".join(row for (row,) in cursor.fetchall())
+    assert "Seq Scan on rankings_bucket" not in plan
+    shop.assert_exact()

@@ -246,8 +246,8 @@ def _apply_step(
 
 
 def _steps(changes: list[store.Change]) -> list[list[store.Change]]:
-    """The changes, in board order (as _changes gives them), cut into steps of at most
-    MAX_BATCH_CHANGES: a board's changes are kept together where they fit (fewer blobs
+    """The changes, a window and category's side by side (as _changes gives them), cut into steps
+    of at most MAX_BATCH_CHANGES: a board's changes are kept together where they fit (fewer blobs
     rewritten); always at least one step, possibly empty."""
     limit = rankings_settings.MAX_BATCH_CHANGES
     return [changes[i : i + limit] for i in range(0, len(changes), limit)] or [[]]
@@ -396,22 +396,36 @@ def _claim_engagements(cursor, params: dict) -> tuple[int, int]:
 # Every board's net change in one statement, as the clock moves: per window (one row of `w`), the
 # buckets that left it subtracted, those that entered it added, and the claimed facts inside it
 # as of the new instant; one row per board member whose score moves, per metric that moves,
-# a board's rows side by side. An empty range (first > last) stands for no bucket.
+# the rows of a window and category (both metrics of a pair, which share their keys in Redis) side
+# by side: sorted by those two alone, by bytes (a sort of 50,000 rows on four text keys, mostly
+# equal, costs several times more; the order only keeps a board's rows in as few steps as may be).
+# An empty range (first > last) stands for no bucket. A tick that moves no bucket in or out of any window (most ticks: the clock moved
+# within a minute) reads the facts alone (_NET_FACTS), never planned against the buckets.
+_NET_MOVED = """
+    SELECT w.name, b.category, b.product_id, -b.units, -b.revenue_cents, -b.views, -b.wishes
+    FROM w CROSS JOIN LATERAL (%(range)s) AS b
+    WHERE w.left_from <= w.left_to
+    UNION ALL
+    SELECT w.name, b.category, b.product_id, b.units, b.revenue_cents, b.views, b.wishes
+    FROM w CROSS JOIN LATERAL (%(range)s) AS b
+    WHERE w.entered_from <= w.entered_to
+    UNION ALL"""
+# One window's buckets of a range, read through the shard's index one window at a time (OFFSET 0
+# keeps the subquery whole: flattened into a join, the planner may hash the shard's every bucket
+# against the windows, not knowing how few the ranges hold).
+_NET_RANGE = """
+SELECT category, product_id, units, revenue_cents, views, wishes FROM rankings_bucket
+WHERE shard = %(shard)s AND size = w.size AND start BETWEEN w.{end}_from AND w.{end}_to OFFSET 0"""
+_NET_MOVED = _NET_MOVED.replace("%(range)s", _NET_RANGE.format(end="left"), 1).replace(
+    "%(range)s", _NET_RANGE.format(end="entered"), 1
+)
+
 _NET = """
 WITH w (name, size, first, stop, left_from, left_to, entered_from, entered_to) AS (
     SELECT * FROM unnest(%(names)s::text[], %(sizes)s::integer[], %(firsts)s::bigint[], %(stops)s::bigint[],
                          %(left_from)s::bigint[], %(left_to)s::bigint[], %(entered_from)s::bigint[],
                          %(entered_to)s::bigint[])
-), moved AS (
-    SELECT w.name, b.category, b.product_id, -b.units AS units, -b.revenue_cents AS revenue,
-           -b.views AS views, -b.wishes AS wishes
-    FROM w JOIN rankings_bucket b
-      ON b.shard = %(shard)s AND b.size = w.size AND b.start BETWEEN w.left_from AND w.left_to
-    UNION ALL
-    SELECT w.name, b.category, b.product_id, b.units, b.revenue_cents, b.views, b.wishes
-    FROM w JOIN rankings_bucket b
-      ON b.shard = %(shard)s AND b.size = w.size AND b.start BETWEEN w.entered_from AND w.entered_to
-    UNION ALL
+), moved (name, category, product_id, units, revenue, views, wishes) AS (%(moved)s
     SELECT w.name, f.category, f.product_id, f.qty, f.cents, f.views, f.wishes
     FROM w JOIN tick_facts f ON f.t >= w.first AND f.t < w.stop
 ), net AS (
@@ -422,8 +436,10 @@ WITH w (name, size, first, stop, left_from, left_to, entered_from, entered_to) A
 SELECT net.name, m.metric, net.category, net.product_id, m.delta
 FROM net CROSS JOIN LATERAL (VALUES %(metric_values)s) AS m(metric, delta)
 WHERE m.delta <> 0
-ORDER BY net.name, net.category, m.metric, net.product_id
+ORDER BY net.name COLLATE "C", net.category COLLATE "C"
 """.replace("%(metric_values)s", ", ".join(f"('{m}', {m})" for m in METRICS))
+_NET_FACTS = _NET.replace("%(moved)s", "")
+_NET = _NET.replace("%(moved)s", _NET_MOVED)
 
 _NO_RANGE = (1, 0)
 
@@ -452,7 +468,7 @@ def _changes(
         "entered_from": [(entered or _NO_RANGE)[0] for _, entered in moves],
         "entered_to": [(entered or _NO_RANGE)[1] for _, entered in moves],
     }
-    cursor.execute(_NET, params)
+    cursor.execute(_NET if any(left or entered for left, entered in moves) else _NET_FACTS, params)
     # Rows of the Change fields' order, left as tuples (a backlog's change has 100,000s).
     changes = cursor.fetchall()
     too_old = 0

@@ -52,6 +52,20 @@ def board_keys(version: int, shard: int, window: str, metric: str, category: str
     )
 
 
+def pair_keys(tag: str, window: str, category: str, pair: tuple[str, str]) -> tuple[str, ...]:
+    """board_keys of both metrics of `pair` (first, then second) on the shard of `tag` (its
+    shard_tag): six keys, made without looking the prefix up again (a batch names 100,000s)."""
+    first, second = (f"{tag}:b:{window}:{metric}:{category}" for metric in pair)
+    return (
+        first,
+        second,
+        f"{tag}:t:{window}:{pair[0]}:{category}",
+        second,
+        first,
+        f"{tag}:t:{window}:{pair[1]}:{category}",
+    )
+
+
 def member_keys(version: int, shard: int, window: str, metric: str, category: str) -> list[str]:
     """A board's key, the other metric's board's and its shard's state: what a member's rank reads."""
     return [

@@ -14,6 +14,7 @@ from rankings.engine.store.keys import (
     board_key,
     board_keys,
     gen_key,
+    pair_keys,
     shard_tag,
     state_key,
 )
@@ -67,21 +68,24 @@ def batch_apply(
 
 def _changes_args(version: int, shard: int, changes: Iterable[Change]) -> tuple[list[str], list]:
     """KEYS (state, then each board's triples) and the change triples of ARGV for apply and apply_routed."""
+    tag = shard_tag(version, shard)
     keys = [state_key(version, shard)]
-    index: dict[tuple, int] = {}
+    # (window, category, metric) -> the KEYS index of its board's triple
+    index: dict[tuple[str, str, str], int] = {}
     argv: list = []
     # Changes are read by position: a batch read back from PostgreSQL holds plain lists.
     for window, metric, category, product_id, delta in changes:
-        pair = metric_pair(metric)
-        board = (window, category, pair)
-        first = index.get(board)
-        if first is None:
+        at = index.get((window, category, metric))
+        if at is None:
             # Both metrics' blobs of a pair show both scores: a change to one rewrites both. A batch
             # of views alone rewrites no sales board's blob, and the other way round.
-            first = index[board] = len(keys) + 1
-            for each in pair:
-                keys.extend(board_keys(version, shard, window, each, category))
-        argv.extend((first if metric == pair[0] else first + 3, product_id, -delta))
+            pair = metric_pair(metric)
+            first = len(keys) + 1
+            keys.extend(pair_keys(tag, window, category, pair))
+            index[(window, category, pair[0])] = first
+            index[(window, category, pair[1])] = first + 3
+            at = index[(window, category, metric)]
+        argv.extend((at, product_id, -delta))
     return keys, argv
 
 
