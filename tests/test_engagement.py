@@ -153,6 +153,18 @@ def test_a_new_product_seen_first_in_views_is_filed_under_its_first_events_categ
     assert Category.objects.filter(slug="e29").exists()
 
 
+def test_a_batch_of_one_view_of_a_product_with_no_categories_is_queued_for_all_alone():
+    """The queue's row names no category, and the view counts in `all` only."""
+    shop = Shop()
+
+    shop.engage(shop.engagement("bare", categories=[]))
+
+    assert list(PendingEngagement.objects.values_list("product_id", "named")) == [("bare", [])]
+    shop.tick()
+    assert Engagement.objects.get().categories == []
+    shop.assert_exact()
+
+
 # --- the boards --------------------------------------------------------------------------
 
 

@@ -128,7 +128,7 @@ WITH grouped AS MATERIALIZED (
 INSERT INTO {PendingEngagement._meta.db_table}
     (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
 SELECT split_part(item, ':', 1)::smallint, grouped.entry, grouped.product_id, grouped.second,
-       string_to_array(split_part(item, ':', 2), ','), string_to_array(grouped.named, ','),
+       string_to_array(split_part(item, ':', 2), ','), string_to_array(substr(grouped.named, 2), ','),
        grouped.views, grouped.wishes, now()
 FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
 """
@@ -223,7 +223,9 @@ class EngagementIngest(BatchIngest):
                 "\n".join(product_id for (product_id, _, _), _ in grouped),
                 "\n".join(second for (_, second, _), _ in grouped),
                 "\n".join(queue_of(counts[2]) for _, counts in grouped),
-                "\n".join(",".join(categories) for (_, _, categories), _ in grouped),
+                # Each list led by a comma, so that no line is empty: one empty line, the only
+                # group's, would split into no line at all.
+                "\n".join("," + ",".join(categories) for (_, _, categories), _ in grouped),
                 ",".join(str(counts[0]) for _, counts in grouped),
                 ",".join(str(counts[1]) for _, counts in grouped),
             ],
