@@ -109,7 +109,9 @@ def _resolve(
 # those whose id was claimed are then copied straight into the raw table.
 _CLAIM = f"""
 INSERT INTO {EngagementId._meta.db_table} (event_id, digest, ts)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[])
+SELECT * FROM unnest(
+    string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')::timestamptz[]
+)
 ORDER BY 1  -- a fixed order: concurrent batches wait rather than deadlock
 ON CONFLICT (event_id) DO NOTHING
 RETURNING event_id
@@ -180,12 +182,13 @@ class EngagementIngest(BatchIngest):
         identified = [row for row in rows if row.event_id is not None]
         claimed: set[str] = set()
         if identified:
+            # As the queue's columns below: one text each, of lines (an id holds no control character).
             cursor.execute(
                 _CLAIM,
                 [
-                    [row.event_id for row in identified],
-                    [row.digest for row in identified],
-                    [row.ts for row in identified],
+                    "\n".join(row.event_id for row in identified),
+                    "\n".join(row.digest for row in identified),
+                    "\n".join(row.ts.isoformat() for row in identified),
                 ],
             )
             claimed = {event_id for (event_id,) in cursor.fetchall()}
