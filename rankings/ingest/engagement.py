@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from django.utils import timezone
 
@@ -186,8 +187,8 @@ class EngagementIngest(BatchIngest):
             cursor.execute(
                 _CLAIM,
                 [
-                    "\n".join(row.event_id for row in identified),
-                    "\n".join(row.digest for row in identified),
+                    "\n".join(cast(str, row.event_id) for row in identified),
+                    "\n".join(cast(str, row.digest) for row in identified),  # set with the id
                     "\n".join(row.ts.isoformat() for row in identified),
                 ],
             )
