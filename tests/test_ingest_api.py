@@ -1,5 +1,6 @@
 """POST /v1/sales: authentication, batch limits, per-event rejections (docs/api.md)."""
 
+import gc
 import json
 
 import pytest
@@ -258,3 +259,44 @@ def _types(value):
 @pytest.mark.parametrize("body", [b'{"events": [{"qty": 99999999999999999999}]}', b'{"events": [1e400]}'])
 def test_numbers_past_64_bits_or_a_double_are_read_as_json_loads_reads_them(body):
     assert repr(json_decoded(body, lambda: json.loads(body))) == repr(json.loads(body))
+
+
+def test_the_garbage_collector_is_held_off_from_the_parse_to_the_reply_and_back_on_after(
+    ingest_api, monkeypatch
+):
+    from rankings.ingest import sales
+
+    seen = []
+    parse = json_decoded
+
+    def decoded(*args, **kwargs):
+        seen.append(("parse", gc.isenabled()))
+        return parse(*args, **kwargs)
+
+    write = sales.SaleIngest.write
+
+    def recorded(self, *args, **kwargs):
+        seen.append(("write", gc.isenabled()))
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr("rankings.serving.api.json_decoded", decoded)
+    monkeypatch.setattr(sales.SaleIngest, "write", recorded)
+
+    reply = ingest_api.post("/v1/sales", {"events": [event()]}, format="json")
+
+    assert reply.json()["accepted"] == 1
+    assert seen == [("parse", False), ("write", False)]
+    assert gc.isenabled()
+
+
+def test_the_garbage_collector_is_back_on_after_a_batch_that_failed(ingest_api, monkeypatch):
+    from rankings.ingest import sales
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(sales.SaleIngest, "write", broken)
+    with pytest.raises(RuntimeError):
+        sales.sales_ingest(events=[event()], source="test")
+
+    assert gc.isenabled()

@@ -14,7 +14,9 @@ time, and the log row. A kind of event (`rankings.ingest.sales`,
 its valid events into rows, and how it writes them with their queue rows.
 """
 
+import contextlib
 import datetime as dt
+import gc
 import json
 import random
 import time
@@ -108,6 +110,23 @@ _encoder = json.JSONEncoder()
 
 def canonical_json(value: list) -> str:
     return _encoder.encode(value)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """The cyclic garbage collector held off for a batch: the batch's events, rows and texts, a
+    dozen objects an event, all live until its reply, so each collection their allocations trigger
+    walks them again only to keep them (a sixth of the CPU of a batch of 10,000 views in a web
+    worker, whose startup heap is frozen; half in a process whose heap is not). What they leave is
+    freed by reference counting as ever; a cycle left behind waits for the next collection."""
+    if not gc.isenabled():  # paused already: by an enclosing batch, or another thread's
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def too_far_ahead() -> str:
@@ -259,7 +278,10 @@ class BatchIngest:
 
     def __call__(self, *, events: list, source: str, now: dt.datetime | None = None) -> IngestResult:
         """Validate `events` in order and store the valid ones; return what became of each."""
-        now = now or timezone.now()
+        with collector_paused():
+            return self._ingested(events, source, now or timezone.now())
+
+    def _ingested(self, events: list, source: str, now: dt.datetime) -> IngestResult:
         valid, invalid = self._validated(events, now)
         if not events:
             return IngestResult()  # nothing happened: an empty call leaves no trace in the log

@@ -33,6 +33,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from catalogue.money import cents_text, to_cents
 from rankings.conf import MAX_DEPTH, METRICS, rankings_settings
 from rankings.engine.shards import ShardCountMismatch
+from rankings.ingest.batch import collector_paused
 from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.status import liveness_read
@@ -186,6 +187,11 @@ class BatchApi(APIView):
         raise NotImplementedError
 
     def post(self, request):
+        # From the parse on: a batch's items are objects that all live until the reply.
+        with collector_paused():
+            return Response(self.take(self._items(request)))
+
+    def _items(self, request) -> list:
         try:
             body = request.data
         except RecursionError:  # JSON nested deeper than the parser's stack
@@ -196,7 +202,7 @@ class BatchApi(APIView):
         most = self.most()
         if len(items) > most:
             raise PayloadTooLarge(f"at most {most} {self.items} per batch; this one has {len(items)}")
-        return Response(self.take(items))
+        return items
 
 
 class BatchIngestApi(BatchApi):
