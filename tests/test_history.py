@@ -10,7 +10,8 @@ from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine.prune import prune
 from rankings.engine.recompute import boards_recompute, snapshots_recompute
-from rankings.engine.shards import Layout
+from rankings.engine.shards import ALL, Layout, active, layout_plan, part_name, version_layout
+from rankings.engine.tree import version_tree
 from rankings.models import Sale, Snapshot, SnapshotHour
 from rankings.operations import backfill
 from rankings.operations.status import status_read
@@ -184,6 +185,27 @@ def test_a_rebuild_s_history_cuts_each_board_at_the_depth_ties_in_product_order(
     settings.RANKINGS = {**settings.RANKINGS, "SNAPSHOT_DEPTH": 1000}
     longer = snapshots_recompute(hours=hours, earlier_sale_id=0)
     assert any(len(rows) > 4 for rows in longer.values())
+
+
+def test_a_rebuild_s_history_counts_each_sale_in_its_categories_ancestors_once_and_by_part_where_split():
+    """Games under toys: a sale in both counts once in toys; `all` and toys split by product."""
+    shop = Shop()
+    _three_days_imported(shop)
+    Category.objects.filter(slug="games").update(parent=Category.objects.get(slug="toys"))
+    shop.send(shop.sale("g1", categories=["games"], qty=3, ago=dt.timedelta(hours=5)))
+    layout = layout_plan(active().layout, split={ALL: 3, "toys": 2})
+    backfill.version_build(layout=layout)
+    hours = _hours_of(2)
+    expected = snapshots_recompute(
+        hours=hours, earlier_sale_id=0, tree=version_tree(2), layout=version_layout(2)
+    )
+    assert _stored(2) == expected
+    boards = {category for _, _, _, category in expected}
+    assert {part_name(ALL, 0), part_name("toys", 1), "games"} <= boards and "toys" not in boards
+    # a sale that names games alone counts in toys too
+    assert any(
+        "g1" in products for (_, _, _, category), products in expected.items() if category.startswith("toys")
+    )
 
 
 def test_where_no_snapshot_exists_replies_and_pages_say_so(api, client):

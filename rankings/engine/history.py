@@ -6,13 +6,14 @@ from every sale and engagement event known at the rebuild: a window as of H hold
 counted at or before H in the window's buckets, exactly what snapshots.snapshots_recompute gives
 for a tick that had counted nothing before H.
 
-PostgreSQL adds the raw sales and events up into hour buckets, one row per (category, product,
-hour), keyed by the first hour boundary at or after each fact (a fact exactly on a boundary is kept
-apart: it is in the window of one more hour). A bucket keyed b is in the snapshot of every hour
-from b to b + span (span: the window's length less one bucket), the last excluded unless exact.
-Those rows are all Python reads; numpy turns them, a category at a time, into every hour's scores
-(a running sum over the hours, a few thousand hours × products at a time) and ranks each hour's
-board (its first DEPTH ranks: score descending, then the products' byte order). What it
+PostgreSQL adds the raw sales and events up into hour buckets, one row per (product, list of
+categories, hour), keyed by the first hour boundary at or after each fact (a fact exactly on a
+boundary is kept apart: it is in the window of one more hour). A bucket keyed b is in the snapshot
+of every hour from b to b + span (span: the window's length less one bucket), the last excluded
+unless exact. Python reads those rows once into arrays and, a category at a time, takes the
+buckets of the lists that count in it (the version's tree expands each list once); numpy turns
+them into every hour's scores (a running sum over the hours) and ranks each hour's board (its
+first DEPTH ranks: score descending, then the products' byte order). What it
 writes is what the live ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every
 non-empty board of the windows SNAPSHOT_WINDOWS, per metric, and the hours themselves.
 """
@@ -20,7 +21,7 @@ non-empty board of the windows SNAPSHOT_WINDOWS, per metric, and the hours thems
 import datetime as dt
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,25 +40,33 @@ WORK_MEM = "256MB"
 # Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
 CELLS = 2_000_000
 
-# Every sale and engagement event from `from_` up to the last hour, in hour buckets per category it
-# counts in (the version's tree), a board's products together. `t` is when it counts: a sale's
-# counted_at, an event's whole second. Hour buckets: HOUR seconds.
+# Every sale and engagement event from `from_` up to the last hour, added up per product, list of
+# categories (as the event counts in them, comma-joined: slugs hold no comma) and hour bucket: keyed
+# `b`, the first hour boundary at or after the fact, and `exact`, whether the fact lies on it. `t` is
+# when it counts: a sale's counted_at, an event's whole second. Grouped before the categories are
+# expanded (in Python, with the version's tree): one row per product and hour, not per board, and no
+# sort. Revenue is added up as a double, exactly, as the rebuild's sums are
+# (rankings.operations.backfill._REVENUE): each sum is of one product's sales and refunds.
 _HOURLY = """
-WITH facts (category, product_id, t, units, revenue, views, wishes) AS (
-    SELECT c.category, s.product_id, extract(epoch FROM s.counted_at)::float8, s.qty::bigint,
-           (CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::bigint, 0::bigint, 0::bigint
-    FROM rankings_sale s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({expand})) AS c(category)
+WITH facts (product_id, categories, t, units, revenue, views, wishes) AS (
+    SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty,
+           (CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::float8, 0, 0
+    FROM rankings_sale s
     WHERE s.counted_at >= to_timestamp(%(from_)s) AND s.counted_at <= to_timestamp(%(last)s)
     UNION ALL
-    SELECT c.category, s.product_id, floor(extract(epoch FROM s.ts))::float8, 0, 0,
-           (s.kind = 'view')::int::bigint, (s.kind = 'wish')::int::bigint
-    FROM rankings_engagement s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({expand})) AS c(category)
+    SELECT s.product_id, array_to_string(s.categories, ','), date_bin('1 second', s.ts, 'epoch'), 0, 0,
+           (s.kind = 'view')::int, (s.kind = 'wish')::int
+    FROM rankings_engagement s
     WHERE s.ts >= to_timestamp(%(from_)s) AND s.ts < to_timestamp(%(last)s + 1)
+), hourly AS (
+    SELECT product_id, categories, date_bin('1 hour', t, 'epoch') AS h, t = date_bin('1 hour', t, 'epoch') AS exact,
+           sum(units) AS units, sum(revenue) AS revenue, sum(views) AS views, sum(wishes) AS wishes
+    FROM facts
+    GROUP BY 1, 2, 3, 4
 )
-SELECT category, product_id, (ceil(t / 3600) * 3600)::bigint AS b, t = ceil(t / 3600) * 3600 AS exact,
-       sum(units), sum(revenue), sum(views), sum(wishes)
-FROM facts GROUP BY 1, 2, 3, 4
-ORDER BY 1
+SELECT product_id, categories, date_part('epoch', h)::bigint + CASE WHEN exact THEN 0 ELSE %(hour)s END, exact,
+       units, revenue::bigint, views, wishes
+FROM hourly
 """
 
 
@@ -112,7 +121,7 @@ def history_record(
     windows = [(name, configured_windows()[name]) for name in snapshot_windows()]
     windows = [(name, w) for name, w in windows if w.bucket_seconds == HOUR]
     widest = max(((w.buckets - 1) * HOUR for _, w in windows), default=0)
-    params = {"all": ALL, "from_": first - widest, "last": last, **tree.sql_params()}
+    params = {"from_": first - widest, "last": last, "hour": HOUR}
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
@@ -120,16 +129,17 @@ def history_record(
         SnapshotHour.objects.bulk_create(
             [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
         )
-        raw = connection.connection  # the transaction's own: a cursor of its, read a category at a time
-        with raw.cursor(name="history") as rows, raw.cursor() as writer:
-            rows.itersize = READ_ROWS
-            rows.execute(_HOURLY.format(expand=tree.categories_sql()), params)
-            for done, (category, facts) in enumerate(
-                tqdm(_by_category(rows), desc="history", unit=" categories", leave=False), 1
+        raw = connection.connection  # the transaction's own: a cursor of its, read a chunk at a time
+        with raw.cursor(name="history") as rows:
+            rows.execute(_HOURLY, params)
+            hourly = _Hourly.read(rows)
+        with raw.cursor() as writer:
+            for done, boards in enumerate(
+                tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False), 1
             ):
                 with writer.copy(_COPY) as copy:
                     lines = []
-                    for board_name, board in _parts(category, facts, layout):
+                    for board_name, board in boards:
                         for name, w in windows:
                             span = (w.buckets - 1) * HOUR
                             head = f"{version}\t{{}}\t{_copy_text(name)}\t{{}}\t{_copy_text(board_name)}\t"
@@ -184,41 +194,84 @@ class _Board:
     sums: np.ndarray  # buckets × METRICS
 
 
-def _by_category(rows: Iterable[tuple]) -> Iterator[tuple[str, list[tuple]]]:
-    """(category, its rows) for each category of `rows` (sorted by category)."""
-    part: list[tuple] = []
-    for row in rows:
-        if part and row[0] != part[0][0]:
-            yield part[0][0], part
-            part = []
-        part.append(row)
-    if part:
-        yield part[0][0], part
+@dataclass
+class _Hourly:
+    """The hour buckets of _HOURLY as arrays, one entry a bucket."""
 
+    products: np.ndarray  # the product ids, in byte order
+    product: np.ndarray  # each bucket's product (its place in `products`)
+    lists: list[str]  # the lists of categories, comma-joined
+    listed: np.ndarray  # each bucket's list (its place in `lists`)
+    b: np.ndarray
+    exact: np.ndarray
+    sums: np.ndarray  # buckets × METRICS
 
-def _parts(category: str, rows: list[tuple], layout: Layout):
-    """(board, _Board) of a category's rows: the category's own, or each of its parts' if split."""
-    if category not in layout.split:
-        yield category, _board(rows)
-        return
-    parts: dict[str, list[tuple]] = {}
-    for row in rows:
-        parts.setdefault(layout.board_of(category, row[1]), []).append(row)
-    for part in sorted(parts):
-        yield part, _board(parts[part])
+    @classmethod
+    def read(cls, rows) -> "_Hourly":
+        """The buckets `rows` (a cursor of _HOURLY) gives, read READ_ROWS at a time."""
+        places: dict[str, int] = {}
+        lists: dict[str, int] = {}
+        product, listed, b, exact, sums = [], [], [], [], []
+        while chunk := rows.fetchmany(READ_ROWS):
+            ids, texts, keys, exacts, *metrics = zip(*chunk, strict=True)
+            n = len(chunk)
+            product.append(np.fromiter((places.setdefault(p, len(places)) for p in ids), np.int64, count=n))
+            listed.append(np.fromiter((lists.setdefault(t, len(lists)) for t in texts), np.int64, count=n))
+            b.append(np.array(keys, dtype=np.int64))
+            exact.append(np.array(exacts, dtype=bool))
+            sums.append(np.array(metrics, dtype=np.int64).T)
+        names = list(places)
+        order = sorted(range(len(names)), key=lambda i: names[i].encode())
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[order] = np.arange(len(names))
+        whole = bool(product)
+        return cls(
+            products=np.array([names[i] for i in order], dtype=object),
+            product=rank[np.concatenate(product)] if whole else np.zeros(0, dtype=np.int64),
+            lists=list(lists),
+            listed=np.concatenate(listed) if whole else np.zeros(0, dtype=np.int64),
+            b=np.concatenate(b) if whole else np.zeros(0, dtype=np.int64),
+            exact=np.concatenate(exact) if whole else np.zeros(0, dtype=bool),
+            sums=np.concatenate(sums) if whole else np.zeros((0, len(METRICS)), dtype=np.int64),
+        )
 
+    def boards(self, tree: Tree, layout: Layout) -> Iterator[list[tuple[str, "_Board"]]]:
+        """[(board, _Board)] of each category a bucket counts in under `tree` (`all`, and its list's
+        categories with their ancestors): the category's own board, or each of its parts' if
+        `layout` splits it."""
+        counts = np.bincount(self.listed, minlength=len(self.lists))
+        ends = np.cumsum(counts)
+        by_list = np.argsort(self.listed, kind="stable")
+        members: dict[str, list[int]] = {}
+        for j, text in enumerate(self.lists):
+            for category in (ALL, *tree.expand(text.split(",") if text else ())):
+                members.setdefault(category, []).append(j)
+        for category in sorted(members):
+            rows = np.sort(
+                np.concatenate([by_list[ends[j] - counts[j] : ends[j]] for j in members[category]])
+            )
+            yield list(self._parts(category, rows, layout))
 
-def _board(part: list[tuple]) -> _Board:
-    products = sorted({row[1] for row in part}, key=str.encode)
-    place = {product_id: i for i, product_id in enumerate(products)}
-    n = len(part)
-    return _Board(
-        products=np.array(products, dtype=object),
-        column=np.fromiter((place[row[1]] for row in part), dtype=np.int64, count=n),
-        b=np.fromiter((row[2] for row in part), dtype=np.int64, count=n),
-        exact=np.fromiter((row[3] for row in part), dtype=bool, count=n),
-        sums=np.array([row[4:] for row in part], dtype=np.int64).reshape(n, len(METRICS)),
-    )
+    def _parts(self, category: str, rows: np.ndarray, layout: Layout) -> Iterator[tuple[str, "_Board"]]:
+        if category not in layout.split:
+            yield category, self._board(rows)
+            return
+        part_of = {
+            p: layout.board_of(category, self.products[p]) for p in np.unique(self.product[rows]).tolist()
+        }
+        parts = np.array([part_of[p] for p in self.product[rows].tolist()], dtype=object)
+        for part in sorted(set(part_of.values())):
+            yield part, self._board(rows[parts == part])
+
+    def _board(self, rows: np.ndarray) -> "_Board":
+        present, column = np.unique(self.product[rows], return_inverse=True)
+        return _Board(
+            products=self.products[present],
+            column=column,
+            b=self.b[rows],
+            exact=self.exact[rows],
+            sums=self.sums[rows],
+        )
 
 
 def _ranked(board: _Board, first: int, hours: int, span: int):
@@ -231,18 +284,18 @@ def _ranked(board: _Board, first: int, hours: int, span: int):
     step = max(1, CELLS // width)
     for m, metric in enumerate(METRICS):
         values = board.sums[:, m]
-        state = np.zeros(width, dtype=np.int64)  # the scores before the chunk's first hour
+        if not values.any():
+            continue  # no fact of this metric: every hour's board is empty
+        scores = np.zeros(width, dtype=np.int64)  # as of the hour before the chunk's first
         for h0 in range(0, hours, step):
             h1 = min(h0 + step, hours)
-            changes = np.zeros((h1 - h0 + 1, width), dtype=np.int64)
-            changes[0] = state
+            changes = np.zeros((h1 - h0, width), dtype=np.int64)  # each hour's, by product
             for at, sign in ((enters, 1), (leaves, -1)):
                 inside = (at >= h0) & (at < h1)
-                np.add.at(changes, (at[inside] - h0 + 1, board.column[inside]), sign * values[inside])
-            scores = np.cumsum(changes, axis=0)[1:]
-            state = scores[-1]
+                np.add.at(changes, (at[inside] - h0, board.column[inside]), sign * values[inside])
             for i in range(h1 - h0):
-                ranked = _first_ranks(scores[i], depth)
+                scores += changes[i]
+                ranked = _first_ranks(scores, depth)
                 if ranked.size:
                     yield first + (h0 + i) * HOUR, metric, board.products[ranked].tolist()
 
