@@ -213,7 +213,13 @@ class _Hourly:
         """The buckets `rows` (a cursor of _HOURLY) gives, read READ_ROWS at a time."""
         places: dict[str, int] = {}
         lists: dict[str, int] = {}
-        product, listed, b, exact, sums = [], [], [], [], []
+        # Each column's chunks, led by an empty one: no bucket at all is arrays of none.
+        product, listed, b = (
+            [np.zeros(0, dtype=np.int64)],
+            [np.zeros(0, dtype=np.int64)],
+            [np.zeros(0, dtype=np.int64)],
+        )
+        exact, sums = [np.zeros(0, dtype=bool)], [np.zeros((0, len(METRICS)), dtype=np.int64)]
         while chunk := rows.fetchmany(READ_ROWS):
             ids, texts, keys, exacts, *metrics = zip(*chunk, strict=True)
             n = len(chunk)
@@ -226,15 +232,14 @@ class _Hourly:
         order = sorted(range(len(names)), key=lambda i: names[i].encode())
         rank = np.empty(len(names), dtype=np.int64)
         rank[order] = np.arange(len(names))
-        whole = bool(product)
         return cls(
             products=np.array([names[i] for i in order], dtype=object),
-            product=rank[np.concatenate(product)] if whole else np.zeros(0, dtype=np.int64),
+            product=rank[np.concatenate(product)],
             lists=list(lists),
-            listed=np.concatenate(listed) if whole else np.zeros(0, dtype=np.int64),
-            b=np.concatenate(b) if whole else np.zeros(0, dtype=np.int64),
-            exact=np.concatenate(exact) if whole else np.zeros(0, dtype=bool),
-            sums=np.concatenate(sums) if whole else np.zeros((0, len(METRICS)), dtype=np.int64),
+            listed=np.concatenate(listed),
+            b=np.concatenate(b),
+            exact=np.concatenate(exact),
+            sums=np.concatenate(sums),
         )
 
     def boards(self, tree: Tree, layout: Layout) -> Iterator[list[tuple[str, "_Board"]]]:
