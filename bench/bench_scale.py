@@ -241,6 +241,11 @@ JOIN catalogue_category c ON c.slug = 'c' || lpad((substr(p.product_id, 2)::int 
 """
 
 
+def _slug(n: int) -> str:
+    """The slug _CATEGORIES_SQL gives category n."""
+    return f"c{n:07d}"
+
+
 def _category_keys_memory() -> tuple[int, int]:
     """The keys of the categories' boards (the shop's `all` left out: it grows with the products,
     not the categories) and their memory, MEMORY USAGE of each (the Redis is shared: its
@@ -262,9 +267,9 @@ def _million_categories(table: harness.Table, runs: int) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from rankings.conf import MAX_DEPTH
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
-    from rankings.serving.pages import HOME_CATEGORIES
 
     harness.reset()
     started = time.perf_counter()
@@ -310,9 +315,11 @@ def _million_categories(table: harness.Table, runs: int) -> None:
     with harness.services(worker=False) as url:
         for label, path in (
             ("home page, first page", "/"),
-            ("home page, a page deep in the list", f"/?page={CATEGORIES // HOME_CATEGORIES // 2}"),
+            # Past MAX_DEPTH rows a list is paged by cursor: the page after the middle category.
+            ("home page, a page deep in the list", f"/?after={_slug(CATEGORIES // 2)}"),
             ("/v1/categories, first page", "/v1/categories"),
-            ("/v1/categories, deep offset", f"/v1/categories?offset={CATEGORIES - 200}"),
+            ("/v1/categories, deepest offset", f"/v1/categories?offset={MAX_DEPTH}"),
+            ("/v1/categories, a page deep in the list", f"/v1/categories?after={_slug(CATEGORIES - 200)}"),
         ):
             urllib.request.urlopen(url + path).read()  # each worker's first read loads what it caches
             urllib.request.urlopen(url + path).read()
