@@ -175,7 +175,7 @@ def ingest_token() -> str:
 
 class RoundTrips:
     """Counts the round trips this process makes on the ranking store's read client while the block
-    runs (a pipeline is one; on a Redis Cluster, a pipeline sends each node its commands at once and
+    runs (a pipeline is one; on a Redis Cluster, a pipeline or the store's send to each node at once
     is one too): what a read costs in waits on Redis, whatever the machine's load."""
 
     def __init__(self):
@@ -186,12 +186,18 @@ class RoundTrips:
         from redis.cluster import ClusterPipeline, RedisCluster
 
         from rankings.engine import store
+        from rankings.engine.store import client as store_client
 
         client, counter = store.fast(), self
         if store.clustered():
             nodes = client.nodes_manager
             mine = lambda c: c.nodes_manager is nodes  # noqa: E731
-            targets = [(RedisCluster, "execute_command"), (ClusterPipeline, "execute")]
+            # The store's own round trip of every node at once counts as one, as a pipeline does.
+            targets = [
+                (RedisCluster, "execute_command"),
+                (ClusterPipeline, "execute"),
+                (store_client, "_on_nodes"),
+            ]
         else:
             pool = client.connection_pool
             mine = lambda c: c.connection_pool is pool  # noqa: E731

@@ -154,6 +154,66 @@ def test_a_split_board_spreads_its_parts_over_the_primaries_and_reads_exactly(cl
     assert again.items == top.items
 
 
+def _moved_replies(cluster) -> int:
+    """The MOVED replies every primary has sent since it started."""
+    stats = [node.redis_connection.info("errorstats") for node in cluster.get_primaries()]
+    return sum(found.get("errorstat_MOVED", {}).get("count", 0) for found in stats)
+
+
+def _slot_move(cluster, slot: int, source: str, target: str) -> None:
+    """Move a slot, with its keys, from one primary to another (by name), as a resharding does."""
+    source, target = (cluster.get_node(node_name=name).redis_connection for name in (source, target))
+    source_id, target_id = source.execute_command("CLUSTER MYID"), target.execute_command("CLUSTER MYID")
+    target.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+    source.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+    address = target.connection_pool.connection_kwargs
+    while keys := source.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+        source.execute_command("MIGRATE", address["host"], address["port"], "", 0, 5000, "KEYS", *keys)
+    for node in cluster.get_primaries():
+        node.redis_connection.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+
+
+def test_a_split_board_read_follows_a_part_whose_slot_moved_to_another_primary(
+    cluster, settings, monkeypatch, request
+):
+    """A split board's parts are read on their nodes in one round trip, the client going by the slots
+    it knows; when a part's slot has moved (a resharding), the node's MOVED sends the read through
+    the cluster's own pipeline, which learns where the slot went: every read stays exact."""
+    from rankings.engine.recompute import boards_recompute
+    from rankings.serving import board_reader
+
+    monkeypatch.setattr(board_reader, "BOARD_COPY_AFTER", 10**9)  # every read asks the nodes
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
+    shop = _shop_with_sales()
+    whole = boards_recompute(shard=0, layout=Layout(1), now=shop.now.timestamp())[("7d", "units", ALL)]
+    last = whole[-1][0]  # ranked last: every other part is read for what it ranks before it
+    selectors.product_rank(product_id=last, category=ALL, window="7d", metric="units")
+    layout = active().layout
+    own = layout.board_of(ALL, last)
+    other = next(part for part in layout.boards_of(ALL) if part != own)
+    moved = _moved_replies(cluster)
+    key = f"{store.shard_tag(1, layout.shard_of(other))}:state"
+    home = cluster.get_node_from_key(key).name
+    away = next(node.name for node in cluster.get_primaries() if node.name != home)
+    _slot_move(cluster, cluster.keyslot(key), home, away)
+    # Back where the session's other tests (and clients) know it.
+    request.addfinalizer(lambda: _slot_move(cluster, cluster.keyslot(key), away, home))
+    # Its own part is where the client knows it; the moved part is read with the others.
+    memory.forget_all("answers")
+    rank = selectors.product_rank(product_id=last, category=ALL, window="7d", metric="units")
+    assert (rank.rank, rank.total) == (len(whole), len(whole))
+    assert _moved_replies(cluster) > moved, "the premise: the part was asked where it was"
+    for place, (product_id, _) in enumerate(whole):
+        memory.forget_all("answers")
+        rank = selectors.product_rank(product_id=product_id, category=ALL, window="7d", metric="units")
+        assert (rank.rank, rank.total) == (place + 1, len(whole))
+    around = selectors.product_neighbors(
+        product_id=whole[30][0], category=ALL, window="7d", metric="units", n=3
+    )
+    assert [i.product_id for i in around.items] == [pid for pid, _ in whole[27:34]]
+    shop.assert_exact()
+
+
 def test_the_metrics_and_the_readiness_reach_every_primary(cluster, redis_cluster_session):
     """Each primary's memory is shown with its own limit, and the boards' age and readiness read the
     shards wherever their slots are."""

@@ -106,13 +106,14 @@ def test_home_costs_two_queries_whatever_the_number_of_categories(client, django
 class RedisRoundTrips:
     """Counts the round trips made on the ranking store's read connection (a pipeline is one, and
     so is each command it sends before its own; on a Redis Cluster, a pipeline sends each node its
-    commands at once and is one too)."""
+    commands at once and is one too, as is the store's own send to every node at once)."""
 
     def __init__(self, monkeypatch):
         import redis
         from redis.cluster import ClusterPipeline, RedisCluster
 
         from rankings.engine import store
+        from rankings.engine.store import client as store_client
 
         self.count = 0
         counter = self
@@ -131,8 +132,17 @@ class RedisRoundTrips:
                     counter.count += 1
                 return original_cluster_pipeline(self, *args, **options)
 
+            original_on_nodes = store_client._on_nodes
+
+            def on_nodes(client, *args, **options):
+                # the store's send to every node at once, then its read of every reply: one
+                if client.nodes_manager is nodes:
+                    counter.count += 1
+                return original_on_nodes(client, *args, **options)
+
             monkeypatch.setattr(RedisCluster, "execute_command", cluster_command)
             monkeypatch.setattr(ClusterPipeline, "execute", cluster_execute)
+            monkeypatch.setattr(store_client, "_on_nodes", on_nodes)
             return
         pool = store.fast().connection_pool
 
