@@ -214,6 +214,40 @@ def test_a_split_board_read_follows_a_part_whose_slot_moved_to_another_primary(
     shop.assert_exact()
 
 
+def test_a_read_of_the_parts_whose_node_connection_fails_goes_through_the_cluster_client(
+    cluster, settings, monkeypatch
+):
+    """A connection to a part's node that fails (a node restarting, a failover under way) is closed,
+    and the parts are read again through the cluster client's own pipeline, which reconnects or
+    learns the new layout: the answer is the same."""
+    import redis
+
+    settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
+    _shop_with_sales()
+    layout = active().layout
+    parts = [(layout.shard_of(part), part) for part in layout.boards_of(ALL)]
+    read = lambda: store.parts_before(  # noqa: E731
+        version=1, window="7d", metric="units", parts=parts, score=1, product_id="p0"
+    )
+    before = read()
+    pool = (
+        store.fast()
+        .get_node_from_key(f"{store.shard_tag(1, parts[0][0])}:state")
+        .redis_connection.connection_pool
+    )
+    connect, failed = pool.get_connection, []
+
+    def broken(*args, **kwargs):
+        if not failed:  # once: the cluster client's pipeline connects as usual
+            failed.append(True)
+            raise redis.ConnectionError("connection reset by peer")
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", broken)
+    assert read() == before
+    assert failed, "the premise: the part's node was asked on a connection of its own"
+
+
 def test_the_metrics_and_the_readiness_reach_every_primary(cluster, redis_cluster_session):
     """Each primary's memory is shown with its own limit, and the boards' age and readiness read the
     shards wherever their slots are."""
