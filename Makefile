@@ -80,10 +80,11 @@ oscar: db install-dev
 #   $(JOBS) workers test by test, the longest first (tests/longest_first.py); a worker that runs out
 #   takes waiting tests from the others, so a long test does not end the run on one worker.
 # - then test-cluster beside oscar-test: the boards on a Redis Cluster of each worker's own (three
-#   primaries, three replicas): the engine, crash, backfill and cluster tests and 20 random
-#   histories (the engine's code is the same on either; what a cluster changes is the store's,
-#   which the cluster tests take in turn). The failover test, which kills a cluster node, starts a
-#   cluster of its own in the first run.
+#   primaries, three replicas): the engine, crash, backfill and cluster tests, the split boards'
+#   reads (a cluster reads the parts node by node, a split board's rank in two round trips) and
+#   20 random histories (the engine's code is the same on either; what a cluster changes is the
+#   store's, which the cluster tests take in turn). The failover test, which kills a cluster node,
+#   starts a cluster of its own in the first run.
 # What the repeated tests draw in make test (each run draws anew; `make soak` draws more):
 # - tests/test_engine_properties.py: 24 random histories of 25 steps (sales, returns, resends,
 #   engagement, clock moves, prunes, alerts, ticks of every batch size), 4 parts whole and 2 split,
@@ -92,7 +93,8 @@ oscar: db install-dev
 #   and ticks (about 130 orders of the steps, each with sales and clock moves of its seed's).
 RUNS_AT_ONCE ?= 2
 CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
-	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py
+	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py \
+	tests/test_split_reads.py tests/test_split_depth.py
 test: install-dev browser prometheus
 	$(MAKE) --no-print-directory --output-sync=target -j$(RUNS_AT_ONCE) lint test-first
 	$(MAKE) --no-print-directory --output-sync=target -j$(RUNS_AT_ONCE) test-cluster oscar-test
