@@ -214,12 +214,14 @@ def test_a_split_board_read_follows_a_part_whose_slot_moved_to_another_primary(
     shop.assert_exact()
 
 
+@pytest.mark.parametrize("failure", ["ConnectionError", "TimeoutError"])
 def test_a_read_of_the_parts_whose_node_connection_fails_goes_through_the_cluster_client(
-    cluster, settings, monkeypatch
+    cluster, settings, monkeypatch, failure
 ):
-    """A connection to a part's node that fails (a node restarting, a failover under way) is closed,
-    and the parts are read again through the cluster client's own pipeline, which reconnects or
-    learns the new layout: the answer is the same."""
+    """A connection to a part's node that fails or does not answer in time (a node restarting, a
+    host that died while its replica took over) is closed, and the parts are read again through
+    the cluster client's own pipeline, which reconnects or learns the new layout: the answer is
+    the same."""
     import redis
 
     settings.RANKINGS = {**settings.RANKINGS, "SPLIT": "all:3"}
@@ -240,7 +242,7 @@ def test_a_read_of_the_parts_whose_node_connection_fails_goes_through_the_cluste
     def broken(*args, **kwargs):
         if not failed:  # once: the cluster client's pipeline connects as usual
             failed.append(True)
-            raise redis.ConnectionError("connection reset by peer")
+            raise getattr(redis, failure)("the node did not answer")
         return connect(*args, **kwargs)
 
     monkeypatch.setattr(pool, "get_connection", broken)

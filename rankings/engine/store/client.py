@@ -224,9 +224,9 @@ def _on_nodes(r: RedisCluster, words: list[tuple]) -> list | None:
     commands written at once on a connection of its own, then every reply read. This is what the
     cluster's pipeline does, without its bookkeeping, which costs four times the round trip (a read
     of a split board's parts: 75 µs of this process's time against 320). None when the cluster is
-    not laid out as the client knows (a node refused, a slot moved, a failover under way): the
-    caller then sends the commands through the cluster's pipeline, which learns the new layout
-    and follows it. A node that does not answer in time raises, as the pipeline would."""
+    not laid out as the client knows (a node refused or did not answer in time, a slot moved, a
+    failover under way): the caller then sends the commands through the cluster's pipeline, which
+    learns the new layout and follows it (a node whose host died, promoted away, times out)."""
     nodes: dict[str, tuple[redis.Redis, list[int]]] = {}
     sent: list[tuple[redis.Redis, redis.Connection, list[int]]] = []
     replies: list = [None] * len(words)
@@ -236,7 +236,8 @@ def _on_nodes(r: RedisCluster, words: list[tuple]) -> list | None:
             if slot is None:  # a command of no key: the pipeline chooses its node
                 return None
             node = r.nodes_manager.get_node_from_slot(slot)
-            nodes.setdefault(node.name, (node.redis_connection, []))[1].append(i)
+            # A node the client has just heard of (a MOVED's) has no client until this makes it.
+            nodes.setdefault(node.name, (r.get_redis_connection(node), []))[1].append(i)
         for client, indexes in nodes.values():
             connection = client.connection_pool.get_connection()
             sent.append((client, connection, indexes))
@@ -250,7 +251,9 @@ def _on_nodes(r: RedisCluster, words: list[tuple]) -> list | None:
     except BaseException as error:
         for _, connection, _ in sent:
             connection.disconnect()  # a reply may be left unread on any of them
-        if isinstance(error, (redis.ConnectionError, redis.exceptions.RedisClusterException)):
+        if isinstance(
+            error, (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException)
+        ):
             return None
         raise
     finally:
