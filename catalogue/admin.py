@@ -96,8 +96,25 @@ class CategoryForm(forms.ModelForm):
         return slug
 
 
+class RefusedDeletes:
+    """Sales may have named the category or product since the delete page was shown: the model's
+    guard then refuses (ProtectedError), and the admin answers 403 with its reason."""
+
+    def delete_model(self, request, obj):
+        try:
+            super().delete_model(request, obj)  # type: ignore[misc]
+        except ProtectedError as error:
+            raise PermissionDenied(error.args[0]) from None
+
+    def delete_queryset(self, request, queryset):
+        try:
+            super().delete_queryset(request, queryset)  # type: ignore[misc]
+        except ProtectedError as error:
+            raise PermissionDenied(error.args[0]) from None
+
+
 @admin.register(Category)
-class CategoryAdmin(LargeTableAdmin):
+class CategoryAdmin(RefusedDeletes, LargeTableAdmin):
     form = CategoryForm
     list_display = ["name", "slug", "place_in_tree", "placeholder", "product_count"]
     list_filter = [PlaceholderFilter, ("parent", admin.EmptyFieldListFilter)]
@@ -149,19 +166,6 @@ class CategoryAdmin(LargeTableAdmin):
         ]
         return deleted, counts, perms_needed, protected
 
-    def delete_model(self, request, obj):
-        # Sales may have named the category since the page was shown; the model guard then refuses.
-        try:
-            super().delete_model(request, obj)
-        except ProtectedError as error:
-            raise PermissionDenied(error.args[0]) from None
-
-    def delete_queryset(self, request, queryset):
-        try:
-            super().delete_queryset(request, queryset)
-        except ProtectedError as error:
-            raise PermissionDenied(error.args[0]) from None
-
     @admin.display(description="products")
     def product_count(self, obj):
         url = reverse("admin:catalogue_product_changelist") + "?" + urlencode({"category": obj.slug})
@@ -170,7 +174,7 @@ class CategoryAdmin(LargeTableAdmin):
 
 
 @admin.register(Product)
-class ProductAdmin(LargeTableAdmin):
+class ProductAdmin(RefusedDeletes, LargeTableAdmin):
     list_display = ["product_id", "name", "placeholder", "price", "category_list"]
     list_filter = [PlaceholderFilter, CategoryFilter]
     search_fields = ["=product_id", "name"]

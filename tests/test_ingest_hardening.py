@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection, connections, transaction
+from django.db.models import ProtectedError
 from django.urls import reverse
 from django.utils import timezone
 from psycopg import errors as pg_errors
@@ -315,6 +316,90 @@ def test_a_return_of_an_original_resent_concurrently_counts_in_the_stored_catego
     # then B's o1 is a duplicate, and its return counts where the stored o1 counts
     assert (result_b.accepted, result_b.duplicates, result_b.rejected) == (1, 1, [])
     assert Sale.objects.get(event_id="r1").categories == ["toys"]
+
+
+# --- a product and its sales: no foreign key in the database, no sale left without its product -----
+
+
+@pytest.mark.django_db
+def test_a_product_with_sales_cannot_be_deleted():
+    assert sales_ingest(events=[event("s1", amount="1.00")], now=NOW).accepted == 1
+
+    with pytest.raises(ProtectedError), transaction.atomic():
+        Product.objects.get(product_id="p1").delete()
+    with pytest.raises(ProtectedError), transaction.atomic():
+        Product.objects.filter(product_id="p1").delete()
+
+    assert Product.objects.filter(product_id="p1").exists()
+
+
+@pytest.mark.django_db(transaction=True)  # as a request runs: no transaction around the admin's
+def test_the_admin_refuses_to_delete_a_product_with_sales(admin_client):
+    assert sales_ingest(events=[event("s1", amount="1.00")], now=NOW).accepted == 1
+    product = Product.objects.get(product_id="p1")
+
+    one = admin_client.post(reverse("admin:catalogue_product_delete", args=[product.pk]), {"post": "yes"})
+    bulk = admin_client.post(
+        reverse("admin:catalogue_product_changelist"),
+        {"action": "delete_selected", "_selected_action": [product.pk], "post": "yes"},
+    )
+
+    assert (one.status_code, bulk.status_code) == (403, 403)
+    assert Product.objects.filter(product_id="p1").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_product_deleted_while_its_first_sale_is_stored_is_kept():
+    """The delete's own check of the sales cannot see a batch still storing one: it waits for it."""
+    # given a product without sales, and a batch storing its first sale that has not committed yet
+    Product.objects.create(product_id="p1", name="Pen", price_cents=100)
+    batch, deleter = Session(), Session()
+    try:
+        _open_and_ingest(batch, [event("s1", amount="1.00")])
+
+        # when the product is deleted meanwhile, and the batch commits
+        done, box = deleter.submit(lambda: Product.objects.get(product_id="p1").delete())
+        _wait_until_blocked(batch)
+        _commit(batch)
+        assert done.wait(timeout=30), "the delete is stuck"
+    finally:
+        batch.close()
+        deleter.close()
+
+    # then the delete is refused, and the sale keeps its product
+    assert isinstance(box[0], ProtectedError), box[0]
+    assert Product.objects.get(product_id="p1").name == "Pen"
+    assert Sale.objects.get(event_id="s1").product_id == "p1"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sale_of_a_product_being_deleted_waits_and_makes_it_again():
+    # given a product without sales, deleted in a transaction that has not committed yet
+    Product.objects.create(product_id="p1", name="Pen", price_cents=100)
+    deleter, batch = Session(), Session()
+    try:
+
+        def delete_and_stay_open():
+            deleter.atomic = transaction.atomic()
+            deleter.atomic.__enter__()
+            deleter.pid = connection.connection.info.backend_pid
+            Product.objects.get(product_id="p1").delete()
+
+        deleter.do(delete_and_stay_open)
+
+        # when a sale of it arrives meanwhile, and the delete commits
+        done, box = batch.submit(lambda: sales_ingest(events=[event("s1", amount="1.00")], now=NOW))
+        _wait_until_blocked(deleter)
+        _commit(deleter)
+        assert done.wait(timeout=30), "the batch is stuck"
+    finally:
+        deleter.close()
+        batch.close()
+
+    # then the sale is stored, and its product is there again, a placeholder
+    assert box[0].accepted == 1, box[0]
+    assert Product.objects.get(product_id="p1").is_placeholder
+    assert Sale.objects.get(event_id="s1").product_id == "p1"
 
 
 # --- point 6: concurrent ingests never deadlock ------------------------------------------------

@@ -179,9 +179,12 @@ class SaleIngest(BatchIngest):
     kinds = ("sale",)
     # The staging table is created once per database session and emptied before each use
     # (creating and dropping it for every batch would write the system catalogues each time),
-    # in the layout lock's round trip.
+    # in the layout lock's round trip; so is the sales table's lock for inserting, taken before the
+    # catalogue is read for placeholders: a product being deleted is gone, and made again, or its
+    # delete waits for this batch and sees its sales (rankings.models._keep_products_with_sales).
     layout_lock_sql = (
         f"{BatchIngest.layout_lock_sql};"
+        f" LOCK TABLE {Sale._meta.db_table} IN ROW EXCLUSIVE MODE;"
         f" CREATE TEMPORARY TABLE IF NOT EXISTS ingest_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS;"
         " DELETE FROM ingest_stage"
     )
