@@ -3,31 +3,43 @@
 The trial shape writes a sale once: one table, partitioned by a hash of the event id so that the
 id is unique in it (no `rankings_saleid`), and no work queue (no `rankings_pendingsale`): each row
 carries the id of the transaction that wrote it, for a claim in commit order by transaction id
-(docs/architecture.md, "Ingest: the next shape"). Its indexes are the event id's, a partial one on
-`return_of`, and two BRIN indexes (the instant counted at, the transaction id), a few pages each.
-Views and wishes go the same way: copied straight into the raw table, with no queue rows.
+(docs/architecture.md, "Ingest: the next shape, tried"). The table keeps today's columns but the
+sale id, today's checks and its index by product (no foreign key, as today's); the instant
+counted at and the transaction id are indexed by BRIN (a few pages each) where today's table
+keeps a B-tree on `counted_at` and is partitioned by month. Views and wishes go the same way:
+copied into a raw table partitioned by day as today's, without its id and key, and no queue rows.
 
 Events are read from the request's bytes by msgspec structs, which check each field's type, length
-and pattern in one compiled pass. A sale's digest is msgspec's JSON of the same canonical list.
+and pattern in one compiled pass; what the structs cannot say (a dot segment, the board `all`, a
+`ts` too far ahead or out of range, too many categories) is checked after, as today. A sale's
+digest is today's (rankings.ingest.sales.event_digest). Each batch then does, in one transaction,
+what today's does but the queue: the layout lock and check, categories marked and placeholders
+made, the ingest log and the metric counts, the ticks woken. The product totals are added in the
+insert's own statement, with the bound (rankings.ingest.sales.MAX_PRODUCT_TOTAL) a check of the
+table: a batch past it would be tried again the way today's is, locked.
 
-What the trial leaves out, so that its figures are bounds of what it does: returns and the
-originals they are checked against, events without categories (the catalogue's are then looked up),
-the per-event reasons of a batch holding a bad event (the trial takes whole valid batches only;
-another batch would go the per-event way), and the HTTP layer. Both shapes are timed the same way,
-in process from the request's bytes, each against the floor of its kind measured in the same run
-(bench_ingest, bench_engage). The trial tables live in a schema of their own, dropped at the end.
+What the trial leaves out, so that its figures are bounds of what it does: returns, sales without
+categories or an amount, views with an id (each goes the per-event way today's takes), a batch
+holding a bad event (the same), a batch whose ids were stored before (it reads no digests first:
+the insert skips taken ids and only those are looked up after), and the HTTP layer. Both shapes
+are timed the same way, in process from the request's bytes, garbage collector paused, in turns
+(each run starts with the other), each against the floor of its kind measured in the same run
+(bench_ingest, bench_engage). A tick's claim is timed in each, of the same oldest sales, onto the
+shard of `all`. The trial's tables live in a schema of their own, dropped at the end.
 
     python -m bench --only shape
 """
 
 import datetime as dt
-import hashlib
 import json
 import multiprocessing
+import os
 import random
 import statistics
 import time
 import uuid
+from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
@@ -38,21 +50,22 @@ from bench import harness
 BATCHES = 40  # of 1,000 sales per run of one client; each of four processes sends half as many
 VIEW_BATCHES = 10  # of 10,000 views per run
 PROCESSES = 4
+CLAIMED = 5_000  # sales a tick claims, in each shape
 
-EventId = Annotated[str, Meta(pattern=r"^[\x20-\x7e]{1,128}$")]
-ProductId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,64}$")]
-Slug = Annotated[str, Meta(pattern=r"^[-a-zA-Z0-9_]{1,50}$")]
-Slugs = Annotated[list[Slug], Meta(max_length=20)]
-Amount = Annotated[str, Meta(pattern=r"^([0-9]{1,12}(\.[0-9]{0,2})?|\.[0-9]{1,2})$")]
+# \Z, not $: msgspec searches a pattern, and $ would let a line end through.
+EventId = Annotated[str, Meta(pattern=r"^[\x20-\x7e]{1,128}\Z")]
+ProductId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,64}\Z")]
+Slug = Annotated[str, Meta(pattern=r"^[-a-zA-Z0-9_]{1,50}\Z")]
+Amount = Annotated[str, Meta(pattern=r"^([0-9]{1,12}(\.[0-9]{0,2})?|\.[0-9]{1,2})\Z")]
 
 
 class SaleEvent(Struct):
     id: EventId
-    ts: float
+    ts: int | float
     productId: ProductId
     qty: Annotated[int, Meta(ge=1, le=1_000_000)]
-    categories: Slugs | None = None
-    amount: Amount | None = None
+    categories: list[Slug]
+    amount: Amount
 
 
 class Sales(Struct):
@@ -60,11 +73,10 @@ class Sales(Struct):
 
 
 class ViewEvent(Struct):
-    ts: float
+    ts: int | float
     productId: ProductId
     kind: Literal["view", "wish"]
-    categories: Slugs | None = None
-    id: EventId | None = None
+    categories: list[Slug]
 
 
 class Views(Struct):
@@ -73,18 +85,69 @@ class Views(Struct):
 
 _sales = msgspec.json.Decoder(Sales)
 _views = msgspec.json.Decoder(Views)
-_canonical = msgspec.json.Encoder().encode
+
+
+class _Other(Exception):
+    """A batch the trial does not take: today's per-event way would."""
+
+
+class _Row:
+    """What the catalogue statements shared with today's ingest read of an event."""
+
+    __slots__ = ("product_id", "categories")
+
+    def __init__(self, product_id: str, categories: list[str]):
+        self.product_id, self.categories = product_id, categories
+
+
+def _checked(events, *, now: dt.datetime) -> list[tuple[dt.datetime, list[str]]]:
+    """Each event's instant and categories (each once), with what the structs cannot check."""
+    from rankings.conf import rankings_settings
+    from rankings.engine.shards import ALL
+
+    ahead = now + dt.timedelta(seconds=rankings_settings.MAX_FUTURE_SECONDS)
+    most = rankings_settings.MAX_EVENT_CATEGORIES
+    instants: dict[int | float, dt.datetime] = {}
+    checked = []
+    for event in events:
+        instant = instants.get(event.ts)
+        if instant is None:
+            try:
+                instant = instants[event.ts] = dt.datetime.fromtimestamp(event.ts, dt.UTC)
+            except (OverflowError, OSError, ValueError):
+                raise _Other from None
+        categories = list(dict.fromkeys(event.categories))
+        if (
+            instant > ahead
+            or event.productId in (".", "..")
+            or ALL in categories
+            or not categories
+            or len(event.categories) > most
+        ):
+            raise _Other
+        checked.append((instant, categories))
+    return checked
+
 
 _SCHEMA = """
 DROP SCHEMA IF EXISTS shape_trial CASCADE;
 CREATE SCHEMA shape_trial;
 CREATE TABLE shape_trial.sale (
-    event_id varchar(128) NOT NULL, ts timestamptz NOT NULL, product_id varchar(64) NOT NULL,
-    categories varchar(50)[] NOT NULL, qty integer NOT NULL, amount_cents bigint NOT NULL,
-    return_of varchar(128), counted_at timestamptz NOT NULL, received_at timestamptz NOT NULL,
-    digest varchar(32) NOT NULL, xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint
+    event_id varchar(128) NOT NULL,
+    ts timestamptz NOT NULL,
+    product_id varchar(64) NOT NULL,
+    categories varchar(50)[] NOT NULL,
+    qty integer NOT NULL CHECK (qty <> 0),
+    amount_cents bigint NOT NULL CHECK (amount_cents >= 0),
+    return_of varchar(128),
+    counted_at timestamptz NOT NULL,
+    received_at timestamptz NOT NULL,
+    digest varchar(32) NOT NULL,
+    xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
+    CHECK (qty < 0 AND return_of IS NOT NULL OR qty > 0 AND return_of IS NULL)
 ) PARTITION BY HASH (event_id);
 CREATE UNIQUE INDEX ON shape_trial.sale (event_id);
+CREATE INDEX ON shape_trial.sale (product_id, counted_at);
 CREATE INDEX ON shape_trial.sale (return_of) WHERE return_of IS NOT NULL;
 CREATE INDEX ON shape_trial.sale USING brin (counted_at);
 CREATE INDEX ON shape_trial.sale USING brin (xid);
@@ -94,13 +157,35 @@ CREATE TABLE shape_trial.producttotal (
     CHECK (units <= 9007199254740991 AND revenue_cents <= 9007199254740991)
 );
 CREATE TABLE shape_trial.engagement (
-    ts timestamptz NOT NULL, product_id varchar(64) NOT NULL, kind varchar(4) NOT NULL,
-    categories varchar(50)[] NOT NULL, received_at timestamptz NOT NULL,
-    xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint
-);
+    event_id varchar(128), ts timestamptz NOT NULL, product_id varchar(64) NOT NULL,
+    kind varchar(4) NOT NULL CHECK (kind IN ('view', 'wish')), categories varchar(50)[] NOT NULL,
+    received_at timestamptz NOT NULL, xid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint
+) PARTITION BY RANGE (ts);
 CREATE INDEX ON shape_trial.engagement USING brin (xid);
+CREATE TABLE shape_trial.cursor (shard integer PRIMARY KEY, xid bigint NOT NULL);
 """
 _PARTITIONS = 8
+
+
+def _schema_create() -> None:
+    from django.db import connection
+
+    today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    with connection.cursor() as cursor:
+        cursor.execute(_SCHEMA)
+        for remainder in range(_PARTITIONS):
+            cursor.execute(
+                f"CREATE TABLE shape_trial.sale_{remainder} PARTITION OF shape_trial.sale"
+                f" FOR VALUES WITH (MODULUS {_PARTITIONS}, REMAINDER {remainder})"
+            )
+        for day in (-1, 0, 1):
+            start = today + dt.timedelta(days=day)
+            cursor.execute(
+                f"CREATE TABLE shape_trial.engagement_{day + 1} PARTITION OF shape_trial.engagement"
+                " FOR VALUES FROM (%s) TO (%s)",
+                [start, start + dt.timedelta(days=1)],
+            )
+
 
 _STAGE = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS shape_stage (event_id varchar(128), ts timestamptz,"
@@ -109,8 +194,7 @@ _STAGE = (
 )
 _STAGE_TYPES = ["varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar"]
 
-# The sales whose id is new, and the product totals they add to, in one statement; a total past
-# the bound fails the check, and such a batch would go the per-event way.
+# The sales whose id is new, and the product totals they add to, in one statement.
 _INSERT = """
 WITH stored AS (
     INSERT INTO shape_trial.sale
@@ -131,51 +215,74 @@ SELECT count(*) FROM stored
 """
 
 
-def _cents(amount: str) -> int:
-    whole, _, fraction = amount.partition(".")
-    return int(whole or 0) * 100 + int((fraction + "00")[:2])
+def _logged(cursor, kind_counts: dict[str, int], stored: int) -> None:
+    """The ingest log's row and the metric counts, as today's batch writes them."""
+    from rankings.engine.counts import counts_add
+    from rankings.ingest.batch import INGESTED
+
+    cursor.execute(
+        "INSERT INTO rankings_ingestlog (at, source, accepted, duplicates, rejected, too_old)"
+        " VALUES (now(), 'shape', %s, 0, 0, 0)",
+        [stored],
+    )
+    counts_add(INGESTED, {f"{kind}:accepted": count for kind, count in kind_counts.items()})
 
 
 def sales_trial(body: bytes) -> int:
     """Store a batch of sales in the trial shape; the number stored."""
     from django.db import connection, transaction
 
-    from rankings.ingest.batch import _PLACEHOLDER_PRODUCTS
+    from catalogue.money import to_cents
+    from rankings.engine.locks import LAYOUT_NAMESPACE
+    from rankings.engine.shards import layout_checked
+    from rankings.engine.tree import version_tree
+    from rankings.ingest.batch import _ensure_categories, _placeholders_create, collector_paused
+    from rankings.ingest.sales import event_digest
+    from rankings.ingest.wake import tick_wake_on_commit
 
-    rows = []
-    first: dict[str, str] = {}  # product -> the categories of its first sale, for placeholders
-    for event in _sales.decode(body).events:
-        categories = list(dict.fromkeys(event.categories or ()))
-        cents = _cents(event.amount) if event.amount is not None else 0
-        canonical = [
-            event.id,
-            round(event.ts, 6),
-            event.productId,
-            sorted(categories),
-            event.qty,
-            cents,
-            None,
-        ]
-        digest = hashlib.md5(_canonical(canonical), usedforsecurity=False).hexdigest()
-        named = ",".join(categories)
-        first.setdefault(event.productId, named)
-        ts = dt.datetime.fromtimestamp(event.ts, dt.UTC)
-        rows.append((event.id, ts, event.productId, named, event.qty, cents, digest))
-    products = sorted(first)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"SELECT pg_advisory_xact_lock_shared(369129, 0); {_STAGE}")
-        cursor.execute(_PLACEHOLDER_PRODUCTS, [products, [first[p] for p in products]])
-        with cursor.copy("COPY shape_stage FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_STAGE_TYPES)
-            for row in rows:
-                copy.write_row(row)
-        cursor.execute(_INSERT)
-        (stored,) = cursor.fetchone()
-        cursor.execute(
-            "INSERT INTO rankings_ingestlog (at, source, accepted, duplicates, rejected, too_old)"
-            " VALUES (now(), 'shape', %s, 0, 0, 0)",
-            [stored],
-        )
+    with collector_paused():
+        events = _sales.decode(body).events
+        checked = _checked(events, now=dt.datetime.now(dt.UTC))
+        rows, kept = [], []
+        for event, (instant, categories) in zip(events, checked, strict=True):
+            amount = Decimal(event.amount)
+            data = {
+                "id": event.id,
+                "ts": instant,
+                "productId": event.productId,
+                "categories": categories,
+                "qty": event.qty,
+                "amount": amount,
+            }
+            digest = event_digest(data)
+            rows.append(
+                (
+                    event.id,
+                    instant,
+                    event.productId,
+                    ",".join(categories),
+                    event.qty,
+                    to_cents(amount),
+                    digest,
+                )
+            )
+            kept.append(_Row(event.productId, categories))
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_advisory_xact_lock_shared({LAYOUT_NAMESPACE}, 0); {_STAGE}")
+            number, layout = layout_checked()
+            tree = version_tree(number)
+            _ensure_categories(kept)
+            _placeholders_create(cursor, kept)
+            with cursor.copy("COPY shape_stage FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(_STAGE_TYPES)
+                for row in rows:
+                    copy.write_row(row)
+            cursor.execute(_INSERT)
+            (stored,) = cursor.fetchone()
+            if stored != len(rows):
+                raise _Other  # ids taken before: today's way looks up which
+            _logged(cursor, {"sale": stored}, stored)
+            tick_wake_on_commit(layout, {tree.expand(row.categories) for row in kept})
     return stored
 
 
@@ -183,26 +290,49 @@ def views_trial(body: bytes) -> int:
     """Store a batch of views and wishes in the trial shape; the number stored."""
     from django.db import connection, transaction
 
-    received = dt.datetime.now(dt.UTC).isoformat()
-    stamps: dict[float, str] = {}
-    lines = []
-    for event in _views.decode(body).events:
-        stamp = stamps.get(event.ts)
-        if stamp is None:
-            stamp = stamps[event.ts] = dt.datetime.fromtimestamp(event.ts, dt.UTC).isoformat()
-        categories = ",".join(event.categories or ())
-        lines.append(f"{stamp}\t{event.productId}\t{event.kind}\t{{{categories}}}\t{received}\n")
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock_shared(369129, 0)")
-        with cursor.copy(
-            "COPY shape_trial.engagement (ts, product_id, kind, categories, received_at) FROM STDIN"
-        ) as copy:
-            copy.write("".join(lines))
-        cursor.execute(
-            "INSERT INTO rankings_ingestlog (at, source, accepted, duplicates, rejected, too_old)"
-            " VALUES (now(), 'shape', %s, 0, 0, 0)",
-            [len(lines)],
-        )
+    from rankings.engine import locks
+    from rankings.engine.partitions import engagement_partitions_ensure
+    from rankings.engine.shards import layout_checked
+    from rankings.engine.tree import version_tree
+    from rankings.ingest.batch import _ensure_categories, _placeholders_create, collector_paused
+    from rankings.ingest.engagement import _copy_array, retention_cutoff
+    from rankings.ingest.wake import tick_wake_on_commit
+
+    with collector_paused():
+        events = _views.decode(body).events
+        checked = _checked(events, now=dt.datetime.now(dt.UTC))
+        received = dt.datetime.now(dt.UTC).isoformat()
+        stamps: dict[dt.datetime, str] = {}
+        kinds = {"view": 0, "wish": 0}
+        lines, kept = [], {}
+        for event, (instant, categories) in zip(events, checked, strict=True):
+            stamp = stamps.get(instant)
+            if stamp is None:
+                stamp = stamps[instant] = instant.isoformat()
+            kinds[event.kind] += 1
+            lines.append(
+                f"\\N\t{stamp}\t{event.productId}\t{event.kind}\t{_copy_array(categories)}\t{received}\n"
+            )
+            kept.setdefault((event.productId, tuple(categories)), _Row(event.productId, categories))
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0)")
+            locks.retention_read_lock()
+            cutoff = retention_cutoff()
+            if cutoff is not None and min(stamps) < cutoff:
+                raise _Other  # some are too old: today's way counts them dropped
+            number, layout = layout_checked()
+            tree = version_tree(number)
+            engagement_partitions_ensure(stamps)
+            rows = list(kept.values())
+            _ensure_categories(rows)
+            _placeholders_create(cursor, rows)
+            with cursor.copy(
+                "COPY shape_trial.engagement (event_id, ts, product_id, kind, categories, received_at)"
+                " FROM STDIN"
+            ) as copy:
+                copy.write("".join(lines))
+            _logged(cursor, kinds, len(lines))
+            tick_wake_on_commit(layout, {tree.expand(row.categories) for row in rows})
     return len(lines)
 
 
@@ -224,26 +354,37 @@ def views_today(body: bytes) -> int:
     return engagements_ingest(events=events, source="bench").accepted
 
 
-CLAIMED = 5_000  # sales a tick claims, in each shape
-
 # The trial's claim of a shard's sales: the rows written by transactions from the shard's cursor up
-# to its snapshot's xmin, each with the boards it counts in (`all` and its categories; a row would
-# carry those of each shard, as a queue row does today), into the tick's facts.
+# to `upto` (at most its snapshot's xmin, read before), each with the boards it counts in on the
+# shard (`all` and its categories there: a row would carry those of each shard, as a queue row does
+# today), into the tick's facts; the cursor moved to `upto` in the same transaction.
 _CLAIM_TRIAL = """
-INSERT INTO tick_facts (category, product_id, t, qty, cents)
-SELECT u.category, s.product_id, floor(extract(epoch FROM s.counted_at))::bigint, s.qty, s.amount_cents
-FROM shape_trial.sale s CROSS JOIN LATERAL unnest(s.categories || 'all'::varchar) AS u(category)
-WHERE s.xid >= %(cursor)s AND s.xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+WITH claimed AS (
+    SELECT product_id, categories, counted_at, qty, amount_cents FROM shape_trial.sale
+    WHERE xid >= (SELECT xid FROM shape_trial.cursor WHERE shard = %(shard)s) AND xid < %(upto)s
+), facts AS (
+    INSERT INTO tick_facts (category, product_id, t, qty, cents)
+    SELECT u.category, c.product_id, floor(extract(epoch FROM c.counted_at))::bigint, c.qty, c.amount_cents
+    FROM claimed c CROSS JOIN LATERAL unnest(c.categories || 'all'::varchar) AS u(category)
+    WHERE u.category = ANY(%(boards)s)
+), moved AS (
+    UPDATE shape_trial.cursor SET xid = %(upto)s WHERE shard = %(shard)s
+)
+SELECT count(*) FROM claimed
 """
 
 
 def _claim_seconds(shape: str) -> float:
-    """Seconds of PostgreSQL a tick's claim of CLAIMED sales takes (rolled back): today's, from the
-    queue of the shard of `all`; the trial's, of the last CLAIMED sales stored."""
+    """Seconds of PostgreSQL a tick's claim of the oldest CLAIMED sales onto the shard of `all` takes
+    (rolled back): today's from the queue, the trial's by transaction id."""
     from django.db import connection, transaction
 
+    from catalogue.models import Category
     from rankings.engine import batches
     from rankings.engine.shards import ALL, active
+
+    layout = active().layout
+    shard = layout.shard_of(ALL)
 
     class _RolledBack(Exception):
         pass
@@ -252,19 +393,28 @@ def _claim_seconds(shape: str) -> float:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(batches._FACTS_TABLE)
             if shape == "today":
-                params = {"shard": active().layout.shard_of(ALL), "until": None, "limit": CLAIMED}
+                params = {"shard": shard, "until": None, "limit": CLAIMED}
                 cursor.execute(batches._CLAIM_LAST, params)
                 (last,) = cursor.fetchone()
                 started = time.perf_counter()
                 cursor.execute(batches._CLAIM, {**params, "last": last})
             else:
+                slugs = [ALL, *Category.objects.values_list("slug", flat=True)]
+                boards = [slug for slug in slugs if layout.shard_of(slug) == shard]
+                # The oldest CLAIMED sales: whole batches, each one transaction's rows.
                 cursor.execute(
-                    "SELECT xid FROM shape_trial.sale ORDER BY xid DESC OFFSET %s LIMIT 1", [CLAIMED - 1]
+                    "INSERT INTO shape_trial.cursor SELECT %s, min(xid) FROM shape_trial.sale", [shard]
                 )
-                (first,) = cursor.fetchone()
+                cursor.execute("SELECT xid FROM shape_trial.sale ORDER BY xid OFFSET %s LIMIT 1", [CLAIMED])
+                (after,) = cursor.fetchone()
+                cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                (xmin,) = cursor.fetchone()
                 started = time.perf_counter()
-                cursor.execute(_CLAIM_TRIAL, {"cursor": first})
+                cursor.execute(_CLAIM_TRIAL, {"shard": shard, "upto": min(after, xmin), "boards": boards})
             seconds = time.perf_counter() - started
+            (claimed,) = cursor.fetchone()
+            if claimed != CLAIMED:
+                raise RuntimeError(f"the {shape} claim took {claimed} sales, not {CLAIMED}")
             raise _RolledBack
     except _RolledBack:
         return seconds
@@ -279,42 +429,60 @@ def _sales_bodies(batches: int, seed: int) -> list[bytes]:
     ]
 
 
-def _client(task: tuple[str, int, int, float]) -> tuple[int, float, float]:
-    """One client's run: (events stored, when it started, when it ended). Its bodies are made
-    first; it starts at `at`, with the other processes of its run."""
+def _backend_cpu(pid: int) -> float:
+    """Seconds of CPU a PostgreSQL backend of this machine has used (its /proc entry)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _client(task: tuple[str, int, int, float]) -> tuple[int, float, float, float, float]:
+    """One client's run: (events stored, when it started, when it ended, its CPU seconds, its
+    backend's). Its bodies are made and a first one stored untimed; it starts at `at`, with the
+    other processes of its run."""
     path, batches, seed, at = task
     harness.setup()
     from django.db import connection
 
     store = {"trial": sales_trial, "today": sales_today}[path]
-    bodies = _sales_bodies(batches, seed)
-    connection.ensure_connection()
+    first, *bodies = _sales_bodies(batches + 1, seed)
+    store(first)  # what a process does once (imports, statements, its connection) is not timed
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
     time.sleep(max(0.0, at - time.time()))
-    started = time.time()
+    cpu, backend_cpu, started = time.process_time(), _backend_cpu(backend), time.time()
     stored = sum(store(body) for body in bodies)
-    return stored, started, time.time()
+    ended = time.time()
+    return stored, started, ended, time.process_time() - cpu, _backend_cpu(backend) - backend_cpu
 
 
-def _sales_rates(path: str, run: int) -> tuple[float, float]:
-    """Sales/s of one client, then of PROCESSES clients at once."""
-    stored, started, ended = _client((path, BATCHES, run, 0.0))
-    assert stored == BATCHES * 1000, f"{path}: {stored} stored"
+def _sales_rates(path: str, run: int) -> dict[str, float]:
+    """Sales/s of one client and of PROCESSES clients at once, and the CPU of each, per sale."""
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        one = pool.apply(_client, ((path, BATCHES, run, 0.0),))
         at = time.time() + 15  # every process set up and its bodies made
         tasks = [(path, BATCHES // 2, 100 * run + k + 1, at) for k in range(PROCESSES)]
         results = pool.map(_client, tasks)
-    together = sum(r[0] for r in results) / (max(r[2] for r in results) - min(r[1] for r in results))
-    return stored / (ended - started), together
+    if one[0] != BATCHES * 1000 or sum(r[0] for r in results) != PROCESSES * (BATCHES // 2) * 1000:
+        raise RuntimeError(f"{path}: not every sale was stored")
+    together = sum(r[0] for r in results)
+    return {
+        "one": one[0] / (one[2] - one[1]),
+        "one client cpu": one[3] / one[0],
+        "one backend cpu": one[4] / one[0],
+        "four": together / (max(r[2] for r in results) - min(r[1] for r in results)),
+        "four client cpu": sum(r[3] for r in results) / together,
+        "four backend cpu": sum(r[4] for r in results) / together,
+    }
 
 
-def _views_rate(store, rng: random.Random) -> float:
+def _views_rate(store, bodies: list[bytes]) -> float:
     from bench.bench_engage import BATCH
-    from bench.bench_engage import _views as views
 
-    bodies = [json.dumps({"events": views(BATCH, rng)}).encode() for _ in range(VIEW_BATCHES)]
     started = time.perf_counter()
     stored = sum(store(body) for body in bodies)
-    assert stored == BATCH * VIEW_BATCHES
+    if stored != BATCH * len(bodies):
+        raise RuntimeError(f"{store.__name__}: {stored} of {BATCH * len(bodies)} stored")
     return stored / (time.perf_counter() - started)
 
 
@@ -323,51 +491,57 @@ def run(table: harness.Table, runs: int = 3) -> harness.Table:
     from django.db import connection
 
     from bench import bench_engage, bench_ingest
-    from rankings.engine.partitions import engagement_partitions_ensure
+    from bench.bench_engage import BATCH
+    from bench.bench_engage import _views as views
 
     harness.reset()
     call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
-    with connection.cursor() as cursor:
-        cursor.execute(_SCHEMA)
-        for remainder in range(_PARTITIONS):
-            cursor.execute(
-                f"CREATE TABLE shape_trial.sale_{remainder} PARTITION OF shape_trial.sale"
-                f" FOR VALUES WITH (MODULUS {_PARTITIONS}, REMAINDER {remainder})"
-            )
-    engagement_partitions_ensure([dt.datetime.now(dt.UTC) - dt.timedelta(seconds=s) for s in (0, 2)])
+    _schema_create()
     rng = random.Random(0)
     figures: dict[str, list[float]] = {}
-    for run_number in range(runs):
-        for path in ("today", "trial"):
-            one, together = _sales_rates(path, run_number)
-            figures.setdefault(f"sales {path} one", []).append(one)
-            figures.setdefault(f"sales {path} four", []).append(together)
-        figures.setdefault("sales floor", []).append(bench_ingest._copy_floor())
-        for shape in ("today", "trial"):
-            figures.setdefault(f"claim {shape}", []).append(_claim_seconds(shape))
-        figures.setdefault("views today", []).append(_views_rate(views_today, rng))
-        figures.setdefault("views trial", []).append(_views_rate(views_trial, rng))
-        figures.setdefault("views floor", []).append(bench_engage._copy_floor(rng))
+    try:
+        for run_number in range(runs):
+            order = ("today", "trial") if run_number % 2 == 0 else ("trial", "today")
+            for shape in order:
+                for name, value in _sales_rates(shape, run_number).items():
+                    figures.setdefault(f"sales {shape} {name}", []).append(value)
+            figures.setdefault("sales floor", []).append(bench_ingest._copy_floor())
+            for shape in order:
+                figures.setdefault(f"claim {shape}", []).append(_claim_seconds(shape))
+            for shape in order:
+                bodies = [json.dumps({"events": views(BATCH, rng)}).encode() for _ in range(VIEW_BATCHES)]
+                store = views_trial if shape == "trial" else views_today
+                figures.setdefault(f"views {shape}", []).append(_views_rate(store, bodies))
+            figures.setdefault("views floor", []).append(bench_engage._copy_floor(rng))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP SCHEMA IF EXISTS shape_trial CASCADE")
     median = {name: statistics.median(values) for name, values in figures.items()}
-    with connection.cursor() as cursor:
-        cursor.execute("DROP SCHEMA shape_trial CASCADE")
     shapes = {"today": "today's shape", "trial": "the trial shape"}
     rows = [
-        ("sales", "1,000 sales, one client", "COPY + INSERT ON CONFLICT", "one"),
-        ("sales", "1,000 sales, four clients", "COPY + INSERT ON CONFLICT", "four"),
+        ("sales", "1,000 sales, one client", "COPY + INSERT ON CONFLICT", " one"),
+        ("sales", "1,000 sales, four clients", "COPY + INSERT ON CONFLICT", " four"),
         ("views", "10,000 views, one client", "COPY", ""),
     ]
     for kind, what, floor, clients in rows:
         for shape, label in shapes.items():
-            rate = median[f"{kind} {shape} {clients}".rstrip()]
+            rate = median[f"{kind} {shape}{clients}"]
+            cpu = (
+                f"CPU a sale: client {median[f'sales {shape}{clients} client cpu'] * 1e6:.1f} µs,"
+                f" PostgreSQL {median[f'sales {shape}{clients} backend cpu'] * 1e6:.1f} µs"
+                if kind == "sales"
+                else ""
+            )
             table.add(
                 f"{what}, {label}, in process",
                 f"{rate:,.0f} events/s",
                 f"{floor} {median[f'{kind} floor']:,.0f} rows/s",
                 f"{rate / median[f'{kind} floor']:.2f}x",
+                note=cpu,
             )
     for shape, label in shapes.items():
         table.add(
-            f"a tick's claim of {CLAIMED:,} sales, {label}", f"{median[f'claim {shape}'] * 1000:.1f} ms"
+            f"a tick's claim of {CLAIMED:,} sales onto the shard of `all`, {label}",
+            f"{median[f'claim {shape}'] * 1000:.1f} ms",
         )
     return table
