@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import IntegrityError, OperationalError, connection, connections, transaction
 from django.db.models import ProtectedError
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from psycopg import errors as pg_errors
@@ -322,15 +323,20 @@ def test_a_return_of_an_original_resent_concurrently_counts_in_the_stored_catego
 
 
 @pytest.mark.django_db
-def test_a_product_with_sales_cannot_be_deleted():
-    assert sales_ingest(events=[event("s1", amount="1.00")], now=NOW).accepted == 1
+def test_a_product_with_sales_cannot_be_deleted_and_its_sales_are_not_read():
+    sales = [event(f"s{i}", amount="1.00") for i in range(200)]
+    assert sales_ingest(events=sales, now=NOW).accepted == 200
 
-    with pytest.raises(ProtectedError), transaction.atomic():
-        Product.objects.get(product_id="p1").delete()
-    with pytest.raises(ProtectedError), transaction.atomic():
-        Product.objects.filter(product_id="p1").delete()
+    with CaptureQueriesContext(connection) as queries:
+        with pytest.raises(ProtectedError), transaction.atomic():
+            Product.objects.get(product_id="p1").delete()
+        with pytest.raises(ProtectedError), transaction.atomic():
+            Product.objects.filter(product_id="p1").delete()
 
     assert Product.objects.filter(product_id="p1").exists()
+    # one probe for a sale per delete, whatever the product's sales: none of them is read
+    reads = [q["sql"] for q in queries.captured_queries if "FROM rankings_sale" in q["sql"]]
+    assert len(reads) == 2 and all(sql.startswith("SELECT EXISTS") for sql in reads), reads
 
 
 @pytest.mark.django_db(transaction=True)  # as a request runs: no transaction around the admin's
