@@ -30,7 +30,7 @@ class Sale(models.Model):
     ts = models.DateTimeField("sale time")
     # No foreign key in the database: ingest makes each sale's product (a placeholder, if need be) in
     # the sale's own transaction, and the key's check, a lock on each sale's product row at every
-    # batch's commit, cost a fifth of what a client could store. A product that sales name is kept
+    # batch's commit, cost a fifth of PostgreSQL's CPU a sale. A product that sales name is kept
     # from deletion by _keep_products_with_sales, which looks for one sale; PROTECT would read them
     # all, a best seller's millions, to list them.
     product = models.ForeignKey(
