@@ -90,7 +90,8 @@ def _keep_products_with_sales(sender, instance, **kwargs):
     delete and makes the product again, a placeholder (rankings.ingest.sales.SaleIngest.layout_lock_sql).
     """
     with connection.cursor() as cursor:
-        cursor.execute(f"LOCK TABLE {Sale._meta.db_table} IN SHARE MODE")
+        # The partitioned table alone: every insert takes it, and its months need no lock of their own.
+        cursor.execute(f"LOCK TABLE ONLY {Sale._meta.db_table} IN SHARE MODE")
         cursor.execute(
             f"SELECT EXISTS (SELECT 1 FROM {Sale._meta.db_table} WHERE product_id = %s)",
             [instance.product_id],

@@ -181,10 +181,11 @@ class SaleIngest(BatchIngest):
     # (creating and dropping it for every batch would write the system catalogues each time),
     # in the layout lock's round trip; so is the sales table's lock for inserting, taken before the
     # catalogue is read for placeholders: a product being deleted is gone, and made again, or its
-    # delete waits for this batch and sees its sales (rankings.models._keep_products_with_sales).
+    # delete waits for this batch and sees its sales (rankings.models._keep_products_with_sales). The
+    # partitioned table alone, as an insert into it takes: not one lock for each month kept.
     layout_lock_sql = (
         f"{BatchIngest.layout_lock_sql};"
-        f" LOCK TABLE {Sale._meta.db_table} IN ROW EXCLUSIVE MODE;"
+        f" LOCK TABLE ONLY {Sale._meta.db_table} IN ROW EXCLUSIVE MODE;"
         f" CREATE TEMPORARY TABLE IF NOT EXISTS ingest_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS;"
         " DELETE FROM ingest_stage"
     )
