@@ -1,19 +1,20 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|history|scale|metrics|alerts|shape]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|history|scale|metrics|alerts|shape|horizon]
 
 `history` (a rebuild's hourly history at up to 20,000 categories, minutes), `scale` (ten million
 products in a board, a million categories), `metrics` (one scrape of /metrics at 20,000
 categories), `alerts` (judging 100,000 rank alerts at 20,000 categories, and their delivery) and
-`shape` (the storage shape ingest would take next, tried beside today's) run only when asked for.
+`shape` (the storage shape ingest would take next, tried beside today's) and `horizon` (which open
+transactions hold back a claim by transaction id) run only when asked for.
 """
 
 import argparse
 
 from bench import harness
 
-# Every group in the order `make bench` runs them; `history`, `scale`, `metrics`, `alerts` and `shape`
-# run only when asked for.
+# Every group in the order `make bench` runs them; `history`, `scale`, `metrics`, `alerts`, `shape` and
+# `horizon` run only when asked for.
 GROUPS = [
     "ingest",
     "engine",
@@ -34,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
     parser.add_argument(
-        "--only", choices=[*GROUPS, "history", "scale", "metrics", "alerts", "shape"], help="run one group"
+        "--only", choices=[*GROUPS, "history", "scale", "metrics", "alerts", "shape", "horizon"], help="run one group"
     )
     args = parser.parse_args()
     harness.setup()
