@@ -35,7 +35,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
     parser.add_argument(
-        "--only", choices=[*GROUPS, "history", "scale", "metrics", "alerts", "shape", "horizon"], help="run one group"
+        "--only",
+        choices=[*GROUPS, "history", "scale", "metrics", "alerts", "shape", "horizon"],
+        help="run one group",
     )
     args = parser.parse_args()
     harness.setup()

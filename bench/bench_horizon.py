@@ -6,8 +6,8 @@ xmin, the oldest transaction still running; but transaction ids belong to the wh
 server, so a transaction open in any other database of it (another application's, another test
 run's) holds every claim back for as long as it stays open. The horizon tried here is this
 database's own: the oldest id among the transactions running in this database
-(`pg_stat_activity.backend_xid`) and its prepared ones, or the next id to be handed out when none
-runs, read in one statement before the claim's read, which takes a later snapshot
+(`pg_stat_activity.backend_xid`) and its prepared ones, or one past the newest ended transaction's
+id when none runs, read in one statement before the claim's read, which takes a later snapshot
 (docs/architecture.md, "Ingest: the next shape, tried").
 
 Each run, for each horizon: WRITERS threads store rows, each in a transaction held open a random
@@ -49,22 +49,28 @@ CREATE TABLE horizon_trial.claimed (id bigint PRIMARY KEY, at double precision N
 CREATE TABLE horizon_trial.cursor (xid bigint NOT NULL);
 INSERT INTO horizon_trial.cursor SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
 
--- This database's horizon. Its statements run in order, each with a snapshot of its own: the next
--- id first, then the running transactions (a transaction with a lower id that is not among them
--- has ended by then), then the prepared ones (a transaction prepared meanwhile leaves its backend
--- before it is listed). The statistics copied earlier in the transaction are dropped first.
--- backend_xid is 32 bits: its full id is the next id's, less the distance between the two.
+-- This database's horizon. Its statements run in order, each with a snapshot of its own: first one
+-- past the newest ended transaction's id (an id below it was handed out before that transaction
+-- ended), then the running transactions (a transaction with a lower id that is not among them has
+-- ended by then, or is prepared), then the prepared ones (one prepared after the running were read
+-- is listed by then, unless it has ended). The statistics copied earlier in the transaction are
+-- dropped first. backend_xid is 32 bits, and a running transaction's id may lie above `next`: its
+-- full id is `next` moved by the signed 32-bit distance between the two. The claim's statement must
+-- take a snapshot after all this, which only READ COMMITTED gives.
 CREATE FUNCTION horizon_trial.horizon() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     next bigint := pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
     running bigint;
     prepared bigint;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE 'a claim by transaction id needs READ COMMITTED, not %', current_setting('transaction_isolation');
+    END IF;
     PERFORM pg_stat_clear_snapshot();
-    SELECT min(next - (next - backend_xid::text::bigint) % 4294967296) INTO running
-    FROM pg_stat_activity WHERE datname = current_database() AND backend_xid IS NOT NULL;
-    SELECT min(next - (next - transaction::text::bigint) % 4294967296) INTO prepared
-    FROM pg_prepared_xacts WHERE database = current_database();
+    SELECT min(next + ((backend_xid::text::bigint - next) % 4294967296 + 6442450944) % 4294967296 - 2147483648)
+    INTO running FROM pg_stat_activity WHERE datname = current_database() AND backend_xid IS NOT NULL;
+    SELECT min(next + ((transaction::text::bigint - next) % 4294967296 + 6442450944) % 4294967296 - 2147483648)
+    INTO prepared FROM pg_prepared_xacts WHERE database = current_database();
     RETURN least(next, running, prepared);
 END $$;
 """
