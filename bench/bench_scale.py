@@ -33,6 +33,7 @@ from pathlib import Path
 from bench import harness
 from bench.bench_read import _wrk
 from rankings.serving.memory import forget_all
+from tests.redis_round_trips import RedisRoundTrips
 
 MEMBERS = int(os.environ.get("BENCH_SCALE_MEMBERS", "10000000"))
 CATEGORIES = int(os.environ.get("BENCH_SCALE_CATEGORIES", "1000000"))
@@ -167,7 +168,7 @@ def _round_trips(kind: str) -> float:
     products, each read new to the answer memory: what a request waits on Redis for, on any load."""
     read, rng = _read(kind), random.Random(31)
     read(0)  # the version, its layout and the scripts known
-    with harness.RoundTrips() as trips:
+    with RedisRoundTrips() as trips:
         for _ in range(TRIPS_READS):
             forget_all("answers")
             read(rng.randrange(MEMBERS))

@@ -12,7 +12,6 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest import mock
 
 from rankings.serving import memory
 from tests import processes
@@ -171,54 +170,6 @@ def ingest_token() -> str:
     from rankings.operations.tokens import ingest_token_create
 
     return ingest_token_create(username="bench", permissions=["add_sale", "add_engagement"])
-
-
-class RoundTrips:
-    """Counts the round trips this process makes on the ranking store's read client while the block
-    runs (a pipeline is one; on a Redis Cluster, a pipeline or the store's send to each node at once
-    is one too): what a read costs in waits on Redis, whatever the machine's load."""
-
-    def __init__(self):
-        self.count = 0
-
-    def __enter__(self) -> "RoundTrips":
-        import redis
-        from redis.cluster import ClusterPipeline, RedisCluster
-
-        from rankings.engine import store
-        from rankings.engine.store import client as store_client
-
-        client, counter = store.fast(), self
-        if store.clustered():
-            nodes = client.nodes_manager
-            mine = lambda c: c.nodes_manager is nodes  # noqa: E731
-            # The store's own round trip of every node at once counts as one, as a pipeline does.
-            targets = [
-                (RedisCluster, "execute_command"),
-                (ClusterPipeline, "execute"),
-                (store_client, "_on_nodes"),
-            ]
-        else:
-            pool = client.connection_pool
-            mine = lambda c: c.connection_pool is pool  # noqa: E731
-            targets = [(redis.Redis, "execute_command"), (redis.client.Pipeline, "execute")]
-        self._patches = []
-        for cls, name in targets:
-            original = getattr(cls, name)
-
-            def counted(c, *args, _original=original, **kwargs):
-                if mine(c):
-                    counter.count += 1
-                return _original(c, *args, **kwargs)
-
-            patch = mock.patch.object(cls, name, counted)
-            patch.start()
-            self._patches.append(patch)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for patch in self._patches:
-            patch.stop()
 
 
 def redirections() -> int:

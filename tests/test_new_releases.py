@@ -16,7 +16,7 @@ from rankings.engine import store
 from rankings.engine.shards import Layout
 from rankings.serving import moves
 
-from .test_pages import RedisRoundTrips
+from .redis_round_trips import RedisRoundTrips
 
 pytestmark = pytest.mark.django_db
 

@@ -17,6 +17,7 @@ from rankings.serving.pages import daily_units
 
 from .conftest import built_once_for_the_class
 from .rankings_helpers import Shop
+from .redis_round_trips import RedisRoundTrips
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,76 +102,6 @@ def test_home_costs_two_queries_whatever_the_number_of_categories(client, django
     assert reply.status_code == 200
     assert len(reply.context["categories"]) == 50
     assert all(len(c["items"]) == 3 for c in reply.context["categories"])
-
-
-class RedisRoundTrips:
-    """Counts the round trips made on the ranking store's read connection (a pipeline is one, and
-    so is each command it sends before its own; on a Redis Cluster, a pipeline sends each node its
-    commands at once and is one too, as is the store's own send to every node at once)."""
-
-    def __init__(self, monkeypatch):
-        import redis
-        from redis.cluster import ClusterPipeline, RedisCluster
-
-        from rankings.engine import store
-        from rankings.engine.store import client as store_client
-
-        self.count = 0
-        counter = self
-        if store.clustered():
-            nodes = store.fast().nodes_manager
-            original_cluster = RedisCluster.execute_command
-            original_cluster_pipeline = ClusterPipeline.execute
-
-            def cluster_command(self, *args, **options):
-                if self.nodes_manager is nodes:
-                    counter.count += 1
-                return original_cluster(self, *args, **options)
-
-            def cluster_execute(self, *args, **options):
-                if self.nodes_manager is nodes:
-                    counter.count += 1
-                return original_cluster_pipeline(self, *args, **options)
-
-            original_on_nodes = store_client._on_nodes
-
-            def on_nodes(client, *args, **options):
-                # the store's send to every node at once, then its read of every reply: one
-                if client.nodes_manager is nodes:
-                    counter.count += 1
-                return original_on_nodes(client, *args, **options)
-
-            monkeypatch.setattr(RedisCluster, "execute_command", cluster_command)
-            monkeypatch.setattr(ClusterPipeline, "execute", cluster_execute)
-            monkeypatch.setattr(store_client, "_on_nodes", on_nodes)
-            return
-        pool = store.fast().connection_pool
-
-        original_command = redis.Redis.execute_command
-        original_pipeline = redis.client.Pipeline.execute
-
-        def execute_command(self, *args, **options):
-            if self.connection_pool is pool:
-                counter.count += 1
-            return original_command(self, *args, **options)
-
-        def execute(self, *args, **options):
-            if self.connection_pool is pool:
-                counter.count += 1
-            return original_pipeline(self, *args, **options)
-
-        original_immediate = redis.client.Pipeline.immediate_execute_command
-
-        def immediate(self, *args, **options):
-            # a command a pipeline sends at once, before its own: redis-py's SCRIPT EXISTS of the
-            # scripts it holds is a round trip of its own
-            if self.connection_pool is pool:
-                counter.count += 1
-            return original_immediate(self, *args, **options)
-
-        monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
-        monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
-        monkeypatch.setattr(redis.client.Pipeline, "immediate_execute_command", immediate)
 
 
 def _many_categories(count: int, *, sold: bool = True) -> None:

@@ -238,7 +238,7 @@ def test_the_home_page_reads_the_top_of_the_tree_through_an_index(client):
 
 @pytest.mark.parametrize("path", ["/c/all/?page=201", "/c/all/new/?page=201"])
 def test_a_board_page_past_ten_thousand_rows_is_404_before_any_read(client, monkeypatch, path):
-    from .test_pages import RedisRoundTrips
+    from .redis_round_trips import RedisRoundTrips
 
     Shop().tick()
     trips = RedisRoundTrips(monkeypatch)
@@ -284,7 +284,7 @@ def test_a_category_page_shows_its_first_children_and_pages_the_rest_by_cursor(c
     from rankings.operations import backfill
     from rankings.serving.pages import CHILDREN_PAGE, CHILDREN_SHOWN
 
-    from .test_pages import RedisRoundTrips
+    from .redis_round_trips import RedisRoundTrips
 
     # given 600 categories under "big", in the tree that counts
     big = Category.objects.create(slug="big", name="Big")

@@ -11,7 +11,7 @@ from rankings.engine.shards import active
 from rankings.serving import selectors
 
 from .rankings_helpers import Shop
-from .test_pages import RedisRoundTrips
+from .redis_round_trips import RedisRoundTrips
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -174,7 +174,7 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
     either side of it there), then one read of every other part at once (the members ordered before
     it, and either side of that place). On a whole board each is one read. A page, first or deep,
     is one read of every part at once."""
-    from .test_pages import RedisRoundTrips
+    from .redis_round_trips import RedisRoundTrips
 
     # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
     _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
@@ -271,7 +271,7 @@ def test_neighbours_of_random_products_of_a_small_board_are_read_from_its_copies
     """A reader of many products' neighbours, as one of their ranks, is answered from copies of the
     board (of each of its parts) once it has them: no Redis round trip but the copies' checks, and
     the answers Redis gives."""
-    from .test_pages import RedisRoundTrips
+    from .redis_round_trips import RedisRoundTrips
 
     # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
     _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
