@@ -18,6 +18,10 @@ made, the ingest log and the metric counts, the ticks woken. The product totals 
 insert's own statement, with the bound (rankings.ingest.sales.MAX_PRODUCT_TOTAL) a check of the
 table: a batch past it would be tried again the way today's is, locked.
 
+A third way stores sales in the trial shape with less Python: the structs' columns are sent as
+one text each, and PostgreSQL makes the rows, checks what the structs cannot, and writes today's
+digests (`sales_trial_sql`; checked equal to today's on random events before the runs).
+
 What the trial leaves out, so that its figures are bounds of what it does: returns, sales without
 categories or an amount, views with an id (each goes the per-event way today's takes), a batch
 holding a bad event (the same), a batch whose ids were stored before (it reads no digests first:
@@ -286,6 +290,158 @@ def sales_trial(body: bytes) -> int:
     return stored
 
 
+# The trial's events as the structs read them, sent as one text of lines a column (none of their
+# values holds a line end: the patterns say so), each event's categories once each, in byte order;
+# its row and today's digest written by SQL: the md5 of the text json.dumps writes of [id, ts
+# rounded to the microsecond, product, sorted categories, qty, cents, returnOf]
+# (rankings.ingest.sales.event_digest; a whole number of seconds is written with ".0", as Python
+# writes a float; product ids and slugs need no escaping, their characters are fixed). An instant is
+# read as the decimal sent: one finer than a microsecond, which Python rounds from its nearest double
+# and PostgreSQL's to_timestamp from a product of doubles (the two differ at a half), is left to
+# today's way, as is an event failing what the structs cannot check (the dots, `all`, an instant too
+# far ahead): it is not stored, and a batch with fewer stored than sent goes today's way.
+_EVENTS_SENT = """
+WITH sent AS (
+    SELECT e.id, to_timestamp(e.ts::float8) AS ts, scale(e.ts) AS places, e.product_id, e.qty,
+           (e.amount * 100)::bigint AS amount_cents, string_to_array(e.categories, ',') AS categories
+    FROM unnest(
+        string_to_array(%(ids)s, E'\\n'), string_to_array(%(instants)s, E'\\n')::numeric[],
+        string_to_array(%(products)s, E'\\n'), string_to_array(%(qtys)s, ',')::integer[],
+        string_to_array(%(categories)s, E'\\n'), string_to_array(%(amounts)s, ',')::numeric[]
+    ) AS e(id, ts, product_id, qty, categories, amount)
+), events AS (
+    SELECT sent.*, md5(
+        '[' || to_json(id)::text || ', '
+        || CASE WHEN seconds = trunc(seconds) THEN trunc(seconds)::bigint::text || '.0' ELSE seconds::text END
+        || ', "' || product_id || '", ["' || array_to_string(categories, '", "') || '"], '
+        || qty || ', ' || amount_cents || ', null]'
+    ) AS digest
+    FROM sent CROSS JOIN LATERAL (SELECT extract(epoch FROM sent.ts)::float8 AS seconds) AS t
+    WHERE places <= 6 AND ts <= now() + make_interval(secs => %(ahead)s) AND product_id NOT IN ('.', '..')
+      AND NOT 'all' = ANY(categories)
+)"""
+
+_INSERT_SENT = (
+    _EVENTS_SENT
+    + """, stored AS (
+    INSERT INTO shape_trial.sale
+        (event_id, ts, product_id, categories, qty, amount_cents, counted_at, received_at, digest)
+    SELECT id, ts, product_id, categories, qty, amount_cents, ts, now(), digest FROM events ORDER BY id
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING product_id, qty, amount_cents, counted_at
+), totals AS (
+    INSERT INTO shape_trial.producttotal AS total (product_id, units, revenue_cents, first_sold_at)
+    SELECT product_id, sum(qty), sum(amount_cents), min(counted_at) FROM stored
+    GROUP BY product_id ORDER BY product_id
+    ON CONFLICT (product_id) DO UPDATE SET units = total.units + excluded.units,
+        revenue_cents = total.revenue_cents + excluded.revenue_cents,
+        first_sold_at = least(total.first_sold_at, excluded.first_sold_at)
+)
+SELECT count(*) FROM stored
+"""
+)
+
+
+def _columns(events) -> dict:
+    """The statement's parameters: the events' columns, each one text; None if an event names more
+    categories than a sale may (today's way rejects it)."""
+    from rankings.conf import rankings_settings
+
+    most = rankings_settings.MAX_EVENT_CATEGORIES
+    categories = []
+    for event in events:
+        if not 0 < len(event.categories) <= most:
+            return None
+        categories.append(",".join(sorted(set(event.categories))))
+    return {
+        "ids": "\n".join([event.id for event in events]),
+        "instants": "\n".join([repr(event.ts) for event in events]),
+        "products": "\n".join([event.productId for event in events]),
+        "qtys": ",".join([str(event.qty) for event in events]),
+        "categories": "\n".join(categories),
+        "amounts": ",".join([event.amount for event in events]),
+        "ahead": rankings_settings.MAX_FUTURE_SECONDS,
+    }
+
+
+def sales_trial_sql(body: bytes) -> int:
+    """Store a batch of sales in the trial shape, the rows and digests made by PostgreSQL from the
+    columns the structs read; the number stored."""
+    from django.db import connection, transaction
+
+    from rankings.engine.locks import LAYOUT_NAMESPACE
+    from rankings.engine.shards import layout_checked
+    from rankings.engine.tree import version_tree
+    from rankings.ingest.batch import _ensure_categories, _placeholders_create, collector_paused
+    from rankings.ingest.wake import tick_wake_on_commit
+
+    with collector_paused():
+        events = _sales.decode(body).events
+        kept: dict[tuple[str, tuple[str, ...]], _Row] = {}  # what the catalogue statements read
+        for event in events:
+            key = (event.productId, tuple(event.categories))
+            if key not in kept:
+                kept[key] = _Row(event.productId, list(dict.fromkeys(event.categories)))
+        rows = list(kept.values())
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_advisory_xact_lock_shared({LAYOUT_NAMESPACE}, 0)")
+            number, layout = layout_checked()
+            tree = version_tree(number)
+            _ensure_categories(rows)
+            _placeholders_create(cursor, rows)
+            columns = _columns(events)
+            if columns is None:
+                raise _Other
+            cursor.execute(_INSERT_SENT, columns)
+            (stored,) = cursor.fetchone()
+            if stored != len(events):
+                raise _Other  # checks failed or ids were taken before: today's way says which
+            _logged(cursor, {"sale": stored}, stored)
+            tick_wake_on_commit(layout, {tree.expand(row.categories) for row in rows})
+    return stored
+
+
+def _sql_digests_checked(rng: random.Random, count: int = 2000) -> None:
+    """Raise unless PostgreSQL's digests of `count` random events are today's, byte for byte (ids
+    with quotes and backslashes, fractional and whole instants, repeated categories), and it leaves
+    the instants finer than a microsecond to today's way."""
+    from django.db import connection
+
+    from rankings.ingest.sales import event_digest
+
+    printable = [chr(c) for c in range(0x20, 0x7F)]
+    now = time.time()
+    events = []
+    for k in range(count):
+        ts = now - rng.uniform(0, 86400 * 400)
+        events.append(
+            {
+                "id": "".join(rng.choice(printable) for _ in range(rng.randint(1, 40))) + f"#{k}",
+                "ts": round(ts) if k % 3 == 0 else round(ts, rng.choice([1, 3, 6, 6, 9])),
+                "productId": f"p{rng.randrange(10**6)}",
+                "qty": rng.randint(1, 10**6),
+                "categories": [f"c{rng.randrange(5)}" for _ in range(rng.randint(1, 6))],
+                "amount": f"{rng.randrange(10**9)}.{rng.randrange(100):02d}",
+            }
+        )
+    body = json.dumps({"events": events}).encode()
+    with connection.cursor() as cursor:
+        cursor.execute(_EVENTS_SENT + " SELECT id, digest FROM events", _columns(_sales.decode(body).events))
+        ours = dict(cursor.fetchall())
+    for event in _sales.decode(body).events:
+        data = {
+            "id": event.id,
+            "ts": dt.datetime.fromtimestamp(event.ts, dt.UTC),
+            "productId": event.productId,
+            "categories": list(dict.fromkeys(event.categories)),
+            "qty": event.qty,
+            "amount": Decimal(event.amount),
+        }
+        finer = event.ts != round(event.ts, 6)
+        if ours.get(event.id) != (None if finer else event_digest(data)):
+            raise RuntimeError(f"PostgreSQL's digest of {event!r} is not today's")
+
+
 def views_trial(body: bytes) -> int:
     """Store a batch of views and wishes in the trial shape; the number stored."""
     from django.db import connection, transaction
@@ -443,7 +599,7 @@ def _client(task: tuple[str, int, int, float]) -> tuple[int, float, float, float
     harness.setup()
     from django.db import connection
 
-    store = {"trial": sales_trial, "today": sales_today}[path]
+    store = {"trial": sales_trial, "sql": sales_trial_sql, "today": sales_today}[path]
     first, *bodies = _sales_bodies(batches + 1, seed)
     store(first)  # what a process does once (imports, statements, its connection) is not timed
     with connection.cursor() as cursor:
@@ -498,11 +654,13 @@ def run(table: harness.Table, runs: int = 3) -> harness.Table:
     call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
     _schema_create()
     rng = random.Random(0)
+    _sql_digests_checked(rng)
     figures: dict[str, list[float]] = {}
     try:
         for run_number in range(runs):
             order = ("today", "trial") if run_number % 2 == 0 else ("trial", "today")
-            for shape in order:
+            sales_order = ("today", "trial", "sql", "today", "trial")[run_number % 3 :][:3]
+            for shape in sales_order:
                 for name, value in _sales_rates(shape, run_number).items():
                     figures.setdefault(f"sales {shape} {name}", []).append(value)
             figures.setdefault("sales floor", []).append(bench_ingest._copy_floor())
@@ -518,13 +676,14 @@ def run(table: harness.Table, runs: int = 3) -> harness.Table:
             cursor.execute("DROP SCHEMA IF EXISTS shape_trial CASCADE")
     median = {name: statistics.median(values) for name, values in figures.items()}
     shapes = {"today": "today's shape", "trial": "the trial shape"}
+    sales_shapes = {**shapes, "sql": "the trial shape, rows and digests by PostgreSQL"}
     rows = [
         ("sales", "1,000 sales, one client", "COPY + INSERT ON CONFLICT", " one"),
         ("sales", "1,000 sales, four clients", "COPY + INSERT ON CONFLICT", " four"),
         ("views", "10,000 views, one client", "COPY", ""),
     ]
     for kind, what, floor, clients in rows:
-        for shape, label in shapes.items():
+        for shape, label in (sales_shapes if kind == "sales" else shapes).items():
             rate = median[f"{kind} {shape}{clients}"]
             cpu = (
                 f"CPU a sale: client {median[f'sales {shape}{clients} client cpu'] * 1e6:.1f} µs,"
