@@ -198,15 +198,8 @@ _STAGE = (
 )
 _STAGE_TYPES = ["varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar"]
 
-# The sales whose id is new, and the product totals they add to, in one statement.
-_INSERT = """
-WITH stored AS (
-    INSERT INTO shape_trial.sale
-        (event_id, ts, product_id, categories, qty, amount_cents, counted_at, received_at, digest)
-    SELECT event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents, ts, now(), digest
-    FROM shape_stage ORDER BY event_id
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING product_id, qty, amount_cents, counted_at
+# After the sales whose id is new (`stored`), the product totals they add to, in the same statement.
+_TOTALS_ADDED = """
 ), totals AS (
     INSERT INTO shape_trial.producttotal AS total (product_id, units, revenue_cents, first_sold_at)
     SELECT product_id, sum(qty), sum(amount_cents), min(counted_at) FROM stored
@@ -217,6 +210,20 @@ WITH stored AS (
 )
 SELECT count(*) FROM stored
 """
+
+# The sales whose id is new, and the product totals they add to, in one statement.
+_INSERT = (
+    """
+WITH stored AS (
+    INSERT INTO shape_trial.sale
+        (event_id, ts, product_id, categories, qty, amount_cents, counted_at, received_at, digest)
+    SELECT event_id, ts, product_id, string_to_array(categories, ','), qty, amount_cents, ts, now(), digest
+    FROM shape_stage ORDER BY event_id
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING product_id, qty, amount_cents, counted_at
+"""
+    + _TOTALS_ADDED
+)
 
 
 def _logged(cursor, kind_counts: dict[str, int], stored: int) -> None:
@@ -329,16 +336,8 @@ _INSERT_SENT = (
     SELECT id, ts, product_id, categories, qty, amount_cents, ts, now(), digest FROM events ORDER BY id
     ON CONFLICT (event_id) DO NOTHING
     RETURNING product_id, qty, amount_cents, counted_at
-), totals AS (
-    INSERT INTO shape_trial.producttotal AS total (product_id, units, revenue_cents, first_sold_at)
-    SELECT product_id, sum(qty), sum(amount_cents), min(counted_at) FROM stored
-    GROUP BY product_id ORDER BY product_id
-    ON CONFLICT (product_id) DO UPDATE SET units = total.units + excluded.units,
-        revenue_cents = total.revenue_cents + excluded.revenue_cents,
-        first_sold_at = least(total.first_sold_at, excluded.first_sold_at)
-)
-SELECT count(*) FROM stored
 """
+    + _TOTALS_ADDED
 )
 
 
