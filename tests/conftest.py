@@ -169,6 +169,24 @@ def redis_client(redis_cluster_session):
     return redis_lib.Redis.from_url(settings.REDIS_URL)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _broker_keys_deleted():
+    """The Celery broker keeps each queue's bindings (`_kombu.binding.<queue>`) after its workers
+    stop: this run's queues, named after its prefix (and the prefixes a test makes from it), go with
+    the run."""
+    from rankings.conf import rankings_settings
+
+    yield
+    broker = redis_lib.Redis.from_url(settings.CELERY_BROKER_URL)
+    prefix = rankings_settings.KEY_PREFIX
+    keys = [
+        key for pattern in (f"*{prefix}:*", f"*{prefix}-*") for key in broker.scan_iter(pattern, count=10_000)
+    ]
+    if keys:
+        broker.delete(*keys)
+    broker.close()
+
+
 @pytest.fixture(autouse=True)
 def _clean_redis(redis_client):
     """Each test starts with no key of this run's prefix in Redis and no remembered answers."""
