@@ -93,7 +93,12 @@ UPDATE horizon_trial.cursor SET xid = greatest(xid, %(horizon)s)
 
 
 def _url(database: str) -> str:
-    return f"postgresql://postgres@127.0.0.1:5432/{database}"
+    """The benchmark's PostgreSQL server, as Django reaches it (DATABASE_URL), with another database."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    where = {"host": settings["HOST"], "port": settings["PORT"], "user": settings["USER"]}
+    return psycopg.conninfo.make_conninfo(dbname=database, **{k: v for k, v in where.items() if v})
 
 
 class _Writers:
