@@ -69,7 +69,23 @@ def reset() -> None:
     keys = list(r.scan_iter(f"{BENCH_PREFIX}:*", count=5000))
     for first in range(0, len(keys), 5000):  # a million categories leave millions of keys
         r.unlink(*keys[first : first + 5000])
+    _broker_keys_delete()
     memory.forget_all()
+
+
+def _broker_keys_delete() -> None:
+    """The prefix's queues in the Celery broker's Redis database, and the bindings Celery keeps of
+    them after its workers stop."""
+    import redis
+    from django.conf import settings
+
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    keys = [
+        key for pattern in (f"*{BENCH_PREFIX}:*", f"*{BENCH_PREFIX}-*") for key in broker.scan_iter(pattern)
+    ]
+    if keys:
+        broker.unlink(*keys)
+    broker.close()
 
 
 def median(values):
