@@ -239,15 +239,27 @@ def _logged(cursor, kind_counts: dict[str, int], stored: int) -> None:
     counts_add(INGESTED, {f"{kind}:accepted": count for kind, count in kind_counts.items()})
 
 
+def _catalogue_ready(cursor, rows: list, *, then: str = ""):
+    """A sales batch's first steps, as today's: the layout lock (and `then`, in the same round trip),
+    the layout and tree it counts under, the categories marked and the placeholders made."""
+    from rankings.engine.locks import LAYOUT_NAMESPACE
+    from rankings.engine.shards import layout_checked
+    from rankings.engine.tree import version_tree
+    from rankings.ingest.batch import _ensure_categories, _placeholders_create
+
+    cursor.execute(f"SELECT pg_advisory_xact_lock_shared({LAYOUT_NAMESPACE}, 0); {then}")
+    number, layout = layout_checked()
+    _ensure_categories(rows)
+    _placeholders_create(cursor, rows)
+    return layout, version_tree(number)
+
+
 def sales_trial(body: bytes) -> int:
     """Store a batch of sales in the trial shape; the number stored."""
     from django.db import connection, transaction
 
     from catalogue.money import to_cents
-    from rankings.engine.locks import LAYOUT_NAMESPACE
-    from rankings.engine.shards import layout_checked
-    from rankings.engine.tree import version_tree
-    from rankings.ingest.batch import _ensure_categories, _placeholders_create, collector_paused
+    from rankings.ingest.batch import collector_paused
     from rankings.ingest.sales import event_digest
     from rankings.ingest.wake import tick_wake_on_commit
 
@@ -279,11 +291,7 @@ def sales_trial(body: bytes) -> int:
             )
             kept.append(_Row(event.productId, categories))
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SELECT pg_advisory_xact_lock_shared({LAYOUT_NAMESPACE}, 0); {_STAGE}")
-            number, layout = layout_checked()
-            tree = version_tree(number)
-            _ensure_categories(kept)
-            _placeholders_create(cursor, kept)
+            layout, tree = _catalogue_ready(cursor, kept, then=_STAGE)
             with cursor.copy("COPY shape_stage FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(_STAGE_TYPES)
                 for row in rows:
@@ -368,10 +376,7 @@ def sales_trial_sql(body: bytes) -> int:
     columns the structs read; the number stored."""
     from django.db import connection, transaction
 
-    from rankings.engine.locks import LAYOUT_NAMESPACE
-    from rankings.engine.shards import layout_checked
-    from rankings.engine.tree import version_tree
-    from rankings.ingest.batch import _ensure_categories, _placeholders_create, collector_paused
+    from rankings.ingest.batch import collector_paused
     from rankings.ingest.wake import tick_wake_on_commit
 
     with collector_paused():
@@ -383,11 +388,7 @@ def sales_trial_sql(body: bytes) -> int:
                 kept[key] = _Row(event.productId, list(dict.fromkeys(event.categories)))
         rows = list(kept.values())
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SELECT pg_advisory_xact_lock_shared({LAYOUT_NAMESPACE}, 0)")
-            number, layout = layout_checked()
-            tree = version_tree(number)
-            _ensure_categories(rows)
-            _placeholders_create(cursor, rows)
+            layout, tree = _catalogue_ready(cursor, rows)
             columns = _columns(events)
             if columns is None:
                 raise _Other
