@@ -94,7 +94,7 @@ oscar: db install-dev
 RUNS_AT_ONCE ?= 2
 CLUSTER_TESTS := tests/test_cluster.py tests/test_lost_writes.py tests/test_engine.py \
 	tests/test_engine_crashes.py tests/test_backfill.py tests/test_engine_properties.py \
-	tests/test_split_reads.py tests/test_split_depth.py
+	tests/test_split_reads.py tests/test_split_depth.py tests/test_names.py
 test: install-dev browser prometheus
 	$(MAKE) --no-print-directory --output-sync=target -j$(RUNS_AT_ONCE) lint test-first
 	$(MAKE) --no-print-directory --output-sync=target -j$(RUNS_AT_ONCE) test-cluster oscar-test

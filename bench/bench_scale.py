@@ -1,7 +1,8 @@
 """The seeds' scale: one board of ten million products, and a million categories (not in CI).
 
 The big board is loaded in bulk, not through the API: SQL writes its products into the
-catalogue, then pipelined ZADDs write the `all` board's 7-day units and revenue sorted sets,
+catalogue (and `names_copy` their names into Redis, as an operator does after a bulk load: the
+time it takes and the names' memory are reported), then pipelined ZADDs write the `all` board's 7-day units and revenue sorted sets,
 product p<i> with the demo's skew (a few best sellers, a long tail of ties at one and two units),
 after a tick has made the shop's version and shard states; a real sale in each part and a tick
 then write the board's top-100 blobs as the engine does. The board is read through gunicorn with wrk,
@@ -86,9 +87,10 @@ def _load(boards: list[tuple[str, str]], layout, slug: str) -> None:
         pipe.execute()
 
 
-def _big_board(split: int) -> int:
+def _big_board(split: int) -> tuple[int, int]:
     """The `all` 7d boards of MEMBERS products in Redis, whole or split `split` ways (a rebuild with
-    the split, switched to, as an operator would); the bytes the units board takes, its parts summed."""
+    the split, switched to, as an operator would), and their names copied to Redis; the bytes the
+    units board takes, its parts summed, and the bytes the names take."""
     from django.db import connection
     from django.utils import timezone
 
@@ -97,6 +99,7 @@ def _big_board(split: int) -> int:
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
     from rankings.operations.backfill import version_build
+    from rankings.operations.names_copy import names_copy
 
     _fresh()
     started = time.perf_counter()
@@ -116,8 +119,11 @@ def _big_board(split: int) -> int:
         for board in layout.boards_of(ALL)
     ]
     _load(boards, layout, ALL)
+    loaded = time.perf_counter()
+    names_copy()  # as an operator does after a bulk load of products (manage.py names_copy)
     print(
-        f"  {MEMBERS:,} products in the catalogue and the boards in {time.perf_counter() - started:.0f} s",
+        f"  {MEMBERS:,} products in the catalogue and the boards in {loaded - started:.0f} s,"
+        f" their names copied to Redis in {time.perf_counter() - loaded:.0f} s",
         flush=True,
     )
     # A real sale in each part, ticked: the engine writes each part's top-100 blob as it always does.
@@ -130,7 +136,21 @@ def _big_board(split: int) -> int:
         now=now,
     )
     tick(now=now + dt.timedelta(seconds=1))
-    return sum(store.patient().memory_usage(units, samples=0) for units, _ in boards)
+    return sum(store.patient().memory_usage(units, samples=0) for units, _ in boards), _names_memory()
+
+
+def _names_memory() -> int:
+    """The bytes Redis's copy of the product names takes: MEMORY USAGE of each bucket."""
+    from rankings.engine import store
+    from rankings.engine.store.names import names_key
+
+    client, used = store.patient(), 0
+    for first in range(0, store.NAMES_BUCKETS, 10_000):
+        pipe = client.pipeline(transaction=False)
+        for bucket in range(first, min(first + 10_000, store.NAMES_BUCKETS)):
+            pipe.memory_usage(names_key(bucket), samples=0)
+        used += sum(n or 0 for n in pipe.execute())
+    return used
 
 
 def _fresh() -> None:
@@ -175,8 +195,8 @@ def _round_trips(kind: str) -> float:
     return trips.count / TRIPS_READS
 
 
-def _board_reads(runs: int, split: int) -> tuple[int, dict[str, tuple[float, ...]]]:
-    """The big board's memory and, for each read through gunicorn with wrk: (req/s, p50, p99, Redis
+def _board_reads(runs: int, split: int) -> tuple[tuple[int, int], dict[str, tuple[float, ...]]]:
+    """The big board's memory and its names' and, for each read through gunicorn with wrk: (req/s, p50, p99, Redis
     round trips per request, MOVED/ASK replies during its runs)."""
     memory = _big_board(split)
     measured = {}
@@ -194,12 +214,16 @@ def _board_reads(runs: int, split: int) -> tuple[int, dict[str, tuple[float, ...
 
 def _big_boards(table: harness.Table, runs: int) -> None:
     """The board whole on one Redis, then split 3 ways over a Redis Cluster's three primaries."""
-    memory, whole = _board_reads(runs, split=1)
+    (memory, names), whole = _board_reads(runs, split=1)
     whole_load = harness.load_average()
     table.add(
         f"`all` board of {MEMBERS:,} products: Redis memory",
         f"{memory / MEMBERS:.0f} bytes per member ({memory / 2**20:,.0f} MiB per board)",
         note="goal ≤ 110 bytes per member",
+    )
+    table.add(
+        f"{MEMBERS:,} product names copied to Redis: memory",
+        f"{names / MEMBERS:.0f} bytes per product ({names / 2**20:,.0f} MiB)",
     )
     with harness.boards_on_cluster(replicas=0):
         _, split = _board_reads(runs, split=3)

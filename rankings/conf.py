@@ -157,6 +157,12 @@ DEFAULTS: dict[str, Setting] = {
         5000, int, "rows a prune deletes per statement, each its own short transaction", 1
     ),
     "PRUNE_SECONDS": Setting(3600, int, "seconds between the beat's prunes", 1),
+    "NAMES_COPY_SECONDS": Setting(
+        10,
+        int,
+        "seconds between the beat's steps of the walk that mends Redis's copy of the product names",
+        1,
+    ),
     "VERSION_GRACE_SECONDS": Setting(
         3600,
         int,

@@ -97,3 +97,13 @@ def version_build(activate: bool = False, shards: int | None = None, pinned: lis
     from rankings.operations.backfill import version_build as build
 
     build(activate=activate, layout=Layout(shards, tuple(pinned or ())) if shards else None)
+
+
+@shared_task(ignore_result=True)
+def names_copy():
+    """A step of the walk that mends Redis's copy of the product names from the catalogue."""
+    from rankings.operations.names_copy import names_step
+
+    step = names_step()
+    if step.mended or step.pruned:
+        log.info("product names in Redis: %s mended, %s of deleted products pruned", step.mended, step.pruned)

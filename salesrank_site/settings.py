@@ -296,6 +296,7 @@ _TICK_EXPIRES_SECONDS = RANKINGS.get("TICK_EXPIRES_SECONDS", _TICK_SECONDS * 3)
 _VERIFY_SAMPLE_SECONDS = RANKINGS.get("VERIFY_SAMPLE_SECONDS", DEFAULTS["VERIFY_SAMPLE_SECONDS"].default)
 _PRUNE_SECONDS = RANKINGS.get("PRUNE_SECONDS", DEFAULTS["PRUNE_SECONDS"].default)
 _ALERTS_SEND_SECONDS = RANKINGS.get("ALERTS_SEND_SECONDS", DEFAULTS["ALERTS_SEND_SECONDS"].default)
+_NAMES_COPY_SECONDS = RANKINGS.get("NAMES_COPY_SECONDS", DEFAULTS["NAMES_COPY_SECONDS"].default)
 CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
@@ -352,6 +353,12 @@ CELERY_BEAT_SCHEDULE = {
         # Each send delivers what is due and what falls due while it runs (ALERTS_SEND_BUDGET_SECONDS);
         # one queued while another ran finds nothing more, and two at once never send one firing twice.
         "options": {"expires": _ALERTS_SEND_SECONDS},  # seconds
+    },
+    "rankings-names-copy": {
+        "task": "rankings.tasks.names_copy",
+        "schedule": _NAMES_COPY_SECONDS,
+        # Each step goes on from where the last stopped: a missed one is not worth repeating.
+        "options": {"expires": _NAMES_COPY_SECONDS},  # seconds
     },
     "rankings-tick": {
         "task": "rankings.tasks.tick",

@@ -125,8 +125,9 @@ def catalogue_shop():
 def test_with_postgres_down_reads_serve_what_redis_holds_with_ids_for_names(
     api, catalogue_shop, database_down
 ):
-    # given categories read once while PostgreSQL was up
+    # given categories read once while PostgreSQL was up, and no copy of the product names in Redis
     assert api.get("/v1/categories").status_code == 200
+    store.names_delete(["p1", "p2", "p3"])
     # when PostgreSQL goes away
     database_down()
     top = api.get("/v1/categories/toys/top")
@@ -160,7 +161,25 @@ def test_with_postgres_down_what_cannot_be_known_is_a_503_json(
         assert reply.json()["error"]
 
 
+def test_with_postgres_down_names_come_from_their_copy_in_redis(api, catalogue_shop, database_down):
+    # given categories read once while PostgreSQL was up, and the product names copied to Redis
+    assert api.get("/v1/categories").status_code == 200
+    # when PostgreSQL goes away
+    database_down()
+    top = api.get("/v1/categories/toys/top")
+    neighbours = api.get("/v1/products/p2/neighbors?category=toys&n=1")
+    # then the boards come with their names, and nothing in them is stale
+    for reply in (top, neighbours):
+        assert reply.status_code == 200, reply.content
+        assert reply.json()["stale"] is False
+        assert [(i["productId"], i["name"]) for i in reply.json()["items"]] == [
+            ("p1", "Yo-yo"),
+            ("p2", "Kite"),
+        ]
+
+
 def test_with_postgres_down_pages_render_with_ids_for_names(client, catalogue_shop, database_down):
+    store.names_delete(["p1", "p2", "p3"])
     database_down()
 
     for url in ("/", "/c/toys/", "/p/p2/", "/c/all/"):

@@ -121,6 +121,14 @@ CALLS = {
         product_id="p1",
         n=2,
     ),
+    "names_read": lambda: store.names_read(["p1", "p2"]),
+    "names_held": lambda: store.names_held(["p1"]),
+    "names_write": lambda: store.names_write({"p1": "Kite"}),
+    "names_delete": lambda: store.names_delete(["p1"]),
+    "names_mend": lambda: store.names_mend({"p1": None}, {"p1": "Kite"}),
+    "buckets_held": lambda: store.buckets_held(range(0, 4)),
+    "names_walk_read": lambda: store.names_walk_read(),
+    "names_walk_set": lambda: store.names_walk_set(product="p1", bucket=3),
     "parts_histogram": lambda: store.parts_histogram(
         version=1, window="7d", metric="units", parts=[(0, "all#0")], edges=[1, 2]
     ),

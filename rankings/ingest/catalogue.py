@@ -47,6 +47,7 @@ from rankings.ingest.events import (
     ProductIdField,
     TimestampField,
 )
+from rankings.ingest.names import names_written
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,7 @@ def products_push(*, products: list) -> PushResult:
     if valid:
         result.created = retried(lambda _: _products_write([data for _, data in valid], new))
         result.updated = len(valid) - result.created
+        names_written({data["id"]: data["name"] for _, data in valid})
         transaction.on_commit(_names_changed)
     result.rejected.sort(key=lambda r: r["index"])
     return result

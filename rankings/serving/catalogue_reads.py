@@ -1,6 +1,7 @@
 """What the catalogue says of a product: its name, price and categories, remembered per process
 (and the whole catalogue copied when it is small and read at random)."""
 
+import contextlib
 import re
 import threading
 import time
@@ -8,6 +9,7 @@ import time
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
+from rankings.engine import store
 from rankings.serving import memory
 from rankings.serving.answers import (
     FRESH_SECONDS,
@@ -37,6 +39,9 @@ PRODUCT_CACHE_BYTES = 40 * 2**20  # bytes
 # for PRODUCT_CACHE_SECONDS. A product created since is looked up alone; a larger catalogue is
 # asked again, to see whether it fits, a copy's lifetime later.
 CATALOGUE_COPY_AFTER = 64  # product lookups that missed memory: about what one copy of 20,000 costs
+# Names read from Redis's copy of them (rankings/engine/store/names.py), which brings no price: kept
+# as the catalogue's rows are, so that a page's names come from memory again once read.
+PRODUCT_NAMES_BYTES = 8 * 2**20  # bytes
 # Each product's categories as last read: a product in a few categories weighs under 1 KB.
 PRODUCT_CATEGORIES_BYTES = 8 * 2**20  # bytes
 # A product may be filed under any number of categories (the catalogue's editors decide): its
@@ -49,6 +54,7 @@ PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories = WeighedLRU(name=f"{__name__}._product_categories", maxsize=PRODUCT_CATEGORIES_BYTES)
 _products = WeighedTTL(name=f"{__name__}._products", maxsize=PRODUCT_CACHE_BYTES, ttl=PRODUCT_CACHE_SECONDS)
+_names = WeighedTTL(name=f"{__name__}._names", maxsize=PRODUCT_NAMES_BYTES, ttl=PRODUCT_CACHE_SECONDS)
 _cache_lock = threading.Lock()
 
 
@@ -68,6 +74,7 @@ memory.keep(f"{__name__}._catalogue_copied", _catalogue_forget, kind="answers", 
 def _names_forget() -> None:
     with _cache_lock:
         _products.clear()
+        _names.clear()
 
 
 forget_on_push(_names_forget)
@@ -142,7 +149,8 @@ def catalogue_product(product_id: str) -> tuple[str, int] | None:
 
 
 def product_names(product_ids) -> dict[str, str]:
-    """Names of the products the catalogue knows: remembered ones from memory, the rest in one query."""
+    """Names of the products the catalogue knows: remembered ones from memory, the rest from Redis's
+    copy of them (one round trip), what it lacks in one query."""
     names: dict[str, str] = {}
     names_current()
     with _cache_lock:
@@ -150,7 +158,19 @@ def product_names(product_ids) -> dict[str, str]:
             known = _products.get(product_id)
             if known is not None:
                 names[product_id] = known[0]
+            elif (name := _names.get(product_id)) is not None:
+                names[product_id] = name
     missing = [product_id for product_id in product_ids if product_id not in names]
+    if not missing:
+        return names
+    copied: dict[str, str] = {}
+    with contextlib.suppress(store.StoreError):  # the catalogue has them all
+        copied = store.names_read(missing)
+    if copied:
+        with _cache_lock:
+            _names.update(copied)
+        names.update(copied)
+        missing = [product_id for product_id in missing if product_id not in copied]
     if not missing:
         return names
     try:

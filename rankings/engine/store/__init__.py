@@ -9,6 +9,7 @@
     writes    the write path: batches applied exactly once, rebuilt boards swapped in
     reads     the read path: slices, heads, ranks, small boards whole, thresholds
     parts     the reads a merge of a split board's parts needs
+    names     the catalogue's product names, copied for the reads that name products at random
     survey    the operators' reads: what a version holds, board by board
     health    whether Redis answers and how full it is (the probes' and the metrics' reads)
 
@@ -39,6 +40,11 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
                                      changes the board, so reading them is one GET
     P:vV:{sS}:b:…:rebuild:<token>    a rebuild's temporary board until it is swapped
                                      in; it expires, so a rebuild that dies leaves none
+    P:names:{nK}                     hash: product -> its name in the catalogue, for
+                                     the products whose id's CRC falls in bucket K
+                                     (of NAMES_BUCKETS); versionless, a copy that
+                                     reads fall back from (store/names.py)
+    P:names:walk                     hash: where the walk that mends the copy stands
 
 On a Redis Cluster (REDIS_CLUSTER) the keys of one shard share its slot, so
 every Lua call stays on one node; the keys without a shard (active, gen,
@@ -84,6 +90,17 @@ from rankings.engine.store.keys import (
     shards_key,
     state_key,
     wake_key,
+)
+from rankings.engine.store.names import (
+    NAMES_BUCKETS,
+    buckets_held,
+    names_delete,
+    names_held,
+    names_mend,
+    names_read,
+    names_walk_read,
+    names_walk_set,
+    names_write,
 )
 from rankings.engine.store.parts import (
     PartAround,
@@ -216,6 +233,15 @@ __all__ = [
     "head_read",
     "keys_delete",
     "names_changed",
+    "NAMES_BUCKETS",
+    "buckets_held",
+    "names_delete",
+    "names_held",
+    "names_mend",
+    "names_read",
+    "names_walk_read",
+    "names_walk_set",
+    "names_write",
     "names_stamp",
     "keyspace_survey",
     "member_around",

@@ -177,7 +177,9 @@ def script(name: str) -> Script:
     return found
 
 
-def scripts_run(calls: list[tuple[str, list, list]], *, commands: Sequence[tuple] = ()) -> list:
+def scripts_run(
+    calls: list[tuple[str, list, list]], *, commands: Sequence[tuple] = (), client: Client | None = None
+) -> list:
     """The replies of plain `commands` (each a command's words) and then of script calls ((script
     name, keys, args) each), all in one round trip on the fast client: a pipeline of EVALSHA on one
     server, each node's calls at once on a Redis Cluster (_on_nodes). EVALSHA goes as a plain
@@ -185,8 +187,8 @@ def scripts_run(calls: list[tuple[str, list, list]], *, commands: Sequence[tuple
     own, whether it knows the scripts (SCRIPT EXISTS), on every call; and the cluster pipeline
     refuses its `evalsha` method. A server or node that does not know a script yet (a restart, a
     new node) is sent it and the calls again: one more round trip, once. An error reply raises, as
-    a call of its own would."""
-    r = fast()
+    a call of its own would. `client`: the patient one, for an operator's or a task's calls."""
+    r = client or fast()
     replies: list = []
     for attempt in range(2):
         words = [
