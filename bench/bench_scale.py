@@ -95,11 +95,11 @@ def _big_board(split: int) -> tuple[int, int]:
     from django.utils import timezone
 
     from rankings.engine import store
+    from rankings.engine.names_copy import names_copy
     from rankings.engine.shards import ALL, active, layout_plan
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
     from rankings.operations.backfill import version_build
-    from rankings.operations.names_copy import names_copy
 
     _fresh()
     started = time.perf_counter()

@@ -10,7 +10,6 @@ class RankingsConfig(AppConfig):
         from rankings.conf import rankings_settings
         from rankings.engine import shards  # noqa: F401  (registers the shard-count check)
         from rankings.engine.tree import categories_in_version_trees
-        from rankings.ingest import names  # noqa: F401  (copies product names to Redis after edits)
 
         rankings_settings.validate()  # an unknown name or a value out of bounds stops the start
         if categories_in_version_trees not in DELETION_GUARDS:

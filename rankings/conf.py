@@ -163,6 +163,13 @@ DEFAULTS: dict[str, Setting] = {
         "seconds between the beat's steps of the walk that mends Redis's copy of the product names",
         1,
     ),
+    "NAMES_CHANGES_SECONDS": Setting(
+        2,
+        int,
+        "seconds between the beat's copies of the product names edits changed into Redis's copy (a name"
+        " read from that copy is remembered this much less than a minute, so that an edit shows within it)",
+        1,
+    ),
     "VERSION_GRACE_SECONDS": Setting(
         3600,
         int,

@@ -122,6 +122,19 @@ class SaleId(models.Model):
     counted_at = models.DateTimeField()
 
 
+class NameChange(models.Model):
+    """A product whose name Redis's copy may not have yet (rankings.engine.store.names).
+
+    Written by triggers on the catalogue's products in the edit's own transaction, whoever the writer
+    (the admin, the catalogue API, a bulk path, plain SQL): a rename, a product's id changed, a
+    delete (migration 0028). Taken, and Redis mended, by rankings.engine.names_copy. One row a
+    product however many edits wait, so the table never holds more rows than the catalogue had.
+    """
+
+    # In the C collation: a key in another collation needs a second, pattern-ops index.
+    product_id = models.CharField(max_length=64, primary_key=True, db_collation="C")
+
+
 class PendingSale(models.Model):
     """A sale not yet folded into one shard's buckets: the work queue of the tick.
 

@@ -100,9 +100,17 @@ def version_build(activate: bool = False, shards: int | None = None, pinned: lis
 
 
 @shared_task(ignore_result=True)
+def names_changes_copy():
+    """Mend Redis's copy of the names the catalogue's edits changed."""
+    from rankings.engine.names_copy import names_changes_copy as copy
+
+    copy()
+
+
+@shared_task(ignore_result=True)
 def names_copy():
-    """A step of the walk that mends Redis's copy of the product names from the catalogue."""
-    from rankings.operations.names_copy import names_step
+    """A step of the walk that mends Redis's copy of every product name from the catalogue."""
+    from rankings.engine.names_copy import names_step
 
     step = names_step()
     if step.mended or step.pruned:

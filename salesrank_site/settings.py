@@ -297,6 +297,7 @@ _VERIFY_SAMPLE_SECONDS = RANKINGS.get("VERIFY_SAMPLE_SECONDS", DEFAULTS["VERIFY_
 _PRUNE_SECONDS = RANKINGS.get("PRUNE_SECONDS", DEFAULTS["PRUNE_SECONDS"].default)
 _ALERTS_SEND_SECONDS = RANKINGS.get("ALERTS_SEND_SECONDS", DEFAULTS["ALERTS_SEND_SECONDS"].default)
 _NAMES_COPY_SECONDS = RANKINGS.get("NAMES_COPY_SECONDS", DEFAULTS["NAMES_COPY_SECONDS"].default)
+_NAMES_CHANGES_SECONDS = RANKINGS.get("NAMES_CHANGES_SECONDS", DEFAULTS["NAMES_CHANGES_SECONDS"].default)
 CELERY_TASK_QUEUES = [Queue(name) for name in (CELERY_TASK_DEFAULT_QUEUE, *RANKINGS["TICK_QUEUES"])]
 # One task reserved per worker process: a tick must not wait in the buffer of
 # a process busy with a long task (a rebuild) while another process is idle.
@@ -353,6 +354,12 @@ CELERY_BEAT_SCHEDULE = {
         # Each send delivers what is due and what falls due while it runs (ALERTS_SEND_BUDGET_SECONDS);
         # one queued while another ran finds nothing more, and two at once never send one firing twice.
         "options": {"expires": _ALERTS_SEND_SECONDS},  # seconds
+    },
+    "rankings-names-changes-copy": {
+        "task": "rankings.tasks.names_changes_copy",
+        "schedule": _NAMES_CHANGES_SECONDS,
+        # Each run takes every change listed by then: a queued duplicate would find none.
+        "options": {"expires": _NAMES_CHANGES_SECONDS},  # seconds
     },
     "rankings-names-copy": {
         "task": "rankings.tasks.names_copy",

@@ -61,6 +61,9 @@ def django_db_setup(django_db_setup, django_db_blocker):
 # What Django's post_migrate signal fills after every emptying (the content types and the
 # permissions of the models): kept rather than deleted and made again.
 KEPT_BY_FLUSH = ("django_content_type", "auth_permission")
+# Tables a trigger writes when rows of another are deleted (migration 0028 of rankings: the products'
+# names that changed).
+WRITTEN_BY_DELETES = ("rankings_namechange",)
 # The receivers of post_migrate, all of which fill only the tables of KEPT_BY_FLUSH.
 POST_MIGRATE_FILLS_KEPT = (
     "django.contrib.auth.management.create_permissions",
@@ -89,7 +92,8 @@ def _emptied_by_delete():
     new files for each of the many tables, partitions and indexes (about half a second each time);
     a test leaves a few rows, and deleting them takes milliseconds. The deletes go in one statement
     (one round trip instead of one a table). Django's foreign keys are checked at commit, when
-    every table is empty, so the order of the deletes does not matter.
+    every table is empty, so the order of the deletes does not matter, but for the tables that
+    triggers write as others are deleted from (WRITTEN_BY_DELETES), which are deleted from last.
     The content types and permissions are left as they are, and Django's post_migrate, which
     follows each emptying to make them again (some 30 statements), is sent only when they are not
     as they stood after it was last sent: otherwise it would find every row it makes."""
@@ -104,7 +108,9 @@ def _emptied_by_delete():
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if reset_sequences:
             return truncate(self, style, tables, reset_sequences=True, allow_cascade=allow_cascade)
-        deletes = [f"DELETE FROM {self.quote_name(table)};" for table in tables if table not in KEPT_BY_FLUSH]
+        kept = [table for table in tables if table not in KEPT_BY_FLUSH]
+        kept.sort(key=lambda table: table in WRITTEN_BY_DELETES)
+        deletes = [f"DELETE FROM {self.quote_name(table)};" for table in kept]
         return [" ".join(deletes)] if deletes else []
 
     @functools.wraps(emit)

@@ -1,5 +1,6 @@
-"""Redis's copy of the product names (rankings/engine/store/names.py): written after every edit
-commits, mended by a walk over the catalogue, read by the reads that name products at random."""
+"""Redis's copy of the product names (rankings/engine/store/names.py): mended from the catalogue after
+a push, after every edit the catalogue's triggers list, and by a walk over every product; read by the
+reads that name products at random."""
 
 import datetime as dt
 
@@ -9,9 +10,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
-from rankings.engine import store
-from rankings.operations import names_copy
-from rankings.serving import memory
+from rankings.engine import names_copy, store
+from rankings.engine.store.names import bucket_of, names_key
+from rankings.models import NameChange
+from rankings.serving import catalogue_reads, memory
 
 from .rankings_helpers import Shop
 from .test_catalogue_api import PRODUCTS, _client, _push, _user_with
@@ -32,11 +34,30 @@ def _held(*product_ids: str) -> dict:
     return store.names_held(product_ids)
 
 
+def _plant(redis_client, names: dict) -> None:
+    """Names written into Redis's copy behind the catalogue's back (an edit it missed)."""
+    for product_id, name in names.items():
+        redis_client.hset(names_key(bucket_of(product_id)), product_id, name)
+
+
+def _listed() -> list[str]:
+    return sorted(NameChange.objects.values_list("product_id", flat=True))
+
+
 def _neighbours(api, product_id: str) -> list[tuple[str, str]]:
     memory.forget_all()  # no name, no answer remembered: the read asks Redis or the catalogue
     reply = api.get(f"/v1/products/{product_id}/neighbors?category=toys&n=2")
     assert reply.status_code == 200, reply.content
     return [(item["productId"], item["name"]) for item in reply.json()["items"]]
+
+
+def _drums(count: int, first: int = 0) -> None:
+    Product.objects.bulk_create(
+        [
+            Product(product_id=f"p{i:02}", name=f"Drum {i}", price_cents=100)
+            for i in range(first, first + count)
+        ]
+    )
 
 
 def test_names_pushed_through_the_api_are_read_from_redis_without_asking_the_catalogue(shop_api, api):
@@ -56,7 +77,7 @@ def test_names_pushed_through_the_api_are_read_from_redis_without_asking_the_cat
     assert items == [("p4", "Kite 4"), ("p3", "Kite 3"), ("p2", "Kite 2"), ("p1", "Kite 1"), ("p0", "Kite 0")]
     assert _catalogue_queries(queries) == []
 
-    # and a name pushed again is the one read next
+    # and a name pushed again is the one read next, with no walk or copy of changes run
     _push(shop_api, PRODUCTS, [{"id": "p3", "name": "Kite, blue"}])
     assert ("p3", "Kite, blue") in _neighbours(api, "p2")
 
@@ -80,74 +101,141 @@ def test_names_redis_lacks_are_read_from_the_catalogue(api):
     assert len(_catalogue_queries(queries)) == 1
 
 
-def test_a_product_saved_or_deleted_through_the_orm_is_copied_or_forgotten():
-    product = Product.objects.create(product_id="p1", name="Kite", price_cents=100)
-    assert _held("p1") == {"p1": "Kite"}
-    product.name = "Kite, red"
+def test_with_redis_unreachable_names_are_read_from_the_catalogue(monkeypatch):
+    _drums(2)
+
+    def unreachable(*args, **kwargs):
+        raise store.Unreachable("Redis does not answer")
+
+    monkeypatch.setattr(store, "names_read", unreachable)
+    memory.forget_all()
+    assert catalogue_reads.product_names(["p00", "p01"]) == {"p00": "Drum 0", "p01": "Drum 1"}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda: Product.objects.get(product_id="p01").save(), id="a save of the same name"),
+        pytest.param(lambda: Product.objects.filter(product_id="p01").update(price_cents=5), id="a price"),
+    ],
+)
+def test_an_edit_that_leaves_every_name_as_it_was_lists_nothing(edit):
+    _drums(2)
+    edit()
+    assert _listed() == []
+
+
+def test_every_edit_of_a_name_whoever_makes_it_is_copied_within_a_run_of_the_changes_copy(redis_client):
+    # given names in Redis's copy, as the walk wrote them
+    _drums(4)
+    names_copy.names_copy()
+    # when names are edited by a save (the admin), by a bulk update, by plain SQL, and a product deleted
+    product = Product.objects.get(product_id="p00")
+    product.name = "Drum, red"
     product.save()
-    assert _held("p1") == {"p1": "Kite, red"}
-    product.delete()
-    assert _held("p1") == {"p1": None}
+    Product.objects.filter(product_id="p01").update(name="Drum, blue")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE catalogue_product SET name = 'Drum, green' WHERE product_id = 'p02'")
+    Product.objects.filter(product_id="p03").delete()
+    # then each is listed, in its own transaction, and one run copies them all
+    assert _listed() == ["p00", "p01", "p02", "p03"]
+    assert names_copy.names_changes_copy() == 4
+    assert _held("p00", "p01", "p02", "p03") == {
+        "p00": "Drum, red",
+        "p01": "Drum, blue",
+        "p02": "Drum, green",
+        "p03": None,
+    }
+    assert _listed() == []
 
 
-def test_a_name_saved_in_a_transaction_that_rolls_back_is_not_copied():
-    product = Product.objects.create(product_id="p1", name="Kite", price_cents=100)
+def test_an_edit_rolled_back_lists_nothing():
+    _drums(1)
     with pytest.raises(RuntimeError), transaction.atomic():
-        product.name = "Kite, red"
-        product.save()
+        Product.objects.filter(product_id="p00").update(name="Drum, red")
         raise RuntimeError("rolled back")
-    assert _held("p1") == {"p1": "Kite"}
+    assert _listed() == []
 
 
-def test_the_walk_copies_what_bulk_paths_made_mends_stale_names_and_prunes_deleted_products():
-    Product.objects.bulk_create(
-        [Product(product_id=f"p{i}", name=f"Drum {i}", price_cents=100) for i in range(5)]
-    )
-    store.names_write(
-        {"p1": "an old name", "gone": "a deleted product's"}
-    )  # Redis missed an edit and a delete
+def test_a_name_redis_changed_while_the_changes_were_copied_is_kept_and_listed_again(
+    redis_client, monkeypatch
+):
+    _drums(2)
+    Product.objects.filter(product_id__in=["p00", "p01"]).update(name="Drum, red")
+    real = store.names_held
+
+    def then_a_newer_write(ids):
+        held = real(ids)
+        _plant(redis_client, {"p00": "Drum, newer"})  # written between the run's two reads
+        return held
+
+    monkeypatch.setattr(store, "names_held", then_a_newer_write)
+    changed = names_copy.names_changes_copy()
+
+    assert changed == 1
+    assert _held("p00", "p01") == {"p00": "Drum, newer", "p01": "Drum, red"}
+    assert _listed() == ["p00"]  # judged again at the next run
+    monkeypatch.undo()
+    names_copy.names_changes_copy()
+    assert _held("p00") == {"p00": "Drum, red"} and _listed() == []
+
+
+def test_the_walk_copies_what_bulk_paths_made_mends_stale_names_and_prunes_deleted_products(redis_client):
+    _drums(5)
+    _plant(redis_client, {"p01": "an old name", "gone": "a deleted product's"})  # Redis missed two edits
 
     total = names_copy.names_copy()
 
-    assert _held("p0", "p1", "p4", "gone") == {"p0": "Drum 0", "p1": "Drum 1", "p4": "Drum 4", "gone": None}
+    assert _held("p00", "p01", "p04", "gone") == {
+        "p00": "Drum 0",
+        "p01": "Drum 1",
+        "p04": "Drum 4",
+        "gone": None,
+    }
     assert (total.products, total.mended, total.pruned, total.buckets) == (5, 5, 1, store.NAMES_BUCKETS)
 
 
-def test_the_walk_keeps_a_name_an_edit_wrote_between_its_two_reads():
-    Product.objects.create(product_id="p1", name="Kite", price_cents=100)
-    store.names_write({"p2": "Drum"})
-    # the walk reads Redis, then the catalogue (the old name); an edit commits and writes in between
-    held = _held("p1", "p2")
-    store.names_write({"p1": "Kite, red"})
+def test_the_walk_keeps_a_name_written_between_its_two_reads(redis_client, monkeypatch):
+    _drums(2)
+    _plant(redis_client, {"p00": "an old name"})
+    real = store.names_held
 
-    mended = store.names_mend(held, {"p1": "Kite", "p2": "Drum, loud"})
+    def then_a_push(ids):
+        held = real(ids)
+        _plant(redis_client, {"p00": "Drum, pushed"})  # a push's, written after its commit
+        return held
 
-    # the edit's name stays; where Redis still held what the walk read, the walk's name is written
-    assert _held("p1", "p2") == {"p1": "Kite, red", "p2": "Drum, loud"}
-    assert mended == 1
+    monkeypatch.setattr(store, "names_held", then_a_push)
+    names_copy.names_walk(after="", bucket=0, products=10, buckets=0)
+
+    assert _held("p00", "p01") == {"p00": "Drum, pushed", "p01": "Drum 1"}
 
 
-def test_each_step_of_the_walk_reads_a_bounded_number_of_products_and_buckets(monkeypatch):
-    Product.objects.bulk_create(
-        [Product(product_id=f"p{i:02}", name=f"Drum {i}", price_cents=100) for i in range(25)]
-    )
-    store.names_walk_set(product="", bucket=0)
-    steps = []
-    while not steps or not steps[-1].products_wrapped:
-        steps.append(names_copy.names_step(products=10, buckets=1000))
+def test_each_step_of_the_walk_reads_a_bounded_number_of_products_and_buckets():
+    _drums(25)
+    steps = [names_copy.names_walk(after="", bucket=0, products=10, buckets=1000)]
+    while not steps[-1].products_wrapped:
+        step = steps[-1]
+        steps.append(names_copy.names_walk(after=step.after, bucket=step.bucket, products=10, buckets=1000))
 
     # three steps of at most ten products each, and a thousand buckets each, from where the last stopped
-    assert [(s.products, s.buckets) for s in steps] == [(10, 1000), (10, 1000), (5, 1000)]
-    assert store.names_walk_read() == ("", 3000)
+    assert [(s.products, s.buckets, s.after, s.bucket) for s in steps] == [
+        (10, 1000, "p09", 1000),
+        (10, 1000, "p19", 2000),
+        (5, 1000, "", 3000),
+    ]
     assert _held("p00", "p24") == {"p00": "Drum 0", "p24": "Drum 24"}
 
 
-def test_the_command_copies_every_name(capsys):
-    Product.objects.bulk_create(
-        [Product(product_id=f"p{i}", name=f"Drum {i}", price_cents=100) for i in range(3)]
-    )
+def test_the_beat_steps_go_on_where_they_stopped_and_the_command_walks_everything(capsys):
+    _drums(3)
+    store.names_walk_set(product="p01", bucket=7)  # where the beat's steps stand
 
     call_command("names_copy")
 
     assert "3 products read, 3 names written" in capsys.readouterr().out
-    assert _held("p0", "p2") == {"p0": "Drum 0", "p2": "Drum 2"}
+    assert _held("p00", "p02") == {"p00": "Drum 0", "p02": "Drum 2"}
+    assert store.names_walk_read() == ("p01", 7)  # the command walked on its own
+    step = names_copy.names_step()
+    assert (step.products, step.after, step.bucket) == (1, "", 7 + names_copy.PRUNE_BUCKETS)
+    assert store.names_walk_read() == ("", 7 + names_copy.PRUNE_BUCKETS)

@@ -138,7 +138,7 @@ def test_a_tick_between_two_reads_does_not_make_the_read_start_over(settings, mo
     board = _new()
     assert [i.product_id for i in board.items] == ["n3", "n2", "n1"]
     assert board.total == 3
-    assert trips.count <= 4
+    assert trips.count <= 5  # and one for its products' names, from Redis's copy
 
 
 def test_only_the_latest_releases_count_past_the_bound(settings):

@@ -123,8 +123,6 @@ CALLS = {
     ),
     "names_read": lambda: store.names_read(["p1", "p2"]),
     "names_held": lambda: store.names_held(["p1"]),
-    "names_write": lambda: store.names_write({"p1": "Kite"}),
-    "names_delete": lambda: store.names_delete(["p1"]),
     "names_mend": lambda: store.names_mend({"p1": None}, {"p1": "Kite"}),
     "buckets_held": lambda: store.buckets_held(range(0, 4)),
     "names_walk_read": lambda: store.names_walk_read(),

@@ -36,6 +36,7 @@ from catalogue.tree_import import (
 )
 from rankings.conf import rankings_settings
 from rankings.engine import store
+from rankings.engine.names_copy import names_mended
 from rankings.engine.shards import ALL
 from rankings.ingest.batch import retried, too_many_new
 from rankings.ingest.events import (
@@ -47,7 +48,6 @@ from rankings.ingest.events import (
     ProductIdField,
     TimestampField,
 )
-from rankings.ingest.names import names_written
 
 log = logging.getLogger(__name__)
 
@@ -220,8 +220,12 @@ def _validated(
     return valid
 
 
-def _names_changed() -> None:
+def _names_changed(products: list[str] | None = None) -> None:
+    """After a push commits: Redis's copy of its products' names mended, then the readers told to
+    forget the names they remember (they read the pushed ones there)."""
     try:
+        if products:
+            names_mended(products)
         store.names_changed()
     except store.StoreError:
         log.warning(
@@ -244,8 +248,8 @@ def products_push(*, products: list) -> PushResult:
     if valid:
         result.created = retried(lambda _: _products_write([data for _, data in valid], new))
         result.updated = len(valid) - result.created
-        names_written({data["id"]: data["name"] for _, data in valid})
-        transaction.on_commit(_names_changed)
+        pushed = [data["id"] for _, data in valid]
+        transaction.on_commit(lambda: _names_changed(pushed))
     result.rejected.sort(key=lambda r: r["index"])
     return result
 

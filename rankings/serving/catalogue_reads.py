@@ -9,6 +9,7 @@ import time
 from django.db import DatabaseError, connection
 
 from catalogue.models import PRODUCT_ID_PATTERN, Category, Product
+from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.serving import memory
 from rankings.serving.answers import (
@@ -40,8 +41,11 @@ PRODUCT_CACHE_BYTES = 40 * 2**20  # bytes
 # asked again, to see whether it fits, a copy's lifetime later.
 CATALOGUE_COPY_AFTER = 64  # product lookups that missed memory: about what one copy of 20,000 costs
 # Names read from Redis's copy of them (rankings/engine/store/names.py), which brings no price: kept
-# as the catalogue's rows are, so that a page's names come from memory again once read.
+# as the catalogue's rows are, so that a page's names come from memory again once read, but less
+# long by what the copy may lag behind an edit (rankings.engine.names_copy), so that an edit
+# still shows within the minute.
 PRODUCT_NAMES_BYTES = 8 * 2**20  # bytes
+PRODUCT_NAMES_SECONDS = PRODUCT_CACHE_SECONDS - rankings_settings.NAMES_CHANGES_SECONDS  # seconds
 # Each product's categories as last read: a product in a few categories weighs under 1 KB.
 PRODUCT_CATEGORIES_BYTES = 8 * 2**20  # bytes
 # A product may be filed under any number of categories (the catalogue's editors decide): its
@@ -54,7 +58,7 @@ PRODUCT_ID = re.compile(PRODUCT_ID_PATTERN)
 # Each product's categories as last read, for a product's ranks while PostgreSQL is away.
 _product_categories = WeighedLRU(name=f"{__name__}._product_categories", maxsize=PRODUCT_CATEGORIES_BYTES)
 _products = WeighedTTL(name=f"{__name__}._products", maxsize=PRODUCT_CACHE_BYTES, ttl=PRODUCT_CACHE_SECONDS)
-_names = WeighedTTL(name=f"{__name__}._names", maxsize=PRODUCT_NAMES_BYTES, ttl=PRODUCT_CACHE_SECONDS)
+_names = WeighedTTL(name=f"{__name__}._names", maxsize=PRODUCT_NAMES_BYTES, ttl=PRODUCT_NAMES_SECONDS)
 _cache_lock = threading.Lock()
 
 

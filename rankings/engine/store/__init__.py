@@ -94,13 +94,11 @@ from rankings.engine.store.keys import (
 from rankings.engine.store.names import (
     NAMES_BUCKETS,
     buckets_held,
-    names_delete,
     names_held,
     names_mend,
     names_read,
     names_walk_read,
     names_walk_set,
-    names_write,
 )
 from rankings.engine.store.parts import (
     PartAround,
@@ -235,13 +233,11 @@ __all__ = [
     "names_changed",
     "NAMES_BUCKETS",
     "buckets_held",
-    "names_delete",
     "names_held",
     "names_mend",
     "names_read",
     "names_walk_read",
     "names_walk_set",
-    "names_write",
     "names_stamp",
     "keyspace_survey",
     "member_around",

@@ -2,11 +2,10 @@
 millions (a product's neighbours) finds them in one round trip beside the board's, where
 PostgreSQL's query cost it more than the board itself.
 
-A copy, never the source: a name Redis lacks is read from the catalogue, so a copy that is behind
-(a Redis that lost it, a product made by a bulk path) costs time, never a wrong answer. Written
-after each edit commits (rankings.ingest.names), and mended by a walk over the catalogue that
-overwrites only what Redis still holds as the walk read it, so an edit written meanwhile is never
-undone by an older read (names_mend).
+A copy: a name Redis lacks is read from the catalogue. Written by a push of products once it
+commits, and mended from the catalogue by rankings.engine.names_copy (the names each edit
+changed, within seconds; every name, by a walk), which overwrites only what Redis still holds as
+it read it before the catalogue (names_mend), so no older read undoes a newer write.
 """
 
 import zlib
@@ -42,10 +41,6 @@ def names_walk_key() -> str:
     return f"{prefix()}:names:walk"
 
 
-def names_pattern() -> str:
-    return f"{prefix()}:names:*"
-
-
 def _by_bucket(product_ids: Iterable[str]) -> dict[int, list[str]]:
     buckets: dict[int, list[str]] = defaultdict(list)
     for product_id in product_ids:
@@ -53,82 +48,50 @@ def _by_bucket(product_ids: Iterable[str]) -> dict[int, list[str]]:
     return buckets
 
 
-@translated
-def names_read(product_ids: Iterable[str], *, client=None) -> dict[str, str]:
-    """The names Redis holds of `product_ids`, in one round trip: one call on one server
-    (lua/names_get.lua), each bucket's HMGET, a node's at once, on a Redis Cluster (whose calls reach
-    one slot); a product it lacks is left out."""
-    ids = sorted(set(product_ids))
-    if not ids:
-        return {}
-    if clustered():
-        buckets = _by_bucket(ids)
-        ids = [product_id for bucket_ids in buckets.values() for product_id in bucket_ids]
-        replies = scripts_run(
-            [],
-            commands=[("HMGET", names_key(b), *bucket_ids) for b, bucket_ids in buckets.items()],
-            client=client,
-        )
-        names = [name for reply in replies for name in reply]
-    else:
-        (names,) = scripts_run([("names_get", _keys(ids), ids)], client=client)
-    return {product_id: name.decode() for product_id, name in zip(ids, names, strict=True) if name}
+# Products a Lua call reads or mends on one server: Redis answers others between calls.
+CALL_PRODUCTS = 2_000
 
 
-@translated
-def names_write(names: Mapping[str, str]) -> None:
-    """Write `names` (after the edit that made them committed); an empty name is not kept."""
-    buckets = _by_bucket(names)
-    if not buckets:
-        return
-    pipe = patient().pipeline(transaction=False)
-    for bucket, ids in buckets.items():
-        kept = [word for product_id in ids if names[product_id] for word in (product_id, names[product_id])]
-        if kept:
-            pipe.hset(names_key(bucket), items=kept)
-        gone = [product_id for product_id in ids if not names[product_id]]
-        if gone:
-            pipe.hdel(names_key(bucket), *gone)
-    pipe.execute()
-
-
-@translated
-def names_delete(product_ids: Iterable[str]) -> None:
-    """Forget the names of deleted products."""
-    buckets = _by_bucket(product_ids)
-    if not buckets:
-        return
-    pipe = patient().pipeline(transaction=False)
-    for bucket, ids in buckets.items():
-        pipe.hdel(names_key(bucket), *ids)
-    pipe.execute()
-
-
-# Products a call of names_mend.lua mends on one server: Redis answers others between calls.
-MEND_CALL = 2_000
-
-
-@translated
-def names_mend(held: Mapping[str, str | None], truth: Mapping[str, str | None]) -> int:
-    """Make Redis hold `truth` (the catalogue's names, None for no such product) for each product of
-    `held` (what Redis held, read before the catalogue was), where Redis still holds what `held`
-    says (lua/names_mend.lua); returns how many names changed. One round trip: calls of MEND_CALL
-    products on one server, a call per bucket on a Redis Cluster."""
-    ids = list(held)
+def _calls(name: str, ids: list[str], args) -> list[tuple[str, list, list]]:
+    """Calls of lua/<name>.lua over `ids`, each given its products' buckets and `args(products)`:
+    calls of CALL_PRODUCTS products on one server, one a bucket on a Redis Cluster (whose calls
+    reach one slot)."""
     groups = (
         list(_by_bucket(ids).values())
         if clustered()
-        else [ids[i : i + MEND_CALL] for i in range(0, len(ids), MEND_CALL)]
+        else [ids[i : i + CALL_PRODUCTS] for i in range(0, len(ids), CALL_PRODUCTS)]
     )
-    calls = [
-        (
-            "names_mend",
-            _keys(group),
-            [word for p in group for word in (p, held[p] or "", truth.get(p) or "")],
-        )
-        for group in groups
-    ]
-    return sum(int(n) for n in scripts_run(calls, client=patient())) if calls else 0
+    return [(name, _keys(group), args(group)) for group in groups]
+
+
+@translated
+def names_read(product_ids: Iterable[str], *, client=None) -> dict[str, str]:
+    """The names Redis holds of `product_ids`, in one round trip (lua/names_get.lua; on a Redis
+    Cluster each node's calls at once); a product it lacks is left out."""
+    calls = _calls("names_get", sorted(set(product_ids)), list)
+    replies = scripts_run(calls, client=client) if calls else []
+    return {
+        product_id: name.decode()
+        for (_, _, ids), names in zip(calls, replies, strict=True)
+        for product_id, name in zip(ids, names, strict=True)
+        if name
+    }
+
+
+@translated
+def names_mend(held: Mapping[str, str | None], truth: Mapping[str, str | None]) -> tuple[int, list[str]]:
+    """Make Redis hold `truth` (the catalogue's names, None for no such product) for each product of
+    `held` (what Redis held, read before the catalogue was), where Redis still holds what `held`
+    says (lua/names_mend.lua), in one round trip. Returns how many names changed, and the products
+    whose names Redis changed meanwhile (left as they are)."""
+    calls = _calls(
+        "names_mend", list(held), lambda ids: [w for p in ids for w in (p, held[p] or "", truth.get(p) or "")]
+    )
+    changed, moved = 0, []
+    for reply in scripts_run(calls, client=patient()) if calls else []:
+        changed += int(reply[0])
+        moved += [product_id.decode() for product_id in reply[1:]]
+    return changed, moved
 
 
 @translated

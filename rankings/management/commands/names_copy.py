@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
-from rankings.operations.names_copy import names_copy
+from rankings.engine.names_copy import names_copy
 
 
 class Command(BaseCommand):
