@@ -75,6 +75,22 @@ def _history(shop: Shop, n: int = 60):
     )
 
 
+def _locks_of_the_dead_released() -> None:
+    """Wait until PostgreSQL has ended the killed process's sessions: until then their shard locks
+    are held, and the next tick skips those shards as busy (on a loaded machine, a while)."""
+    from django.db import connection
+
+    def released():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+            )
+            return cursor.fetchone()[0]
+
+    wait_until(released, timeout=30, what="the killed tick's sessions ended")
+
+
 def shop_ago(i):
     import datetime as dt
 
@@ -96,6 +112,7 @@ def test_a_tick_killed_at_any_point_is_made_good_by_the_next(point, split, threa
     env = django_env(RANKINGS_TICK_THREADS=threads, rankings={"TICK_PARALLEL_FROM": 1})
     child = python(_CRASHING_TICK.format(point=point, now=shop.now.isoformat()), env=env)
     assert child.wait(timeout=60) == 9
+    _locks_of_the_dead_released()
     if point != "between-shards":
         assert Batch.objects.filter(applied=False).exists()
     # then the next normal tick replays what was committed (no rebuild) and every board is exact

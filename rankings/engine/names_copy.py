@@ -9,8 +9,9 @@ newer write meanwhile is never undone by an older read:
 
 - the names that changed (names_changes_copy, every NAMES_CHANGES_SECONDS): the products the
   catalogue's triggers listed (rankings.models.NameChange, written in each edit's transaction,
-  whoever edits), taken and mended in one transaction; one whose name Redis changed meanwhile is
-  listed again and judged at the next run;
+  whoever edits; a row an edit still holds is passed over), taken in a short transaction of their
+  own, then mended: one whose name Redis changed meanwhile, or that a failure left unmended, is
+  listed again for the next run (a run killed in between leaves its products to the walk);
 - every name (names_step, every NAMES_COPY_SECONDS): the next WALK_PRODUCTS products in id order,
   and the next PRUNE_BUCKETS of Redis's buckets, whose names of products the catalogue no longer
   has are deleted. It copies what no edit listed: products made by a bulk path or as a sale's
@@ -56,16 +57,26 @@ def names_mended(ids: list[str]) -> tuple[int, list[str]]:
 
 def names_changes_copy(limit: int = CHANGES_TAKEN) -> int:
     """Mend the names of up to `limit` products the catalogue's triggers listed; returns how many
-    names changed in Redis."""
+    names changed in Redis. The rows are taken and the transaction ended before Redis is asked, so
+    an edit of those products never waits on Redis."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_TAKE, [limit])
         ids = [product_id for (product_id,) in cursor.fetchall()]
-        if not ids:
-            return 0
+    if not ids:
+        return 0
+    try:
         changed, moved = names_mended(ids)
-        if moved:
-            cursor.execute(_LIST, [moved])
+    except BaseException:
+        _listed(ids)
+        raise
+    if moved:
+        _listed(moved)
     return changed
+
+
+def _listed(ids: list[str]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(_LIST, [ids])
 
 
 @dataclass

@@ -20,7 +20,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -222,10 +222,14 @@ def _validated(
 
 def _names_changed(products: list[str] | None = None) -> None:
     """After a push commits: Redis's copy of its products' names mended, then the readers told to
-    forget the names they remember (they read the pushed ones there)."""
-    try:
-        if products:
+    forget the names they remember (they read the pushed ones there). The push has committed: a
+    failure here is logged, the copy of changed names mends it within seconds."""
+    if products:
+        try:
             names_mended(products)
+        except (store.StoreError, DatabaseError):
+            log.warning("could not copy %d pushed names to Redis now", len(products), exc_info=True)
+    try:
         store.names_changed()
     except store.StoreError:
         log.warning(

@@ -2,7 +2,9 @@
 or deleted, written by triggers on the catalogue's products in the edit's own transaction (see
 rankings.models.NameChange). Statement triggers with transition tables: a bulk edit of a million
 products is one insert, and an edit that leaves every name as it was (an upsert of the same names)
-writes nothing."""
+writes nothing. A product listed already is listed again (DO UPDATE, not DO NOTHING): the row stays
+locked until the edit commits, so a copy of the changes that runs meanwhile passes it over (SKIP
+LOCKED) and the edit is copied by a later one, never taken before it commits and then lost."""
 
 from django.db import migrations, models
 
@@ -10,14 +12,14 @@ TRIGGERS = """
 CREATE FUNCTION rankings_name_changes() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        INSERT INTO rankings_namechange (product_id) SELECT product_id FROM gone
-        ON CONFLICT DO NOTHING;
+        INSERT INTO rankings_namechange (product_id) SELECT DISTINCT product_id FROM gone
+        ON CONFLICT (product_id) DO UPDATE SET product_id = excluded.product_id;
     ELSE
         INSERT INTO rankings_namechange (product_id)
-        SELECT p.product_id FROM gone o JOIN made n ON n.id = o.id,
+        SELECT DISTINCT p.product_id FROM gone o JOIN made n ON n.id = o.id,
              LATERAL (VALUES (o.product_id), (n.product_id)) AS p (product_id)
         WHERE o.name IS DISTINCT FROM n.name OR o.product_id <> n.product_id
-        ON CONFLICT DO NOTHING;
+        ON CONFLICT (product_id) DO UPDATE SET product_id = excluded.product_id;
     END IF;
     RETURN NULL;
 END $$;

@@ -45,7 +45,7 @@ CATALOGUE_COPY_AFTER = 64  # product lookups that missed memory: about what one 
 # long by what the copy may lag behind an edit (rankings.engine.names_copy), so that an edit
 # still shows within the minute.
 PRODUCT_NAMES_BYTES = 8 * 2**20  # bytes
-PRODUCT_NAMES_SECONDS = PRODUCT_CACHE_SECONDS - rankings_settings.NAMES_CHANGES_SECONDS  # seconds
+PRODUCT_NAMES_SECONDS = max(PRODUCT_CACHE_SECONDS - rankings_settings.NAMES_CHANGES_SECONDS, 0.0)  # seconds
 # Each product's categories as last read: a product in a few categories weighs under 1 KB.
 PRODUCT_CATEGORIES_BYTES = 8 * 2**20  # bytes
 # A product may be filed under any number of categories (the catalogue's editors decide): its
