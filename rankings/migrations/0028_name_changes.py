@@ -9,7 +9,10 @@ LOCKED) and the edit is copied by a later one, never taken before it commits and
 from django.db import migrations, models
 
 TRIGGERS = """
-CREATE FUNCTION rankings_name_changes() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION rankings_name_changes() RETURNS trigger LANGUAGE plpgsql
+-- Run as the owner, with the tables' schema as migrated: a role that may edit products but not the
+-- list, or a session with another search_path, still lists its edits.
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         INSERT INTO rankings_namechange (product_id) SELECT DISTINCT product_id FROM gone
