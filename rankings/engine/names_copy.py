@@ -1,12 +1,11 @@
 """Redis's copy of the product names (rankings.engine.store.names), mended from the catalogue.
 
-Every writer of it reads Redis's names first and the catalogue's after, and
-writing the catalogue's only where Redis still holds what it read first (store.names_mend), so a
-newer write meanwhile is never undone by an older read:
+Every writer of it reads Redis's names first and the catalogue's after, and writes the
+catalogue's only where Redis still holds what it read first (store.names_mend), so a newer write
+meanwhile is never undone by an older read:
 
 - a push of products, once it commits (names_mended, from rankings.ingest.catalogue), so that the
   readers it tells to forget their names read the pushed ones;
-
 - the names that changed (names_changes_copy, every NAMES_CHANGES_SECONDS): the products the
   catalogue's triggers listed (rankings.models.NameChange, written in each edit's transaction,
   whoever edits; a row an edit still holds is passed over), taken in a short transaction of their
@@ -35,7 +34,6 @@ _PRODUCTS = Product._meta.db_table
 _CHANGES = NameChange._meta.db_table
 _NEXT = f"SELECT product_id FROM {_PRODUCTS} WHERE product_id > %s ORDER BY product_id LIMIT %s"
 _NAMES = f"SELECT product_id, name FROM {_PRODUCTS} WHERE product_id = ANY(%s)"
-_KNOWN = f"SELECT product_id FROM {_PRODUCTS} WHERE product_id = ANY(%s)"
 # The first `limit` changes no other run holds; their rows are deleted when the run commits.
 _TAKE = f"""
 DELETE FROM {_CHANGES} WHERE product_id IN (
@@ -105,8 +103,8 @@ def names_walk(*, after: str, bucket: int, products: int, buckets: int) -> Names
         if buckets:
             last = min(bucket + buckets, store.NAMES_BUCKETS)
             names = store.buckets_held(range(bucket, last))
-            cursor.execute(_KNOWN, [list(names)])
-            known = {product_id for (product_id,) in cursor.fetchall()}
+            cursor.execute(_NAMES, [list(names)])
+            known = {product_id for product_id, _ in cursor.fetchall()}
             step.pruned, _ = store.names_mend({p: name for p, name in names.items() if p not in known}, {})
             step.buckets, step.buckets_wrapped = last - bucket, last == store.NAMES_BUCKETS
             step.bucket = 0 if step.buckets_wrapped else last
