@@ -102,6 +102,31 @@ def test_names_redis_lacks_are_read_from_the_catalogue(api):
     assert len(_catalogue_queries(queries)) == 1
 
 
+def test_a_read_finds_each_name_in_the_bucket_its_writers_put_it_in(redis_client, api):
+    """On one server a board's script finds its members' buckets itself (lua/names_of.lua): the
+    bucket it computes must be the one rankings.engine.store.names gave each name."""
+    # given 101 ranked products of ids of every length, whose names only Redis's copy holds
+    ids = [f"p{i}-{'x' * (i % 40)}" for i in range(101)]
+    toys = Category.objects.create(slug="toys", name="Toys")
+    Product.objects.bulk_create([Product(product_id=pid, name="Drum", price_cents=100) for pid in ids])
+    for product in Product.objects.all():
+        product.categories.set([toys])
+    shop = Shop(now=dt.datetime.now(dt.UTC).replace(microsecond=0))
+    shop.send(*(shop.sale(pid, qty=i + 1) for i, pid in enumerate(ids)))
+    shop.tick()
+    _plant(redis_client, {pid: f"Kite {pid}" for pid in ids})
+
+    # when the neighbours of the middle one are read
+    memory.forget_all()
+    with CaptureQueriesContext(connection) as queries:
+        reply = api.get(f"/v1/products/{ids[50]}/neighbors?category=toys&n=50")
+
+    # then every name is the copy's: none was missed and read from the catalogue
+    assert reply.status_code == 200, reply.content
+    assert sorted(item["name"] for item in reply.json()["items"]) == sorted(f"Kite {pid}" for pid in ids)
+    assert _catalogue_queries(queries) == []
+
+
 def test_with_redis_unreachable_names_are_read_from_the_catalogue(monkeypatch):
     _drums(2)
 

@@ -203,21 +203,23 @@ def members_ranks(
 
 def neighbors(
     version: int, layout: Layout, *, category: str, window: str, metric: str, product_id: str, n: int
-) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
+) -> tuple[store.MemberRank, int, store.BoardSlice | None, dict[str, str] | None]:
     """(the product's rank, the 0-based rank the slice starts at, the slice of the n products on
-    either side of it and itself); no slice for a product without a rank there. A whole board in
-    one round trip, a split board in one or two (merge.neighbors); from copies of the board (of
-    its parts) when it has them, as a rank is, with none."""
+    either side of it and itself, what Redis's copy of the names held of them when the same read
+    asked it, else None);
+    no slice for a product without a rank there. A whole board in one round trip (with the names
+    on one server), a split board in one or two (merge.neighbors); from copies of the board (of its
+    parts) when it has them, as a rank is, with none."""
     if category in layout.split:
         parts = [
             (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)
         ]
         copies = [_board_copy(part) for part in parts]
         if all(copy is not None for copy in copies):
-            return merge.neighbors_copied(
+            return *merge.neighbors_copied(
                 layout=layout, category=category, product_id=product_id, n=n, copies=copies
-            )
-        return merge.neighbors(
+            ), None
+        return *merge.neighbors(
             version=version,
             layout=layout,
             window=window,
@@ -225,7 +227,7 @@ def neighbors(
             category=category,
             product_id=product_id,
             n=n,
-        )
+        ), None
     board = (version, layout.shard_of(category), window, metric, category)
     copy = _board_copy(board)
     if copy is not None:
@@ -241,8 +243,8 @@ def neighbors(
             n=n,
         )
     if read.found.rank is None:
-        return read.found, 0, None
-    return read.found, read.start, read.board
+        return read.found, 0, None, None
+    return read.found, read.start, read.board, read.names
 
 
 def thresholds(

@@ -152,9 +152,10 @@ def catalogue_product(product_id: str) -> tuple[str, int] | None:
     return found
 
 
-def product_names(product_ids) -> dict[str, str]:
+def product_names(product_ids, *, copy_read: bool = False) -> dict[str, str]:
     """Names of the products the catalogue knows: remembered ones from memory, the rest from Redis's
-    copy of them (one round trip), what it lacks in one query."""
+    copy of them (one round trip; none when the caller has just read it: copy_read), what it lacks
+    in one query."""
     names: dict[str, str] = {}
     names_current()
     with _cache_lock:
@@ -169,7 +170,7 @@ def product_names(product_ids) -> dict[str, str]:
         return names
     copied: dict[str, str] = {}
     with contextlib.suppress(store.StoreError):  # the catalogue has them all
-        copied = store.names_read(missing)
+        copied = {} if copy_read else store.names_read(missing)
     if copied:
         with _cache_lock:
             _names.update(copied)

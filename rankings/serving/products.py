@@ -26,6 +26,7 @@ from rankings.serving.catalogue_reads import (
     catalogue_product,
     categories_last_read,
     product_category_slugs,
+    product_names,
 )
 from rankings.serving.categories import categories_tree, category_name
 from rankings.serving.layouts import layout_of
@@ -143,7 +144,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         raise NotFound(f"unknown product '{product_id}'")
     version = store.served_version()
     layout = layout_of(version)
-    found, start, board = board_reader.neighbors(
+    found, start, board, names = board_reader.neighbors(
         version, layout, category=category, window=window, metric=metric, product_id=product_id, n=n
     )
     if board is None:
@@ -157,5 +158,9 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
         version, layout, window, metric, [(category, [pid for pid, _, _ in board.rows])]
     )
     then = ranks_then(category=category, window=window, metric=metric, as_of=as_of)
-    items = items_of(board.rows, start + 1, metric, then=then, sales=sales)
+    named = names or {}
+    unnamed = [pid for pid, _, _ in board.rows if pid not in named]
+    if unnamed:  # those Redis's copy lacks, if the read asked it (on one server), else all
+        named = named | product_names(unnamed, copy_read=names is not None)
+    items = items_of(board.rows, start + 1, metric, named, then=then, sales=sales)
     return Neighbors(product_id, category, window, metric, as_of, found.rank + 1, items)

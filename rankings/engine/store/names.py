@@ -8,31 +8,39 @@ changed, within seconds; every name, by a walk), which overwrites only what Redi
 it read it before the catalogue (names_mend), so no older read undoes a newer write.
 """
 
-import zlib
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from rankings.engine.store.client import clustered, patient, scripts_run, translated
 from rankings.engine.store.keys import prefix
 
-# Products are spread over this many hashes by a CRC of their id: at ten million products a bucket
+# Products are spread over this many hashes by their id's SHA-1: at ten million products a bucket
 # holds about 76 names, under Redis's default hash-max-listpack-entries (128), so each bucket stays
 # in the compact encoding (about a third of a hash table's bytes) and a lookup in it stays cheap;
-# on a Redis Cluster the buckets spread over every node.
+# on a Redis Cluster the buckets spread over every node. SHA-1 because Redis's scripts can compute
+# it (redis.sha1hex) as cheaply as this module: lua/neighbors.lua finds a board's members' names
+# itself on one server.
 NAMES_BUCKETS = 2**17
 
 
 def bucket_of(product_id: str) -> int:
-    return zlib.crc32(product_id.encode()) % NAMES_BUCKETS
+    """The bucket of a product: the last 17 bits of its id's SHA-1 (as lua/names_of.lua finds it)."""
+    return int.from_bytes(hashlib.sha1(product_id.encode()).digest()[-3:], "big") % NAMES_BUCKETS
+
+
+def names_head() -> str:
+    """What each bucket's key begins with."""
+    return f"{prefix()}:names:"
 
 
 def names_key(bucket: int) -> str:
-    return f"{prefix()}:names:{{n{bucket}}}"
+    return f"{names_head()}{{n{bucket}}}"
 
 
 def _keys(product_ids: list[str]) -> list[str]:
     """names_key of each product's bucket (the prefix looked up once: a read names a dozen)."""
-    head = f"{prefix()}:names:"
+    head = names_head()
     return [f"{head}{{n{bucket_of(product_id)}}}" for product_id in product_ids]
 
 

@@ -10,6 +10,7 @@ from cachetools import LRUCache
 from rankings.conf import other_metric
 from rankings.engine.store.client import (
     REMEMBERED_PREFIXES,
+    clustered,
     fast,
     memory_lock,
     remembered,
@@ -26,6 +27,7 @@ from rankings.engine.store.keys import (
     prefix,
     state_key,
 )
+from rankings.engine.store.names import NAMES_BUCKETS, names_head
 
 # The highest batch sequence number this process has read in each shard's state, per generation.
 seq_seen: LRUCache = remembered(LRUCache(maxsize=REMEMBERED_PREFIXES * 64))
@@ -141,6 +143,8 @@ class MemberAround:
     found: MemberRank  # the product's rank, scores, the board's size, as of its shard's state
     start: int  # the 0-based rank of the slice's first row
     board: BoardSlice  # ranks from n before the product to n after it (empty when it has no rank)
+    # What Redis's copy of the names holds of them, when the read asked it (on one server).
+    names: dict[str, str] | None = None
 
 
 def scored_rows(rows: list, others: list) -> list[tuple[str, int, int]]:
@@ -157,15 +161,22 @@ def member_around(
     *, version: int, shard: int, window: str, metric: str, category: str, product_id: str, n: int
 ) -> MemberAround:
     """A product's rank and scores on a board and the members from n ranks before it to n after,
-    with both metrics, of one instant: one round trip (lua/neighbors.lua), O(log n + n)."""
+    with both metrics, of one instant, and on one server their names from Redis's copy: one round
+    trip (lua/neighbors.lua), O(log n + n). A Redis Cluster's call cannot reach the names' buckets
+    (other slots): there they are a read of their own."""
     keys = member_keys(version, shard, window, metric, category)
-    reply = script("neighbors")(keys=keys, args=[product_id, n, *STATE_READ], client=fast())
+    names = "" if clustered() else names_head()
+    reply = script("neighbors")(
+        keys=keys, args=[product_id, n, names, NAMES_BUCKETS, *STATE_READ], client=fast()
+    )
     return around_of(version, shard, reply)
 
 
 def around_of(version: int, shard: int, reply: list) -> MemberAround:
-    """member_around's answer from lua/neighbors.lua's reply."""
-    rank, start, rows, others, total, state = reply
+    """member_around's answer from lua/neighbors.lua's reply (or a reply of its shape without the
+    names)."""
+    rank, start, rows, others, total, state, *named = reply
+    names = named[0] if named else []
     as_of = state_as_of(version, shard, state)
     read = scored_rows(rows, others)
     if rank is None:
@@ -173,7 +184,14 @@ def around_of(version: int, shard: int, reply: list) -> MemberAround:
     else:
         _, score, other = read[rank - start]
         found = MemberRank(as_of=as_of, total=total, rank=rank, score=score, other=other)
-    return MemberAround(found=found, start=start, board=BoardSlice(as_of=as_of, total=total, rows=read))
+    return MemberAround(
+        found=found,
+        start=start,
+        board=BoardSlice(as_of=as_of, total=total, rows=read),
+        names={m: name.decode() for (m, _, _), name in zip(read, names, strict=True) if name}
+        if names
+        else None,
+    )
 
 
 class BoardCopy:

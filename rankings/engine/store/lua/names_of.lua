@@ -1,0 +1,12 @@
+-- Shared piece (included, never run alone): the names of the members of a ZRANGE ... WITHSCORES
+-- reply, in its order (false for a member without one), from Redis's copy of the catalogue's
+-- names (rankings/engine/store/names.py): keys `head`{nB}, B the last 17 bits of the member's
+-- SHA-1 modulo `buckets`. It reads keys the call does not name: on one server only.
+local function names_of(head, buckets, rows)
+  local names = {}
+  for i = 1, #rows, 2 do
+    local bucket = tonumber(string.sub(redis.sha1hex(rows[i]), -5), 16) % buckets
+    names[#names + 1] = redis.call('HGET', head .. '{n' .. bucket .. '}', rows[i])
+  end
+  return names
+end
