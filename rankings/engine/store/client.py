@@ -210,7 +210,13 @@ def scripts_run(
 
 
 def _pipelined(r: Client, words: list[tuple]) -> list:
-    """The replies of commands sent through the client's pipeline, errors as values."""
+    """The replies of commands sent through the client's pipeline, errors as values (one command
+    alone sent as it is: a pipeline costs more than its round trip)."""
+    if len(words) == 1:
+        try:
+            return [r.execute_command(*words[0])]
+        except redis.ResponseError as refused:
+            return [refused]
     pipe = r.pipeline(transaction=False)
     for command in words:
         pipe.execute_command(*command)

@@ -74,14 +74,24 @@ def _calls(name: str, ids: list[str], args) -> list[tuple[str, list, list]]:
 
 @translated
 def names_read(product_ids: Iterable[str], *, client=None) -> dict[str, str]:
-    """The names Redis holds of `product_ids`, in one round trip (lua/names_get.lua; on a Redis
-    Cluster each node's calls at once); a product it lacks is left out."""
-    calls = _calls("names_get", sorted(set(product_ids)), list)
-    replies = scripts_run(calls, client=client) if calls else []
+    """The names Redis holds of `product_ids`, in one round trip (lua/names_get.lua on one server; an
+    HMGET a bucket, each node's at once, on a Redis Cluster); a product it lacks is left out."""
+    ids = sorted(set(product_ids))
+    if not ids:
+        return {}
+    if clustered():
+        groups = list(_by_bucket(ids).values())
+        commands = [
+            ("HMGET", key, *group) for key, group in zip(_keys([g[0] for g in groups]), groups, strict=True)
+        ]
+        replies = scripts_run([], commands=commands, client=client)
+    else:
+        calls = _calls("names_get", ids, list)
+        groups, replies = [group for _, _, group in calls], scripts_run(calls, client=client)
     return {
         product_id: name.decode()
-        for (_, _, ids), names in zip(calls, replies, strict=True)
-        for product_id, name in zip(ids, names, strict=True)
+        for group, names in zip(groups, replies, strict=True)
+        for product_id, name in zip(group, names, strict=True)
         if name
     }
 

@@ -134,7 +134,7 @@ def member_rank(
 ) -> MemberRank:
     """One product's rank and scores on a board, in one round trip."""
     keys = member_keys(version, shard, window, metric, category)
-    reply = script("member_rank")(keys=keys, args=[product_id, *STATE_READ], client=fast())
+    (reply,) = scripts_run([("member_rank", keys, [product_id, *STATE_READ])])
     return MemberRank.from_reply(version, shard, reply)
 
 
@@ -166,9 +166,7 @@ def member_around(
     (other slots): there they are a read of their own."""
     keys = member_keys(version, shard, window, metric, category)
     names = "" if clustered() else names_head()
-    reply = script("neighbors")(
-        keys=keys, args=[product_id, n, names, NAMES_BUCKETS, *STATE_READ], client=fast()
-    )
+    (reply,) = scripts_run([("neighbors", keys, [product_id, n, names, NAMES_BUCKETS, *STATE_READ])])
     return around_of(version, shard, reply)
 
 
