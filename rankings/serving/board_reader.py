@@ -206,10 +206,9 @@ def neighbors(
 ) -> tuple[store.MemberRank, int, store.BoardSlice | None, dict[str, str] | None]:
     """(the product's rank, the 0-based rank the slice starts at, the slice of the n products on
     either side of it and itself, what Redis's copy of the names held of them when the same read
-    asked it, else None);
-    no slice for a product without a rank there. A whole board in one round trip (with the names
-    on one server), a split board in one or two (merge.neighbors); from copies of the board (of its
-    parts) when it has them, as a rank is, with none."""
+    asked it, else None); no slice for a product without a rank there. A whole board in one round
+    trip (with the names on one server), a split board in one or two (merge.neighbors); from copies
+    of the board (of its parts) when it has them, as a rank is, with none."""
     if category in layout.split:
         parts = [
             (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)

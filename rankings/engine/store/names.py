@@ -34,14 +34,16 @@ def names_head() -> str:
     return f"{prefix()}:names:"
 
 
-def names_key(bucket: int) -> str:
-    return f"{names_head()}{{n{bucket}}}"
+def names_key(bucket: int, head: str | None = None) -> str:
+    """The key of a bucket; `head`, names_head() if given (a read names a dozen buckets: the prefix
+    looked up once)."""
+    return f"{head or names_head()}{{n{bucket}}}"
 
 
 def _keys(product_ids: list[str]) -> list[str]:
-    """names_key of each product's bucket (the prefix looked up once: a read names a dozen)."""
+    """names_key of each product's bucket."""
     head = names_head()
-    return [f"{head}{{n{bucket_of(product_id)}}}" for product_id in product_ids]
+    return [names_key(bucket_of(product_id), head) for product_id in product_ids]
 
 
 def names_walk_key() -> str:
@@ -80,10 +82,9 @@ def names_read(product_ids: Iterable[str], *, client=None) -> dict[str, str]:
     if not ids:
         return {}
     if clustered():
-        groups = list(_by_bucket(ids).values())
-        commands = [
-            ("HMGET", key, *group) for key, group in zip(_keys([g[0] for g in groups]), groups, strict=True)
-        ]
+        buckets, head = _by_bucket(ids), names_head()
+        groups = list(buckets.values())
+        commands = [("HMGET", names_key(bucket, head), *group) for bucket, group in buckets.items()]
         replies = scripts_run([], commands=commands, client=client)
     else:
         calls = _calls("names_get", ids, list)

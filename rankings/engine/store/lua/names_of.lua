@@ -1,7 +1,8 @@
 -- Shared piece (included, never run alone): the names of the members of a ZRANGE ... WITHSCORES
 -- reply, in its order (false for a member without one), from Redis's copy of the catalogue's
--- names (rankings/engine/store/names.py): keys `head`{nB}, B the last 17 bits of the member's
--- SHA-1 modulo `buckets`. It reads keys the call does not name: on one server only.
+-- names (rankings/engine/store/names.py): keys `head`{nB}, B the member's SHA-1 modulo `buckets`
+-- (a power of two up to 2^20, so its last 20 bits suffice, as bucket_of takes it). It reads keys
+-- the call does not name: on one server only.
 local function names_of(head, buckets, rows)
   local names = {}
   for i = 1, #rows, 2 do
