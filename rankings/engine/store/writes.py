@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Iterable
 from typing import NamedTuple, cast
 
+import msgspec
+
 from rankings.conf import metric_pair, rankings_settings
 from rankings.engine.store.client import patient, script, translated
 from rankings.engine.store.keys import (
@@ -62,12 +64,14 @@ def batch_apply(
 ) -> int:
     """Apply a batch's changes atomically with its sequence number and blobs; see lua/apply.lua."""
     keys, argv = _changes_args(version, shard, changes)
-    args = [seq, repr(as_of), gen, BLOB_SIZE, *argv]
+    args: list[str | int | bytes] = [seq, repr(as_of), gen, BLOB_SIZE, msgspec.msgpack.encode(argv)]
     return int(script("apply")(keys=keys, args=args, client=patient()))
 
 
 def _changes_args(version: int, shard: int, changes: Iterable[Change]) -> tuple[list[str], list]:
-    """KEYS (state, then each board's triples) and the change triples of ARGV for apply and apply_routed."""
+    """KEYS (state, then each board's triples) and the change triples (board index, member, increment)
+    that apply and apply_routed take as one MessagePack string: a tick over a million categories
+    changes 80,000 scores, and the client packed each of their 240,000 words as a word of its own."""
     tag = shard_tag(version, shard)
     keys = [state_key(version, shard)]
     # (window, category, metric) -> the KEYS index of its board's triple
@@ -96,7 +100,14 @@ def batch_apply_routed(
     """Apply the changes of batch `seq` of the active layout's shard `source` that fall in this shard
     of a version laid out otherwise, exactly once; see lua/apply_routed.lua for the outcome."""
     keys, argv = _changes_args(version, shard, changes)
-    args = [f"from:{source}", seq, repr(as_of), gen, BLOB_SIZE, *argv]
+    args: list[str | int | bytes] = [
+        f"from:{source}",
+        seq,
+        repr(as_of),
+        gen,
+        BLOB_SIZE,
+        msgspec.msgpack.encode(argv),
+    ]
     return int(script("apply_routed")(keys=keys, args=args, client=patient()))
 
 
