@@ -291,3 +291,36 @@ def test_a_snapshots_ranks_are_stored_compressed_with_lz4():
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_column_compression(products), products FROM rankings_snapshot")
         assert cursor.fetchall() == [("lz4", products)]
+
+
+def test_a_rebuild_s_history_ranks_tied_products_in_byte_order():
+    """Products tied on every board are ranked by their ids' bytes (punctuation and digits before
+    upper case, `_` between upper and lower case), as the live boards rank them."""
+    shop = Shop()
+    toys = Category.objects.create(slug="toys", name="Toys")
+    ids = ["b", "B", "a", "Z", "a0", "_x", ".y", "-z", ":w", "9"]
+    for pid in ids:
+        Product.objects.create(product_id=pid, name=pid, price_cents=250).categories.set([toys])
+    shop.send(
+        *[
+            shop.sale(pid, categories=["toys"], qty=2, ago=dt.timedelta(hours=3), event_id=f"e{i}")
+            for i, pid in enumerate(ids)
+        ]
+    )
+    shop.tick()
+    backfill.version_build(activate=True)
+    hours = _hours_of(2)
+    stored = _stored(2)
+    assert stored == snapshots_recompute(hours=hours, earlier_sale_id=0)
+    assert stored[(hours[-1], "1d", "units", "toys")] == [
+        "-z",
+        ".y",
+        "9",
+        ":w",
+        "B",
+        "Z",
+        "_x",
+        "a",
+        "a0",
+        "b",
+    ]

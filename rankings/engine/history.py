@@ -6,11 +6,11 @@ from every sale and engagement event known at the rebuild: a window as of H hold
 counted at or before H in the window's buckets, exactly what snapshots.snapshots_recompute gives
 for a tick that had counted nothing before H.
 
-PostgreSQL adds the raw sales and events up into hour buckets, one row per (product, list of
-categories, hour), keyed by the first hour boundary at or after each fact (a fact exactly on a
-boundary is kept apart: it is in the window of one more hour). A bucket keyed b is in the snapshot
-of every hour from b to b + span (span: the window's length less one bucket), the last excluded
-unless exact. Python reads those rows once into arrays and, a category at a time, takes the
+PostgreSQL hands the raw sales and events over an hour bucket at a time, keyed by the first hour
+boundary at or after each fact (a fact exactly on a boundary is kept apart: it is in the window of
+one more hour), and Python adds them up into one bucket per (product, list of categories, hour). A
+bucket keyed b is in the snapshot of every hour from b to b + span (span: the window's length less
+one bucket), the last excluded unless exact. Python holds the buckets as arrays and, a category at a time, takes the
 buckets of the lists that count in it (the version's tree expands each list once); numpy turns
 them into every hour's scores (a running sum over the hours) and ranks each hour's board (its
 first DEPTH ranks: score descending, then the products' byte order). What it
@@ -35,40 +35,41 @@ from rankings.engine.tree import Tree
 from rankings.engine.windows import configured_windows
 from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
 
-# Memory for the hour buckets' GROUP BY, for the history's transaction (its one hash): the table of
-# 10 million sales' 7.7 million buckets (about 1.2 GB, hash_mem_multiplier times this) fits without
-# spilling to disk, which took half again as long.
+# Memory for the facts' strings, for the history's transaction: the hour buckets' strings of 10
+# million sales (about half a gigabyte) are kept whole, not written to disk in between.
 WORK_MEM = "1GB"
 # Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
 CELLS = 2_000_000
 
-# Every sale and engagement event from `from_` up to the last hour, added up per product, list of
-# categories (as the event counts in them, comma-joined: slugs hold no comma) and hour bucket: keyed
-# `b`, the first hour boundary at or after the fact, and `exact`, whether the fact lies on it. `t` is
-# when it counts: a sale's counted_at, an event's whole second. Grouped before the categories are
-# expanded (in Python, with the version's tree): one row per product and hour, not per board, and no
-# sort. Revenue is added up as a double, exactly, as the rebuild's sums are
-# (rankings.operations.backfill._REVENUE): each sum is of one product's sales and refunds.
+# Every sale and engagement event from `from_` up to the last hour, by its hour bucket: keyed `b`,
+# the first hour boundary at or after the fact, and `exact`, whether the fact lies on it. The facts
+# of half an hour of a bucket come back as one row: the products and the lists of categories (as a
+# fact counts in them, comma-joined: slugs hold no comma) as space-separated text (neither a product
+# id nor a slug holds a space), and each metric as one string of big-endian numbers. So millions of
+# facts are read as a few thousand rows, and Python adds up each product's facts of a row with
+# numpy: grouping them by text in PostgreSQL took twice as long as the scan, the strings and the
+# sums. Half an hour, not the hour: a row's strings reach PostgreSQL's gigabyte a value only past
+# some 40 million facts in one half hour (a bucket in two rows is added up later, as any board's
+# buckets are); ten minutes took twice as long, PostgreSQL keeping six times as many strings.
+# `t` is when a fact counts: a sale's counted_at, an event's whole second.
 _HOURLY = """
 WITH facts (product_id, categories, t, units, revenue, views, wishes) AS (
-    SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty,
-           (CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END)::float8, 0, 0
+    SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
+           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END, 0::bigint, 0::bigint
     FROM rankings_sale s
     WHERE s.counted_at >= to_timestamp(%(from_)s) AND s.counted_at <= to_timestamp(%(last)s)
     UNION ALL
     SELECT s.product_id, array_to_string(s.categories, ','), date_bin('1 second', s.ts, 'epoch'), 0, 0,
-           (s.kind = 'view')::int, (s.kind = 'wish')::int
+           (s.kind = 'view')::int::bigint, (s.kind = 'wish')::int::bigint
     FROM rankings_engagement s
     WHERE s.ts >= to_timestamp(%(from_)s) AND s.ts < to_timestamp(%(last)s + 1)
-), hourly AS (
-    SELECT product_id, categories, date_bin('1 hour', t, 'epoch') AS h, t = date_bin('1 hour', t, 'epoch') AS exact,
-           sum(units) AS units, sum(revenue) AS revenue, sum(views) AS views, sum(wishes) AS wishes
-    FROM facts
-    GROUP BY 1, 2, 3, 4
 )
-SELECT product_id, categories, date_part('epoch', h)::bigint + CASE WHEN exact THEN 0 ELSE %(hour)s END, exact,
-       units, revenue::bigint, views, wishes
-FROM hourly
+SELECT date_part('epoch', date_bin('1 hour', slice, 'epoch'))::bigint + CASE WHEN exact THEN 0 ELSE %(hour)s END,
+       exact, string_agg(product_id, ' '), string_agg(categories, ' '),
+       string_agg(int8send(units), ''), string_agg(int8send(revenue), ''),
+       string_agg(int8send(views), ''), string_agg(int8send(wishes), '')
+FROM (SELECT *, date_bin('30 minutes', t, 'epoch') AS slice, t = date_bin('1 hour', t, 'epoch') AS exact FROM facts) AS f
+GROUP BY slice, exact
 """
 
 
@@ -126,15 +127,15 @@ def history_record(
     params = {"from_": first - widest, "last": last, "hour": HOUR}
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'")
+            # Compiling the statement saves less than it costs.
+            cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'; SET LOCAL jit = off")
         Snapshot.objects.filter(version=version, at__gte=instant(first), at__lte=instant(last)).delete()
         SnapshotHour.objects.bulk_create(
             [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
         )
-        raw = connection.connection  # the transaction's own: a cursor of its, read a chunk at a time
-        with raw.cursor(name="history") as rows:
-            rows.execute(_HOURLY, params)
-            hourly = _Hourly.read(rows)
+        raw = connection.connection  # the transaction's own: a cursor of its, read a row at a time
+        with raw.cursor(name="history") as cursor:
+            hourly = _Hourly.read(cursor, params)
         with raw.cursor() as writer:
             for done, boards in enumerate(
                 tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False), 1
@@ -169,7 +170,6 @@ _COPY = (
     f'COPY {Snapshot._meta.db_table} (version, at, "window", metric, category, products) FROM STDIN'
     " WITH (FORMAT TEXT)"
 )
-READ_ROWS = 20_000  # hour buckets read from PostgreSQL at a time
 COPY_LINES = 2_000  # snapshot rows sent to PostgreSQL at a time
 # COPY's text format: a backslash, tab, newline or carriage return in a value is escaped.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -185,6 +185,13 @@ def _array(items: list[str]) -> str:
     if "\\" in body or body.count('"') != 2 * (len(items) - 1):
         body = '","'.join(item.replace("\\", "\\\\").replace('"', '\\"') for item in items)
     return '{"' + body + '"}' if items else "{}"
+
+
+def _numbered(names: list[str], places: dict[str, int]) -> np.ndarray:
+    """Each of `names` by its place in `places`, where a name not seen before is given the next."""
+    for name in set(names).difference(places):
+        places[name] = len(places)
+    return np.fromiter(map(places.__getitem__, names), np.int64, count=len(names))
 
 
 @dataclass
@@ -209,8 +216,8 @@ class _Hourly:
     sums: np.ndarray  # buckets × METRICS
 
     @classmethod
-    def read(cls, rows) -> "_Hourly":
-        """The buckets `rows` (a cursor of _HOURLY) gives, read READ_ROWS at a time."""
+    def read(cls, cursor, params: dict) -> "_Hourly":
+        """The buckets of _HOURLY's facts (`params` binds it), read on `cursor` a row at a time."""
         places: dict[str, int] = {}
         lists: dict[str, int] = {}
         # Each column's chunks, led by an empty one: no bucket at all is arrays of none.
@@ -220,16 +227,22 @@ class _Hourly:
             [np.zeros(0, dtype=np.int64)],
         )
         exact, sums = [np.zeros(0, dtype=bool)], [np.zeros((0, len(METRICS)), dtype=np.int64)]
-        while chunk := rows.fetchmany(READ_ROWS):
-            ids, texts, keys, exacts, *metrics = zip(*chunk, strict=True)
-            n = len(chunk)
-            product.append(np.fromiter((places.setdefault(p, len(places)) for p in ids), np.int64, count=n))
-            listed.append(np.fromiter((lists.setdefault(t, len(lists)) for t in texts), np.int64, count=n))
-            b.append(np.array(keys, dtype=np.int64))
-            exact.append(np.array(exacts, dtype=bool))
-            sums.append(np.array(metrics, dtype=np.int64).T)
+        cursor.execute(_HOURLY, params)
+        while row := cursor.fetchone():
+            key, on_boundary, ids, texts, *metrics = row
+            facts = _numbered(ids.split(" "), places) << 32 | _numbered(texts.split(" "), lists)
+            # The row's products and lists, each pair once, and the facts of each added up.
+            pairs, of_pair = np.unique(facts, return_inverse=True)
+            added = np.zeros((len(METRICS), len(pairs)), dtype=np.int64)
+            for m, values in enumerate(metrics):
+                np.add.at(added[m], of_pair, np.frombuffer(values, dtype=">i8"))
+            product.append(pairs >> 32)
+            listed.append(pairs & 0xFFFFFFFF)
+            b.append(np.full(len(pairs), key, dtype=np.int64))
+            exact.append(np.full(len(pairs), on_boundary, dtype=bool))
+            sums.append(added.T)
         names = list(places)
-        order = sorted(range(len(names)), key=lambda i: names[i].encode())
+        order = sorted(range(len(names)), key=lambda i: names[i].encode())  # ties are ranked by bytes
         rank = np.empty(len(names), dtype=np.int64)
         rank[order] = np.arange(len(names))
         return cls(
@@ -304,7 +317,12 @@ def _ranked(board: _Board, first: int, hours: int, span: int):
             changes = np.zeros((h1 - h0, width), dtype=np.int64)  # each hour's, by product
             for at, sign in ((enters, 1), (leaves, -1)):
                 inside = (at >= h0) & (at < h1)
-                np.add.at(changes, (at[inside] - h0, board.column[inside]), sign * values[inside])
+                # By flat index: numpy adds along one axis several times faster than along two.
+                np.add.at(
+                    changes.reshape(-1),
+                    (at[inside] - h0) * width + board.column[inside],
+                    sign * values[inside],
+                )
             for i in range(h1 - h0):
                 scores += changes[i]
                 ranked = _first_ranks(scores, depth)
