@@ -1,20 +1,22 @@
 """`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|history|scale|metrics|alerts|shape|horizon]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|history|scale|metrics|alerts|shape|horizon|small_boards]
 
 `history` (a rebuild's hourly history at up to 20,000 categories, minutes), `scale` (ten million
 products in a board, a million categories), `metrics` (one scrape of /metrics at 20,000
 categories), `alerts` (judging 100,000 rank alerts at 20,000 categories, and their delivery) and
-`shape` (the storage shape ingest would take next, tried beside today's) and `horizon` (which open
-transactions hold back a claim by transaction id) run only when asked for.
+`shape` (the storage shape ingest would take next, tried beside today's), `horizon` (which open
+transactions hold back a claim by transaction id) and `small_boards` (what a tick over a million
+categories costs Redis, as the engine writes it and as one hash a category would) run only when
+asked for.
 """
 
 import argparse
 
 from bench import harness
 
-# Every group in the order `make bench` runs them; `history`, `scale`, `metrics`, `alerts`, `shape` and
-# `horizon` run only when asked for.
+# Every group in the order `make bench` runs them; `history`, `scale`, `metrics`, `alerts`, `shape`,
+# `horizon` and `small_boards` run only when asked for.
 GROUPS = [
     "ingest",
     "engine",
@@ -36,7 +38,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; the median is reported")
     parser.add_argument(
         "--only",
-        choices=[*GROUPS, "history", "scale", "metrics", "alerts", "shape", "horizon"],
+        choices=[*GROUPS, "history", "scale", "metrics", "alerts", "shape", "horizon", "small_boards"],
         help="run one group",
     )
     args = parser.parse_args()

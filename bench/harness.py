@@ -55,8 +55,6 @@ def reset() -> None:
     """An empty shop: no sales, buckets, state, catalogue, and no Redis key of the prefix."""
     from django.db import connection
 
-    from rankings.engine import store
-
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE rankings_sale, rankings_saleid, rankings_pendingsale, rankings_bucket, rankings_shardstate, rankings_batch,"
@@ -65,12 +63,19 @@ def reset() -> None:
             " rankings_metriccount, rankings_alert, rankings_alertfiring, rankings_alertattempt,"
             " catalogue_product_categories, catalogue_product, catalogue_category RESTART IDENTITY CASCADE"
         )
-    r = store.patient()
-    keys = list(r.scan_iter(f"{BENCH_PREFIX}:*", count=5000))
-    for first in range(0, len(keys), 5000):  # a million categories leave millions of keys
-        r.unlink(*keys[first : first + 5000])
+    keys_delete(f"{BENCH_PREFIX}:*")
     _broker_keys_delete()
     memory.forget_all()
+
+
+def keys_delete(pattern: str) -> None:
+    """Every key of the benchmarks' Redis that matches `pattern`."""
+    from rankings.engine import store
+
+    r = store.patient()
+    keys = list(r.scan_iter(pattern, count=5000))
+    for first in range(0, len(keys), 5000):  # a million categories leave millions of keys
+        r.unlink(*keys[first : first + 5000])
 
 
 def _broker_keys_delete() -> None:
