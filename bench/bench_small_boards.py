@@ -18,46 +18,50 @@ from bench import harness
 
 SALES = 5_000
 CALL = 2_000  # sales a Lua call
-_BOARDS = ("'1h','1d','7d','30d'", "'units','revenue'")
-
-# ARGV: pairs (category, product); KEYS[1]: the key prefix (keys are made in the script: an
-# experiment on one server).
-_SORTED_SETS = f"""
+# ARGV: pairs (category, product), or products for `all`; KEYS[1]: the key prefix (keys are made in
+# the script: an experiment on one server). Each script starts with the boards' windows and metrics.
+_BOARDS = "local WINDOWS, METRICS = {'1h', '1d', '7d', '30d'}, {'units', 'revenue'}\n"
+_SORTED_SETS = (
+    _BOARDS
+    + """
 for i = 1, #ARGV, 2 do
-  local c, p = ARGV[i], ARGV[i + 1]
-  for _, w in ipairs({{{_BOARDS[0]}}}) do
-    for _, m in ipairs({{{_BOARDS[1]}}}) do
-      local key = KEYS[1] .. ':{{' .. c .. '}}:b:' .. w .. ':' .. m
-      if tonumber(redis.call('ZINCRBY', key, -1, p)) >= 0 then redis.call('ZREM', key, p) end
+  local board = KEYS[1] .. ':{' .. ARGV[i] .. '}:'
+  for _, w in ipairs(WINDOWS) do
+    for _, m in ipairs(METRICS) do
+      local key = board .. 'b:' .. w .. ':' .. m
+      if tonumber(redis.call('ZINCRBY', key, -1, ARGV[i + 1])) >= 0 then redis.call('ZREM', key, ARGV[i + 1]) end
     end
-    if redis.call('ZCARD', KEYS[1] .. ':{{' .. c .. '}}:b:' .. w .. ':units') <= 100 then
-      redis.call('DEL', KEYS[1] .. ':{{' .. c .. '}}:t:' .. w)
-    end
+    if redis.call('ZCARD', board .. 'b:' .. w .. ':units') <= 100 then redis.call('DEL', board .. 't:' .. w) end
   end
 end
 """
-_HASH = f"""
+)
+_HASH = (
+    _BOARDS
+    + """
 for i = 1, #ARGV, 2 do
-  local c, p = ARGV[i], ARGV[i + 1]
-  local key = KEYS[1] .. ':{{' .. c .. '}}:h'
-  for _, w in ipairs({{{_BOARDS[0]}}}) do
-    for _, m in ipairs({{{_BOARDS[1]}}}) do
-      local field = w .. ':' .. m .. ':' .. p
+  local key = KEYS[1] .. ':{' .. ARGV[i] .. '}:h'
+  for _, w in ipairs(WINDOWS) do
+    for _, m in ipairs(METRICS) do
+      local field = w .. ':' .. m .. ':' .. ARGV[i + 1]
       if redis.call('HINCRBY', key, field, 1) <= 0 then redis.call('HDEL', key, field) end
     end
   end
 end
 """
-# ARGV: products.
-_ALL = f"""
+)
+_ALL = (
+    _BOARDS
+    + """
 for i = 1, #ARGV do
-  for _, w in ipairs({{{_BOARDS[0]}}}) do
-    for _, m in ipairs({{{_BOARDS[1]}}}) do
-      redis.call('ZINCRBY', KEYS[1] .. ':{{all}}:b:' .. w .. ':' .. m, -1, ARGV[i])
+  for _, w in ipairs(WINDOWS) do
+    for _, m in ipairs(METRICS) do
+      redis.call('ZINCRBY', KEYS[1] .. ':{all}:b:' .. w .. ':' .. m, -1, ARGV[i])
     end
   end
 end
 """
+)
 
 
 def _cpu(client) -> float:

@@ -6,12 +6,12 @@ from every sale and engagement event known at the rebuild: a window as of H hold
 counted at or before H in the window's buckets, exactly what snapshots.snapshots_recompute gives
 for a tick that had counted nothing before H.
 
-PostgreSQL hands the raw sales and events over an hour bucket at a time, keyed by the first hour
-boundary at or after each fact (a fact exactly on a boundary is kept apart: it is in the window of
-one more hour), and Python adds them up into one bucket per (product, list of categories, hour). A
-bucket keyed b is in the snapshot of every hour from b to b + span (span: the window's length less
-one bucket), the last excluded unless exact. Python holds the buckets as arrays and, a category at a time, takes the
-buckets of the lists that count in it (the version's tree expands each list once); numpy turns
+PostgreSQL hands the raw sales and events over half an hour at a time, each fact with the key of its
+hour bucket, the first hour boundary at or after it (a fact exactly on a boundary is kept apart: it
+is in the window of one more hour), and Python adds them up into buckets per (product, list of
+categories, hour). A bucket keyed b is in the snapshot of every hour from b to b + span (span: the
+window's length less one bucket), the last excluded unless exact. Python holds the buckets as
+arrays and, a category at a time, takes the buckets of the lists that count in it (the version's tree expands each list once); numpy turns
 them into every hour's scores (a running sum over the hours) and ranks each hour's board (its
 first DEPTH ranks: score descending, then the products' byte order). What it
 writes is what the live ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every
@@ -35,8 +35,8 @@ from rankings.engine.tree import Tree
 from rankings.engine.windows import configured_windows
 from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
 
-# Memory for the facts' strings, for the history's transaction: the hour buckets' strings of 10
-# million sales (about half a gigabyte) are kept whole, not written to disk in between.
+# Memory for _HOURLY's strings, for the history's transaction: those of 10 million sales (about half
+# a gigabyte) are kept whole until the scan ends, not written to disk in between.
 WORK_MEM = "1GB"
 # Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
 CELLS = 2_000_000
