@@ -324,3 +324,26 @@ def test_a_rebuild_s_history_ranks_tied_products_in_byte_order():
         "a0",
         "b",
     ]
+
+
+def test_a_rebuild_s_history_fills_the_ranks_the_leaders_leave_with_products_below_them(settings):
+    """Depth 2: the day's leader leaves the window while the second and a product far below it stay,
+    sold no more: the hour's two ranks are those two, as the recompute has them, though only one
+    product reaches the score the last hour was cut at."""
+    settings.RANKINGS = {**settings.RANKINGS, "SNAPSHOT_DEPTH": 2}
+    shop = Shop()
+    toys = Category.objects.create(slug="toys", name="Toys")
+    for pid in "abc":
+        Product.objects.create(product_id=pid, name=pid, price_cents=250).categories.set([toys])
+    shop.send(
+        shop.sale("a", categories=["toys"], qty=9, ago=dt.timedelta(hours=30)),
+        shop.sale("c", categories=["toys"], qty=2, ago=dt.timedelta(hours=20)),
+        shop.sale("b", categories=["toys"], qty=8, ago=dt.timedelta(hours=10)),
+    )
+    shop.tick()
+    backfill.version_build(activate=True)
+    stored = _stored(2)
+    assert stored == snapshots_recompute(hours=_hours_of(2), earlier_sale_id=0)
+    days = [products for (_, window, metric, category), products in sorted(stored.items())
+            if (window, metric, category) == ("1d", "units", "toys")]  # fmt: skip
+    assert ["a", "b"] in days and ["b", "c"] in days

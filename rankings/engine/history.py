@@ -312,6 +312,7 @@ def _ranked(board: _Board, first: int, hours: int, span: int):
         if not values.any():
             continue  # no fact of this metric: every hour's board is empty
         scores = np.zeros(width, dtype=np.int64)  # as of the hour before the chunk's first
+        cut = 1  # the last hour's depth-th score, where it had that many ranks
         for h0 in range(0, hours, step):
             h1 = min(h0 + step, hours)
             changes = np.zeros((h1 - h0, width), dtype=np.int64)  # each hour's, by product
@@ -325,20 +326,26 @@ def _ranked(board: _Board, first: int, hours: int, span: int):
                 )
             for i in range(h1 - h0):
                 scores += changes[i]
-                ranked = _first_ranks(scores, depth)
+                ranked = _first_ranks(scores, depth, cut)
+                cut = int(scores[ranked[-1]]) if ranked.size == depth else 1
                 if ranked.size:
                     yield first + (h0 + i) * HOUR, metric, board.products[ranked].tolist()
 
 
-def _first_ranks(scores: np.ndarray, depth: int) -> np.ndarray:
+def _first_ranks(scores: np.ndarray, depth: int, cut: int) -> np.ndarray:
     """The columns of the first `depth` ranks of one hour's board: score descending, then column
-    (the products' byte order), scores <= 0 unranked. A board longer than `depth` is cut at its
-    depth-th score first (every product tied with it kept), so only those are sorted."""
-    columns = np.flatnonzero(scores > 0)
+    (the products' byte order), scores <= 0 unranked. Where `depth` products score `cut` (at least
+    1: the last hour's depth-th score, as an hour moves few scores) or more, the depth-th score is
+    at least `cut`, and only those products are looked at; else every positive one. A board longer than
+    `depth` is cut at its depth-th score first (every product tied with it kept), so only those are
+    sorted."""
+    columns = np.flatnonzero(scores >= cut)
+    if columns.size < depth and cut > 1:
+        columns = np.flatnonzero(scores > 0)
     if columns.size > depth:
         values = scores[columns]
-        cut = np.partition(values, columns.size - depth)[columns.size - depth]
-        columns = columns[values >= cut]
+        kth = np.partition(values, columns.size - depth)[columns.size - depth]
+        columns = columns[values >= kth]
     return columns[np.lexsort((columns, -scores[columns]))][:depth]
 
 
