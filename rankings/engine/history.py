@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.db import connection, transaction
+from psycopg.copy import QueuedLibpqWriter
 from tqdm import tqdm
 
 from rankings.conf import METRICS, rankings_settings
@@ -108,13 +109,10 @@ def engine_clock() -> dt.datetime | None:
     )
 
 
-def history_record(
-    *, version: int, tree: Tree, layout: Layout, clock: dt.datetime | None, progress=None
-) -> HistoryReport:
+def history_record(*, version: int, tree: Tree, layout: Layout, clock: dt.datetime | None) -> HistoryReport:
     """Record `version`'s snapshots of every hour up to `clock` from the sales (see above), counted
     with `tree`, a split category's by part as `layout` splits it (as the ticks take them), in place
-    of any it has of those hours, in one transaction; `progress(categories)` is told how many
-    categories are done."""
+    of any it has of those hours, in one transaction."""
     started = time.monotonic()
     hours = history_hours(clock)
     report = HistoryReport(hours=len(hours))
@@ -136,30 +134,28 @@ def history_record(
         raw = connection.connection  # the transaction's own: a cursor of its, read a row at a time
         with raw.cursor(name="history") as cursor:
             hourly = _Hourly.read(cursor, params)
-        with raw.cursor() as writer:
-            for done, boards in enumerate(
-                tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False), 1
-            ):
-                with writer.copy(_COPY) as copy:
-                    lines = []
-                    for board_name, board in boards:
-                        for name, w in windows:
-                            span = (w.buckets - 1) * HOUR
-                            head = f"{version}\t{{}}\t{_copy_text(name)}\t{{}}\t{_copy_text(board_name)}\t"
-                            for at, metric, products in _ranked(board, first, len(hours), span):
-                                lines.append(
-                                    head.format(instant(at).isoformat(), _copy_text(metric))
-                                    + _copy_text(_array(products))
-                                )
-                                report.boards += 1
-                                report.products += len(products)
-                                if len(lines) >= COPY_LINES:
-                                    copy.write("\n".join(lines) + "\n")
-                                    lines = []
-                    if lines:
-                        copy.write("\n".join(lines) + "\n")
-                if progress is not None:
-                    progress(done)
+        # One COPY for every board, its data sent by psycopg's writer thread: PostgreSQL stores one
+        # category's ranks while Python ranks the next (a COPY a category waited for each in turn).
+        # The connection is the COPY's until it ends: nothing else may use it meanwhile.
+        with raw.cursor() as writer, writer.copy(_COPY, writer=QueuedLibpqWriter(writer)) as copy:
+            for boards in tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False):
+                lines = []
+                for board_name, board in boards:
+                    for name, w in windows:
+                        span = (w.buckets - 1) * HOUR
+                        head = f"{version}\t{{}}\t{_copy_text(name)}\t{{}}\t{_copy_text(board_name)}\t"
+                        for at, metric, products in _ranked(board, first, len(hours), span):
+                            lines.append(
+                                head.format(instant(at).isoformat(), _copy_text(metric))
+                                + _copy_text(_array(products))
+                            )
+                            report.boards += 1
+                            report.products += len(products)
+                            if len(lines) >= COPY_LINES:
+                                copy.write("\n".join(lines) + "\n")
+                                lines = []
+                if lines:
+                    copy.write("\n".join(lines) + "\n")
     report.seconds = time.monotonic() - started
     return report
 
@@ -231,11 +227,15 @@ class _Hourly:
         while row := cursor.fetchone():
             key, on_boundary, ids, texts, *metrics = row
             facts = _numbered(ids.split(" "), places) << 32 | _numbered(texts.split(" "), lists)
-            # The row's products and lists, each pair once, and the facts of each added up.
-            pairs, of_pair = np.unique(facts, return_inverse=True)
-            added = np.zeros((len(METRICS), len(pairs)), dtype=np.int64)
-            for m, values in enumerate(metrics):
-                np.add.at(added[m], of_pair, np.frombuffer(values, dtype=">i8"))
+            # The row's products and lists, each pair once, and the facts of each added up: sorted
+            # by pair, each run of a pair summed (np.add.at, fact by fact, took five times as long).
+            order = np.argsort(facts)
+            ordered = facts[order]
+            starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+            pairs = ordered[starts]
+            added = np.stack(
+                [np.add.reduceat(np.frombuffer(values, dtype=">i8")[order], starts) for values in metrics]
+            ).astype(np.int64)
             product.append(pairs >> 32)
             listed.append(pairs & 0xFFFFFFFF)
             b.append(np.full(len(pairs), key, dtype=np.int64))

@@ -39,7 +39,7 @@ from django.db.models import Q
 from django.utils import timezone
 from psycopg import sql
 
-from catalogue.models import TREE_LOCK_SQL, Category
+from catalogue.models import TREE_LOCK_SQL
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.batches import shard_rebuild, shards_settle
@@ -185,17 +185,9 @@ def _swap_boards(
 
 def _history(number: int, clock: dt.datetime | None, report: _BuildProgress) -> None:
     """Record the version's hourly snapshots from the sales, up to the clock of the snapshot."""
-    categories = Category.objects.count() + 1  # and `all`
     report(PROGRESS_HISTORY, "recording the hourly history of every board from the sales")
     recorded = history_record(
-        version=number,
-        tree=version_tree(number),
-        layout=version_layout(number),
-        clock=clock,
-        progress=lambda done: report(
-            PROGRESS_HISTORY + (PROGRESS_CATCH_UP - PROGRESS_HISTORY) * min(done / categories, 1.0),
-            f"recorded the hourly history of {done:,} categories",
-        ),
+        version=number, tree=version_tree(number), layout=version_layout(number), clock=clock
     )
     log.info("version %s: %s", number, recorded)
 
