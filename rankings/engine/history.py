@@ -228,13 +228,14 @@ class _Hourly:
             key, on_boundary, ids, texts, *metrics = row
             facts = _numbered(ids.split(" "), places) << 32 | _numbered(texts.split(" "), lists)
             # The row's products and lists, each pair once, and the facts of each added up: sorted
-            # by pair, each run of a pair summed (np.add.at, fact by fact, took five times as long).
-            order = np.argsort(facts)
-            ordered = facts[order]
+            # by pair, each run of a pair summed (np.unique and np.add.at, fact by fact, took three
+            # times as long).
+            by_pair = np.argsort(facts)
+            ordered = facts[by_pair]
             starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
             pairs = ordered[starts]
             added = np.stack(
-                [np.add.reduceat(np.frombuffer(values, dtype=">i8")[order], starts) for values in metrics]
+                [np.add.reduceat(np.frombuffer(values, dtype=">i8")[by_pair], starts) for values in metrics]
             ).astype(np.int64)
             product.append(pairs >> 32)
             listed.append(pairs & 0xFFFFFFFF)
