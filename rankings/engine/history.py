@@ -9,19 +9,24 @@ for a tick that had counted nothing before H.
 PostgreSQL hands the raw sales and events over half an hour at a time, each fact with the key of its
 hour bucket, the first hour boundary at or after it (a fact exactly on a boundary is kept apart: it
 is in the window of one more hour), and Python adds them up into buckets per (product, list of
-categories, hour). A bucket keyed b is in the snapshot of every hour from b to b + span (span: the
-window's length less one bucket), the last excluded unless exact. Python holds the buckets as
-arrays and, a category at a time, takes the buckets of the lists that count in it (the version's tree expands each list once); numpy turns
-them into every hour's scores (a running sum over the hours) and ranks each hour's board (its
-first DEPTH ranks: score descending, then the products' byte order). What it
-writes is what the live ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every
-non-empty board of the windows SNAPSHOT_WINDOWS, per metric, and the hours themselves.
+categories, hour). Two connections read them side by side, each the hours of one half of the span,
+both in the snapshot the history's transaction exported (rankings.engine.readers). A bucket keyed b
+is in the snapshot of every hour from b to b + span (span: the window's length less one bucket),
+the last excluded unless exact. Python holds the buckets as arrays and, a category at a time, takes
+the buckets of the lists that count in it (the version's tree expands each list once); numpy turns
+them into every hour's scores (a running sum over the hours) and ranks each hour's board (its first
+DEPTH ranks: score descending, then the products' byte order). What it writes is what the live
+ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every non-empty board of the
+windows SNAPSHOT_WINDOWS, per metric, and the hours themselves, in one COPY that PostgreSQL stores
+while Python ranks on.
 """
 
 import datetime as dt
 import math
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +35,7 @@ from psycopg.copy import QueuedLibpqWriter
 from tqdm import tqdm
 
 from rankings.conf import METRICS, rankings_settings
+from rankings.engine.readers import snapshot_export, snapshot_reader
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.snapshots import HOUR, instant, snapshot_windows
 from rankings.engine.tree import Tree
@@ -42,7 +48,7 @@ WORK_MEM = "1GB"
 # Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
 CELLS = 2_000_000
 
-# Every sale and engagement event from `from_` up to the last hour, by its hour bucket: keyed `b`,
+# Every sale and engagement event from `lo` up to `hi` (and no later than the last hour), by its hour bucket: keyed `b`,
 # the first hour boundary at or after the fact, and `exact`, whether the fact lies on it. The facts
 # of half an hour of a bucket come back as one row: the products and the lists of categories (as a
 # fact counts in them, comma-joined: slugs hold no comma) as space-separated text (neither a product
@@ -58,12 +64,13 @@ WITH facts (product_id, categories, t, units, revenue, views, wishes) AS (
     SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
            CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END, 0::bigint, 0::bigint
     FROM rankings_sale s
-    WHERE s.counted_at >= to_timestamp(%(from_)s) AND s.counted_at <= to_timestamp(%(last)s)
+    WHERE s.counted_at >= to_timestamp(%(lo)s) AND s.counted_at < to_timestamp(%(hi)s)
+      AND s.counted_at <= to_timestamp(%(last)s)
     UNION ALL
     SELECT s.product_id, array_to_string(s.categories, ','), date_bin('1 second', s.ts, 'epoch'), 0, 0,
            (s.kind = 'view')::int::bigint, (s.kind = 'wish')::int::bigint
     FROM rankings_engagement s
-    WHERE s.ts >= to_timestamp(%(from_)s) AND s.ts < to_timestamp(%(last)s + 1)
+    WHERE s.ts >= to_timestamp(%(lo)s) AND s.ts < to_timestamp(%(hi)s)
 )
 SELECT date_part('epoch', date_bin('1 hour', slice, 'epoch'))::bigint + CASE WHEN exact THEN 0 ELSE %(hour)s END,
        exact, string_agg(product_id, ' '), string_agg(categories, ' '),
@@ -122,18 +129,17 @@ def history_record(*, version: int, tree: Tree, layout: Layout, clock: dt.dateti
     windows = [(name, configured_windows()[name]) for name in snapshot_windows()]
     windows = [(name, w) for name, w in windows if w.bucket_seconds == HOUR]
     widest = max(((w.buckets - 1) * HOUR for _, w in windows), default=0)
-    params = {"from_": first - widest, "last": last, "hour": HOUR}
+    # The facts read in two spans of hours side by side, each by a connection of its own.
+    start, end = first - widest, last + 1
+    middle = start + (end - start) // (2 * HOUR) * HOUR
+    spans = [{"lo": lo, "hi": hi, "last": last, "hour": HOUR} for lo, hi in ((start, middle), (middle, end))]
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # Compiling the statement saves less than it costs.
-            cursor.execute(f"SET LOCAL work_mem = '{WORK_MEM}'; SET LOCAL jit = off")
         Snapshot.objects.filter(version=version, at__gte=instant(first), at__lte=instant(last)).delete()
         SnapshotHour.objects.bulk_create(
             [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
         )
-        raw = connection.connection  # the transaction's own: a cursor of its, read a row at a time
-        with raw.cursor(name="history") as cursor:
-            hourly = _Hourly.read(cursor, params)
+        hourly = _Hourly.read(snapshot_export(), spans)
+        raw = connection.connection  # the transaction's own
         # One COPY for every board, its data sent by psycopg's writer thread: PostgreSQL stores one
         # category's ranks while Python ranks the next (a COPY a category waited for each in turn).
         # The connection is the COPY's until it ends: nothing else may use it meanwhile.
@@ -212,48 +218,71 @@ class _Hourly:
     sums: np.ndarray  # buckets × METRICS
 
     @classmethod
-    def read(cls, cursor, params: dict) -> "_Hourly":
-        """The buckets of _HOURLY's facts (`params` binds it), read on `cursor` a row at a time."""
+    def read(cls, snapshot: str, spans: list[dict]) -> "_Hourly":
+        """The buckets of _HOURLY's facts in `spans` (each binds it), each span read a row at a time
+        on a connection of its own that sees `snapshot`, side by side: PostgreSQL groups each
+        span's facts on a core of its own."""
         places: dict[str, int] = {}
         lists: dict[str, int] = {}
-        # Each column's chunks, led by an empty one: no bucket at all is arrays of none.
-        product, listed, b = (
-            [np.zeros(0, dtype=np.int64)],
-            [np.zeros(0, dtype=np.int64)],
-            [np.zeros(0, dtype=np.int64)],
-        )
-        exact, sums = [np.zeros(0, dtype=bool)], [np.zeros((0, len(METRICS)), dtype=np.int64)]
-        cursor.execute(_HOURLY, params)
-        while row := cursor.fetchone():
-            key, on_boundary, ids, texts, *metrics = row
-            facts = _numbered(ids.split(" "), places) << 32 | _numbered(texts.split(" "), lists)
-            # The row's products and lists, each pair once, and the facts of each added up: sorted
-            # by pair, each run of a pair summed (np.unique and np.add.at, fact by fact, took three
-            # times as long).
-            by_pair = np.argsort(facts)
-            ordered = facts[by_pair]
-            starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-            pairs = ordered[starts]
-            added = np.stack(
-                [np.add.reduceat(np.frombuffer(values, dtype=">i8")[by_pair], starts) for values in metrics]
-            ).astype(np.int64)
-            product.append(pairs >> 32)
-            listed.append(pairs & 0xFFFFFFFF)
-            b.append(np.full(len(pairs), key, dtype=np.int64))
-            exact.append(np.full(len(pairs), on_boundary, dtype=bool))
-            sums.append(added.T)
+        numbering = threading.Lock()
+        # Each row's columns as one tuple (appended at once, whichever reader adds it), led by empty
+        # ones: no bucket at all is arrays of none.
+        rows: list[tuple[np.ndarray, ...]] = [
+            (
+                np.zeros(0, dtype=np.int64),
+                np.zeros(0, dtype=np.int64),
+                np.zeros(0, dtype=np.int64),
+                np.zeros(0, dtype=bool),
+                np.zeros((0, len(METRICS)), dtype=np.int64),
+            )
+        ]
+
+        def span_read(params: dict) -> None:
+            with (
+                snapshot_reader(snapshot, work_mem=WORK_MEM) as reader,
+                reader.cursor(name="history") as cursor,
+            ):
+                cursor.execute(_HOURLY, params)
+                while row := cursor.fetchone():
+                    key, on_boundary, ids, texts, *metrics = row
+                    with numbering:
+                        facts = _numbered(ids.split(" "), places) << 32 | _numbered(texts.split(" "), lists)
+                    # The row's products and lists, each pair once, and the facts of each added up:
+                    # sorted by pair, each run of a pair summed (np.unique and np.add.at, fact by
+                    # fact, took three times as long).
+                    by_pair = np.argsort(facts)
+                    ordered = facts[by_pair]
+                    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+                    pairs = ordered[starts]
+                    added = np.stack(
+                        [np.add.reduceat(np.frombuffer(v, dtype=">i8")[by_pair], starts) for v in metrics]
+                    ).astype(np.int64)
+                    rows.append(
+                        (
+                            pairs >> 32,
+                            pairs & 0xFFFFFFFF,
+                            np.full(len(pairs), key, dtype=np.int64),
+                            np.full(len(pairs), on_boundary, dtype=bool),
+                            added.T,
+                        )
+                    )
+
+        with ThreadPoolExecutor(max_workers=len(spans)) as readers:
+            for read in [readers.submit(span_read, params) for params in spans]:
+                read.result()  # re-raises, here, what failed in a reader
+        product, listed, b, exact, sums = (np.concatenate(column) for column in zip(*rows, strict=True))
         names = list(places)
         order = sorted(range(len(names)), key=lambda i: names[i].encode())  # ties are ranked by bytes
         rank = np.empty(len(names), dtype=np.int64)
         rank[order] = np.arange(len(names))
         return cls(
             products=np.array([names[i] for i in order], dtype=object),
-            product=rank[np.concatenate(product)],
+            product=rank[product],
             lists=list(lists),
-            listed=np.concatenate(listed),
-            b=np.concatenate(b),
-            exact=np.concatenate(exact),
-            sums=np.concatenate(sums),
+            listed=listed,
+            b=b,
+            exact=exact,
+            sums=sums,
         )
 
     def boards(self, tree: Tree, layout: Layout) -> Iterator[list[tuple[str, "_Board"]]]:

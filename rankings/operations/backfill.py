@@ -33,17 +33,16 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import psycopg
 from django.db import OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
-from psycopg import sql
 
 from catalogue.models import TREE_LOCK_SQL
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.batches import shard_rebuild, shards_settle
 from rankings.engine.history import history_carry, history_delete, history_record
+from rankings.engine.readers import snapshot_export, snapshot_reader
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active, version_layout
@@ -237,10 +236,11 @@ def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _
     each as of its shard's instant in the active layout; the positions the new shards start from."""
     sales = 0
     with _snapshot_begun() as (live, states, era):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_export_snapshot()")
-            (snapshot,) = cursor.fetchone()
-        with _snapshot_connection(snapshot) as first, _snapshot_connection(snapshot) as second:
+        snapshot = snapshot_export()
+        with (
+            snapshot_reader(snapshot, work_mem=AGGREGATE_WORK_MEM) as first,
+            snapshot_reader(snapshot, work_mem=AGGREGATE_WORK_MEM) as second,
+        ):
             for as_of, shards in _shards_by_bounds(states).items():
                 sales = max(sales, _aggregate_into((first, second), load, as_of, shards, live, target, tree))
     live_positions = {}
@@ -287,21 +287,6 @@ def _shards_by_bounds(states: dict[int, tuple[int, dt.datetime | None]]) -> dict
             bounds = tuple(w.bounds(int(as_of.timestamp())) for w in windows)
             by_bounds.setdefault(bounds, (as_of, []))[1].append(shard)
     return dict(by_bounds.values())
-
-
-@contextmanager
-def _snapshot_connection(snapshot: str):
-    """A second connection that sees exactly the snapshot `snapshot` (exported by the caller)."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params) as helper:
-        helper.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        helper.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-        helper.execute(f"SET LOCAL work_mem = '{AGGREGATE_WORK_MEM}'")
-        helper.execute("SET LOCAL jit = off")
-        yield helper
-        helper.rollback()
 
 
 def _aggregate_into(
