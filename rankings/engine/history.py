@@ -42,8 +42,8 @@ from rankings.engine.tree import Tree
 from rankings.engine.windows import configured_windows
 from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
 
-# Memory for _HOURLY's strings, for the history's transaction: those of 10 million sales (about half
-# a gigabyte) are kept whole until the scan ends, not written to disk in between.
+# Memory for _HOURLY's strings, for each of its two readers: those of 10 million sales (about half a
+# gigabyte) are kept whole until the scan ends, not written to disk in between.
 WORK_MEM = "1GB"
 # Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
 CELLS = 2_000_000
@@ -142,7 +142,8 @@ def history_record(*, version: int, tree: Tree, layout: Layout, clock: dt.dateti
         raw = connection.connection  # the transaction's own
         # One COPY for every board, its data sent by psycopg's writer thread: PostgreSQL stores one
         # category's ranks while Python ranks the next (a COPY a category waited for each in turn).
-        # The connection is the COPY's until it ends: nothing else may use it meanwhile.
+        # The connection is the COPY's until it ends: a query on it meanwhile (the ORM's included)
+        # would wait for the COPY's lock for ever.
         with raw.cursor() as writer, writer.copy(_COPY, writer=QueuedLibpqWriter(writer)) as copy:
             for boards in tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False):
                 lines = []
