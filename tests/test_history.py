@@ -4,7 +4,9 @@ on, a switch back restores the old one; where no snapshot exists, replies and pa
 
 import datetime as dt
 
+import psycopg
 import pytest
+from django.db import connection
 
 from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
@@ -347,3 +349,28 @@ def test_a_rebuild_s_history_fills_the_ranks_the_leaders_leave_with_products_bel
     days = [products for (_, window, metric, category), products in sorted(stored.items())
             if (window, metric, category) == ("1d", "units", "toys")]  # fmt: skip
     assert ["a", "b"] in days and ["b", "c"] in days
+
+
+def test_a_rebuild_s_progress_through_the_history_is_seen_by_others_as_it_goes():
+    """The admin reads a build's progress from another connection: each category's step of the
+    history shows there at once, not when the history commits."""
+    shop = Shop()
+    _three_days_imported(shop)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    seen = []
+    with psycopg.connect(**params, autocommit=True) as other:
+
+        def progress(fraction: float, message: str) -> None:
+            if message.startswith("recorded the hourly history"):
+                (shown,) = other.execute(
+                    "SELECT progress FROM rankings_rankingversion WHERE number = 2"
+                ).fetchone()
+                seen.append((fraction, shown))
+
+        backfill.version_build(progress=progress)
+    # toys, games and `all`, each seen by the other connection as it was reported
+    assert len(seen) == 3
+    assert all(shown == pytest.approx(fraction) for fraction, shown in seen)
+    assert seen[-1][0] == pytest.approx(backfill.PROGRESS_CATCH_UP)

@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 from psycopg.copy import QueuedLibpqWriter
 from tqdm import tqdm
 
 from rankings.conf import METRICS, rankings_settings
-from rankings.engine.readers import snapshot_export, snapshot_reader
+from rankings.engine.readers import own_transaction, snapshot_export, snapshot_reader
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.snapshots import HOUR, instant, snapshot_windows
 from rankings.engine.tree import Tree
@@ -116,10 +116,14 @@ def engine_clock() -> dt.datetime | None:
     )
 
 
-def history_record(*, version: int, tree: Tree, layout: Layout, clock: dt.datetime | None) -> HistoryReport:
+def history_record(
+    *, version: int, tree: Tree, layout: Layout, clock: dt.datetime | None, progress=None
+) -> HistoryReport:
     """Record `version`'s snapshots of every hour up to `clock` from the sales (see above), counted
     with `tree`, a split category's by part as `layout` splits it (as the ticks take them), in place
-    of any it has of those hours, in one transaction."""
+    of any it has of those hours, in one transaction of a connection of its own; `progress(done)`
+    is told how many categories are done, and may use Django's connection (it is not the
+    history's)."""
     started = time.monotonic()
     hours = history_hours(clock)
     report = HistoryReport(hours=len(hours))
@@ -133,19 +137,22 @@ def history_record(*, version: int, tree: Tree, layout: Layout, clock: dt.dateti
     start, end = first - widest, last + 1
     middle = start + (end - start) // (2 * HOUR) * HOUR
     spans = [{"lo": lo, "hi": hi, "last": last, "hour": HOUR} for lo, hi in ((start, middle), (middle, end))]
-    with transaction.atomic():
-        Snapshot.objects.filter(version=version, at__gte=instant(first), at__lte=instant(last)).delete()
-        SnapshotHour.objects.bulk_create(
-            [SnapshotHour(version=version, at=instant(at)) for at in hours], ignore_conflicts=True
+    with own_transaction() as own, own.cursor() as writer:
+        writer.execute(
+            f"DELETE FROM {Snapshot._meta.db_table} WHERE version = %s AND at >= %s AND at <= %s",
+            [version, instant(first), instant(last)],
         )
-        hourly = _Hourly.read(snapshot_export(), spans)
-        raw = connection.connection  # the transaction's own
+        writer.execute(
+            f"INSERT INTO {SnapshotHour._meta.db_table} (version, at) SELECT %s, to_timestamp(at)"
+            " FROM unnest(%s::bigint[]) AS at ON CONFLICT DO NOTHING",
+            [version, hours],
+        )
+        hourly = _Hourly.read(snapshot_export(writer), spans)
         # One COPY for every board, its data sent by psycopg's writer thread: PostgreSQL stores one
         # category's ranks while Python ranks the next (a COPY a category waited for each in turn).
-        # The connection is the COPY's until it ends: a query on it meanwhile (the ORM's included)
-        # would wait for the COPY's lock for ever.
-        with raw.cursor() as writer, writer.copy(_COPY, writer=QueuedLibpqWriter(writer)) as copy:
-            for boards in tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False):
+        with writer.copy(_COPY, writer=QueuedLibpqWriter(writer)) as copy:
+            boards_of = tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False)
+            for done, boards in enumerate(boards_of, 1):
                 lines = []
                 for board_name, board in boards:
                     for name, w in windows:
@@ -163,6 +170,8 @@ def history_record(*, version: int, tree: Tree, layout: Layout, clock: dt.dateti
                                 lines = []
                 if lines:
                     copy.write("\n".join(lines) + "\n")
+                if progress is not None:
+                    progress(done)
     report.seconds = time.monotonic() - started
     return report
 

@@ -1,5 +1,7 @@
-"""Connections that see what another transaction sees: a rebuild reads the raw sales on two of them
-side by side, one query each, both in the snapshot its own transaction exported."""
+"""Connections of a rebuild's own beside Django's: readers that see what another transaction sees (a
+rebuild reads the raw sales on two of them side by side, one query each, both in the snapshot its
+own transaction exported), and a transaction of its own for work that holds its connection long.
+"""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,23 +11,37 @@ from django.db import connection
 from psycopg import sql
 
 
-def snapshot_export() -> str:
-    """The snapshot of the current transaction (of Django's connection), for readers to import
-    until that transaction ends."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_export_snapshot()")
-        (snapshot,) = cursor.fetchone()
+def snapshot_export(cursor=None) -> str:
+    """The snapshot of the current transaction (of Django's connection, or of `cursor`'s), for
+    readers to import until that transaction ends."""
+    if cursor is None:
+        with connection.cursor() as cursor:
+            return snapshot_export(cursor)
+    cursor.execute("SELECT pg_export_snapshot()")
+    (snapshot,) = cursor.fetchone()
     return snapshot
+
+
+def _params() -> dict:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
+
+
+@contextmanager
+def own_transaction() -> Iterator[psycopg.Connection]:
+    """A connection of its own in one transaction, committed when the block ends (rolled back if it
+    raises), leaving Django's connection free meanwhile."""
+    with psycopg.connect(**_params()) as own:
+        yield own
 
 
 @contextmanager
 def snapshot_reader(snapshot: str, *, work_mem: str) -> Iterator[psycopg.Connection]:
     """A connection of its own that sees exactly `snapshot`, its queries given `work_mem` and no
     JIT compilation (it saves less than it costs on a rebuild's queries)."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params) as reader:
+    with psycopg.connect(**_params()) as reader:
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
         reader.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(work_mem)))

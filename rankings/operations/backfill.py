@@ -37,7 +37,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from catalogue.models import TREE_LOCK_SQL
+from catalogue.models import TREE_LOCK_SQL, Category
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.batches import shard_rebuild, shards_settle
@@ -183,10 +183,20 @@ def _swap_boards(
 
 
 def _history(number: int, clock: dt.datetime | None, report: _BuildProgress) -> None:
-    """Record the version's hourly snapshots from the sales, up to the clock of the snapshot."""
+    """Record the version's hourly snapshots from the sales, up to the clock of the snapshot; the
+    progress through the categories is on the version's row as it goes (the history's transaction
+    is on a connection of its own)."""
+    categories = Category.objects.count() + 1  # and `all`
     report(PROGRESS_HISTORY, "recording the hourly history of every board from the sales")
     recorded = history_record(
-        version=number, tree=version_tree(number), layout=version_layout(number), clock=clock
+        version=number,
+        tree=version_tree(number),
+        layout=version_layout(number),
+        clock=clock,
+        progress=lambda done: report(
+            PROGRESS_HISTORY + (PROGRESS_CATCH_UP - PROGRESS_HISTORY) * min(done / categories, 1.0),
+            f"recorded the hourly history of {done:,} categories",
+        ),
     )
     log.info("version %s: %s", number, recorded)
 
