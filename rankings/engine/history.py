@@ -48,11 +48,11 @@ WORK_MEM = "1GB"
 # Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
 CELLS = 2_000_000
 
-# Every sale and engagement event from `lo` up to `hi` (and no later than the last hour), by its hour bucket: keyed `b`,
-# the first hour boundary at or after the fact, and `exact`, whether the fact lies on it. The facts
-# of half an hour of a bucket come back as one row: the products and the lists of categories (as a
-# fact counts in them, comma-joined: slugs hold no comma) as space-separated text (neither a product
-# id nor a slug holds a space), and each metric as one string of big-endian numbers. So millions of
+# Every sale and engagement event from `lo` up to `hi` (and no later than the last hour), by its
+# hour bucket: keyed `b`, the first hour boundary at or after the fact, and `exact`, whether the
+# fact lies on it. The facts of half an hour of a bucket come back as one row: the products and the
+# lists of categories (as a fact counts in them, comma-joined: slugs hold no comma) as
+# space-separated text (neither a product id nor a slug holds a space), and each metric as one string of big-endian numbers. So millions of
 # facts are read as a few thousand rows, and Python adds up each product's facts of a row with
 # numpy: grouping them by text in PostgreSQL took twice as long as the scan, the strings and the
 # sums. Half an hour, not the hour: a row's strings reach PostgreSQL's gigabyte a value only past

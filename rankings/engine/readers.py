@@ -11,12 +11,8 @@ from django.db import connection
 from psycopg import sql
 
 
-def snapshot_export(cursor=None) -> str:
-    """The snapshot of the current transaction (of Django's connection, or of `cursor`'s), for
-    readers to import until that transaction ends."""
-    if cursor is None:
-        with connection.cursor() as cursor:
-            return snapshot_export(cursor)
+def snapshot_export(cursor) -> str:
+    """The snapshot of `cursor`'s transaction, for readers to import until that transaction ends."""
     cursor.execute("SELECT pg_export_snapshot()")
     (snapshot,) = cursor.fetchone()
     return snapshot

@@ -246,7 +246,8 @@ def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _
     each as of its shard's instant in the active layout; the positions the new shards start from."""
     sales = 0
     with _snapshot_begun() as (live, states, era):
-        snapshot = snapshot_export()
+        with connection.cursor() as cursor:
+            snapshot = snapshot_export(cursor)
         with (
             snapshot_reader(snapshot, work_mem=AGGREGATE_WORK_MEM) as first,
             snapshot_reader(snapshot, work_mem=AGGREGATE_WORK_MEM) as second,
