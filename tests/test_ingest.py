@@ -6,6 +6,7 @@ import json
 from collections import defaultdict
 
 import pytest
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -707,3 +708,43 @@ def test_an_event_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_i
     expected = hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
 
     assert event_digest(data) == expected
+
+
+# --- what a batch reads ----------------------------------------------------------------------
+
+
+def _rows_read(table: str) -> int:
+    """Rows of `table` this transaction has read so far."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+            " WHERE relname = %s",
+            [table],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_batch_reads_the_ids_and_totals_it_names_not_every_one_stored():
+    """A batch of 1,000 sales among 50,000 stored ids and product totals reads about its own rows of
+    each: at this size the planner matched them by a join that read the whole tables."""
+    # given 50,000 stored sale ids and product totals, analysed as autovacuum would
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO rankings_saleid (event_id, digest, sale_id, counted_at)"
+            " SELECT 'old-' || i, 'x', -i, %s FROM generate_series(1, 50000) AS i",
+            [NOW - dt.timedelta(days=1)],
+        )
+        cursor.execute(
+            "INSERT INTO rankings_producttotal (product_id, units, revenue_cents)"
+            " SELECT 'old-' || i, 1, 100 FROM generate_series(1, 50000) AS i"
+        )
+        cursor.execute("ANALYZE rankings_saleid; ANALYZE rankings_producttotal")
+    events = [event(id=f"new-{i}", productId=f"p{i % 300}") for i in range(1_000)]
+    before = {table: _rows_read(table) for table in ("rankings_saleid", "rankings_producttotal")}
+    # when
+    result = ingest(*events)
+    # then every sale is stored, and each table read no more than a few rows a sale
+    assert result.accepted == 1_000
+    read = {table: _rows_read(table) - before[table] for table in before}
+    assert read["rankings_saleid"] < 3_000, read
+    assert read["rankings_producttotal"] < 3_000, read

@@ -38,7 +38,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.names_copy import names_mended
 from rankings.engine.shards import ALL
-from rankings.ingest.batch import retried, too_many_new
+from rankings.ingest.batch import keyed_lookup, retried, too_many_new
 from rankings.ingest.events import (
     AmountField,
     CategoriesField,
@@ -317,7 +317,7 @@ def _new_categories_bounded(
     return kept, sorted(taken)
 
 
-_STORED = f"SELECT product_id, price_cents, released_at FROM {_PRODUCTS} WHERE product_id IN (SELECT unnest(%s::text[]))"
+_STORED = keyed_lookup("product_id, price_cents, released_at", _PRODUCTS, "product_id")
 # Placeholders for the categories the products name that the catalogue lacks, by slug (concurrent
 # writers insert in one order); one created meanwhile is left as it is.
 _NEW_CATEGORIES = f"""

@@ -27,6 +27,7 @@ from rankings.ingest.batch import (
     Retry,
     canonical_json,
     catalogue_of,
+    keyed_lookup,
 )
 from rankings.ingest.events import MAX_AMOUNT_CENTS, MAX_AMOUNT_DIGITS, SaleEventSerializer
 from rankings.models import PendingSale, ProductTotal, Sale, SaleId
@@ -401,10 +402,7 @@ def _stored_originals(event_ids: set[str]) -> dict[str, _Original]:
 # totals, and if a concurrent batch's sales have taken one past the bound
 # meanwhile, the attempt is made again with the totals locked from the start.
 
-_LEDGER_READ = f"""
-SELECT product_id, units, revenue_cents FROM {ProductTotal._meta.db_table}
-WHERE product_id IN (SELECT unnest(%s::text[]))
-"""
+_LEDGER_READ = keyed_lookup("product_id, units, revenue_cents", ProductTotal._meta.db_table, "product_id")
 
 _LEDGER_LOCK = f"""
 INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents)
