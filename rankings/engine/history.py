@@ -13,9 +13,10 @@ categories, hour). Two connections read them side by side, each the hours of one
 both in the snapshot the history's transaction exported (rankings.engine.readers). A bucket keyed b
 is in the snapshot of every hour from b to b + span (span: the window's length less one bucket),
 the last excluded unless exact. Python holds the buckets as arrays and, a category at a time, takes
-the buckets of the lists that count in it (the version's tree expands each list once); numpy turns
-them into every hour's scores (a running sum over the hours) and ranks each hour's board (its first
-DEPTH ranks: score descending, then the products' byte order). What it writes is what the live
+the buckets of the lists that count in it (the version's tree expands each list once); numpy makes
+each hour's scores from the last hour's by the buckets that enter the window and leave it, and ranks
+each hour's board (its first DEPTH ranks: score descending, then the products' byte order) among the
+few products that can lead it (_Leaders). What it writes is what the live
 ticks write (snapshots.take): the first SNAPSHOT_DEPTH product ids of every non-empty board of the
 windows SNAPSHOT_WINDOWS, per metric, and the hours themselves, in one COPY that PostgreSQL stores
 while Python ranks on.
@@ -45,8 +46,6 @@ from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
 # Memory for _HOURLY's strings, for each of its two readers: those of 10 million sales (about half a
 # gigabyte) are kept whole until the scan ends, not written to disk in between.
 WORK_MEM = "1GB"
-# Hours × products ranked at a time, per metric: a board of a million products takes its hours two at a time.
-CELLS = 2_000_000
 
 # Every sale and engagement event from `lo` up to `hi` (and no later than the last hour), by its
 # hour bucket: keyed `b`, the first hour boundary at or after the fact, and `exact`, whether the
@@ -235,17 +234,9 @@ class _Hourly:
         places: dict[str, int] = {}
         lists: dict[str, int] = {}
         numbering = threading.Lock()
-        # Each row's columns as one tuple (appended at once, whichever reader adds it), led by empty
-        # ones: no bucket at all is arrays of none.
-        rows: list[tuple[np.ndarray, ...]] = [
-            (
-                np.zeros(0, dtype=np.int64),
-                np.zeros(0, dtype=np.int64),
-                np.zeros(0, dtype=np.int64),
-                np.zeros(0, dtype=bool),
-                np.zeros((0, len(METRICS)), dtype=np.int64),
-            )
-        ]
+        # Each row's bucket key, whether it is exact, and its columns (appended at once, whichever
+        # reader adds it).
+        rows: list[tuple[int, bool, tuple[np.ndarray, ...]]] = []
 
         def span_read(params: dict) -> None:
             with (
@@ -269,18 +260,34 @@ class _Hourly:
                     ).astype(np.int64)
                     rows.append(
                         (
-                            pairs >> 32,
-                            pairs & 0xFFFFFFFF,
-                            np.full(len(pairs), key, dtype=np.int64),
-                            np.full(len(pairs), on_boundary, dtype=bool),
-                            added.T,
+                            key,
+                            on_boundary,
+                            (
+                                pairs >> 32,
+                                pairs & 0xFFFFFFFF,
+                                np.full(len(pairs), key, dtype=np.int64),
+                                np.full(len(pairs), on_boundary, dtype=bool),
+                                added.T,
+                            ),
                         )
                     )
 
         with ThreadPoolExecutor(max_workers=len(spans)) as readers:
             for read in [readers.submit(span_read, params) for params in spans]:
                 read.result()  # re-raises, here, what failed in a reader
-        product, listed, b, exact, sums = (np.concatenate(column) for column in zip(*rows, strict=True))
+        # By bucket and, of a bucket, off its boundary first: so are a board's buckets, which then
+        # enter a window and leave it hour by hour in this order (_ranked). Led by empty columns:
+        # no bucket at all is arrays of none.
+        rows.sort(key=lambda row: row[:2])
+        empty = (
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=bool),
+            np.zeros((0, len(METRICS)), dtype=np.int64),
+        )
+        columns = [empty, *(row[2] for row in rows)]
+        product, listed, b, exact, sums = (np.concatenate(column) for column in zip(*columns, strict=True))
         names = list(places)
         order = sorted(range(len(names)), key=lambda i: names[i].encode())  # ties are ranked by bytes
         rank = np.empty(len(names), dtype=np.int64)
@@ -342,51 +349,92 @@ class _Hourly:
 def _ranked(board: _Board, first: int, hours: int, span: int):
     """(hour, metric, first DEPTH product ids) of every non-empty board of one window, hour by hour."""
     depth = rankings_settings.SNAPSHOT_DEPTH
-    # The hour (an index from `first`) each bucket enters the window at, and the first it is out of it.
+    # The hour (an index from `first`) each bucket enters the window at, and the first it is out of
+    # it: its value is added at the one and taken away at the other. Both in order, as the buckets
+    # are (_Hourly.read): hour i's are the buckets from enter[i] to enter[i + 1], and from leave[i] to
+    # leave[i + 1] (a change at `hours` is never made).
     enters = np.clip((board.b - first) // HOUR, 0, hours)
     leaves = np.clip((board.b + span + board.exact * HOUR - first) // HOUR, 0, hours)
-    width = len(board.products)
-    step = max(1, CELLS // width)
+    every = np.arange(hours + 1)
+    enter, leave = np.searchsorted(enters, every).tolist(), np.searchsorted(leaves, every).tolist()
+    column = board.column
     for m, metric in enumerate(METRICS):
-        values = board.sums[:, m]
+        values = np.ascontiguousarray(board.sums[:, m])
         if not values.any():
             continue  # no fact of this metric: every hour's board is empty
-        scores = np.zeros(width, dtype=np.int64)  # as of the hour before the chunk's first
-        cut = 1  # the last hour's depth-th score, where it had that many ranks
-        for h0 in range(0, hours, step):
-            h1 = min(h0 + step, hours)
-            changes = np.zeros((h1 - h0, width), dtype=np.int64)  # each hour's, by product
-            for at, sign in ((enters, 1), (leaves, -1)):
-                inside = (at >= h0) & (at < h1)
-                # By flat index: numpy adds along one axis several times faster than along two.
-                np.add.at(
-                    changes.reshape(-1),
-                    (at[inside] - h0) * width + board.column[inside],
-                    sign * values[inside],
+        leaders = _Leaders(len(board.products), depth)
+        ranked = leaders.first()
+        for i in range(hours):
+            entering, leaving = slice(enter[i], enter[i + 1]), slice(leave[i], leave[i + 1])
+            if entering.stop > entering.start or leaving.stop > leaving.start:  # else the last hour's board
+                leaders.change(
+                    np.concatenate((column[entering], column[leaving])),
+                    np.concatenate((values[entering], -values[leaving])),
                 )
-            for i in range(h1 - h0):
-                scores += changes[i]
-                ranked = _first_ranks(scores, depth, cut)
-                cut = int(scores[ranked[-1]]) if ranked.size == depth else 1
-                if ranked.size:
-                    yield first + (h0 + i) * HOUR, metric, board.products[ranked].tolist()
+                ranked = leaders.first()
+            if ranked.size:
+                yield first + i * HOUR, metric, board.products[ranked].tolist()
 
 
-def _first_ranks(scores: np.ndarray, depth: int, cut: int) -> np.ndarray:
-    """The columns of the first `depth` ranks of one hour's board: score descending, then column
-    (the products' byte order), scores <= 0 unranked. Where `depth` products score `cut` (at least
-    1: the last hour's depth-th score, as an hour moves few scores) or more, the depth-th score is
-    at least `cut`, and only those products are looked at; else every positive one. A board longer than
-    `depth` is cut at its depth-th score first (every product tied with it kept), so only those are
-    sorted."""
-    columns = np.flatnonzero(scores >= cut)
-    if columns.size < depth and cut > 1:
-        columns = np.flatnonzero(scores > 0)
-    if columns.size > depth:
-        values = scores[columns]
-        kth = np.partition(values, columns.size - depth)[columns.size - depth]
-        columns = columns[values >= kth]
-    return columns[np.lexsort((columns, -scores[columns]))][:depth]
+class _Leaders:
+    """The first `depth` ranks of a board (score descending, then column: the products' byte order;
+    a score of 0 or less unranked) whose scores change a few products at a time.
+
+    It holds every product that scores at least `floor` (and perhaps some that fell below it since):
+    where `depth` of them still do, the first ranks are among them, as every other product scores
+    less. Only the changed products are looked at, then, and those held: an hour of a board of a
+    million products costs what its changes do. Where fewer do, every score is looked at once and the
+    floor goes back to 1 (every ranked product held). Where the held have doubled since the floor was
+    last set (and are more than 4 × depth), it is raised to the score ranked 2 × depth among them; a
+    floor among many tied products cannot rise, and is not tried again until they double once more."""
+
+    def __init__(self, width: int, depth: int):
+        self.scores = np.zeros(width, dtype=np.int64)
+        self.depth = depth
+        self.floor = 1
+        self.held = np.zeros(0, dtype=np.int64)  # columns
+        self.holds = np.zeros(width, dtype=bool)
+        self.set_with = 2 * depth  # how many were held when the floor was last set
+
+    def change(self, columns: np.ndarray, changes: np.ndarray) -> None:
+        """Add `changes` to the scores of `columns` (a column may come more than once)."""
+        np.add.at(self.scores, columns, changes)
+        risen = columns[(self.scores[columns] >= self.floor) & ~self.holds[columns]]
+        if risen.size:
+            risen = np.unique(risen)
+            self.holds[risen] = True
+            self.held = np.concatenate((self.held, risen))
+
+    def first(self) -> np.ndarray:
+        """The columns of the first `depth` ranks, in rank order."""
+        scores, depth = self.scores, self.depth
+        values = scores[self.held]
+        values = self._keep(values >= self.floor, values)
+        if self.held.size < depth and self.floor > 1:  # too few left: every score is looked at
+            self.holds[self.held] = False
+            self.held = np.flatnonzero(scores > 0)
+            self.holds[self.held] = True
+            values = scores[self.held]
+            self.floor, self.set_with = 1, 2 * depth
+        if self.held.size > 2 * self.set_with:
+            floor = int(np.partition(values, self.held.size - 2 * depth)[self.held.size - 2 * depth])
+            if floor > self.floor:
+                self.floor = floor
+                values = self._keep(values >= floor, values)
+            self.set_with = self.held.size
+        above = self.held
+        if above.size > depth:
+            kept = values >= np.partition(values, above.size - depth)[above.size - depth]
+            above, values = above[kept], values[kept]
+        return above[np.lexsort((above, -values))][:depth]
+
+    def _keep(self, kept: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Hold only the held products marked `kept`; returns their `values` (one a held product)."""
+        if kept.all():
+            return values
+        self.holds[self.held[~kept]] = False
+        self.held = self.held[kept]
+        return values[kept]
 
 
 # The hours the active version ticked after the target's history ends, carried over to it: the
