@@ -429,7 +429,8 @@ class _Leaders:
         return above[np.lexsort((above, -values))][:depth]
 
     def _keep(self, kept: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Hold only the held products marked `kept`; returns their `values` (one a held product)."""
+        """Hold only the held products marked `kept`; `values` are the held products' scores, and
+        those of the ones kept are returned."""
         if kept.all():
             return values
         self.holds[self.held[~kept]] = False
