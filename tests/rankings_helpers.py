@@ -3,6 +3,8 @@
 import datetime as dt
 from decimal import Decimal
 
+from django.db import connection
+
 from catalogue.models import Category
 from rankings.conf import METRICS, rankings_settings
 from rankings.engine import store
@@ -15,6 +17,17 @@ from rankings.serving import memory, selectors
 from . import oracle
 
 START = dt.datetime(2026, 3, 2, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def table_rows_read(table: str) -> int:
+    """Rows of `table` this transaction has read so far, by scans and by index."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+            " WHERE relname = %s",
+            [table],
+        )
+        return cursor.fetchone()[0]
 
 
 def run_keys(client, pattern: str = "*") -> list[bytes]:

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from catalogue.models import Category, Product
 from catalogue.tree_import import categories_import
 
-from .rankings_helpers import Shop
+from .rankings_helpers import Shop, table_rows_read
 
 DEADLINE = 30  # seconds: how long a test waits for the other thread before it fails
 
@@ -73,16 +73,6 @@ def _categories_inserted(count: int) -> None:
         cursor.execute("ANALYZE catalogue_category")
 
 
-def _category_rows_read() -> int:
-    """Rows of the category table this transaction has read so far."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
-            " WHERE relname = 'catalogue_category'"
-        )
-        return cursor.fetchone()[0]
-
-
 def _tree_file(rows: int) -> list[str]:
     lines = ["slug,name,parent", "imported,Imported,"]
     lines += [f"imported-{i},Imported {i},imported" for i in range(rows)]
@@ -98,9 +88,9 @@ def test_an_import_reads_the_rows_it_names_not_the_whole_catalogue():
     _categories_inserted(30_000)
     # when 100 rows (half new, half renamed existing ones) are imported
     with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        before = _category_rows_read()
+        before = table_rows_read("catalogue_category")
         report = categories_import(lines=_tree_file(50))
-        read = _category_rows_read() - before
+        read = table_rows_read("catalogue_category") - before
     # then the import read rows in proportion to its own (and their ancestors), not 30,000
     assert len(report.created) == 51 and len(report.updated) == 50
     assert read < 2_000, read
@@ -164,13 +154,13 @@ def test_the_tree_guard_reads_the_levels_below_a_category_not_the_catalogue():
     root = Category.objects.get(slug="bulk-1")
     reads = []
     for pk in leaves:
-        before = _category_rows_read()
+        before = table_rows_read("catalogue_category")
         Category.objects.filter(pk=pk).update(parent=root)
-        reads.append(_category_rows_read() - before)
+        reads.append(table_rows_read("catalogue_category") - before)
     for i in range(20):
-        before = _category_rows_read()
+        before = table_rows_read("catalogue_category")
         Category.objects.create(slug=f"new-{i}", name=f"New {i}", parent=root)
-        reads.append(_category_rows_read() - before)
+        reads.append(table_rows_read("catalogue_category") - before)
     assert max(reads) < 100, reads
 
 

@@ -15,6 +15,7 @@ from rankings.engine.shards import active, shard_of
 from rankings.ingest.sales import event_digest, sales_ingest
 from rankings.models import IngestLog, PendingSale, Sale
 from tests.conftest import utc
+from tests.rankings_helpers import table_rows_read
 
 pytestmark = pytest.mark.django_db
 
@@ -713,17 +714,6 @@ def test_an_event_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_i
 # --- what a batch reads ----------------------------------------------------------------------
 
 
-def _rows_read(table: str) -> int:
-    """Rows of `table` this transaction has read so far."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
-            " WHERE relname = %s",
-            [table],
-        )
-        return cursor.fetchone()[0]
-
-
 def test_a_batch_reads_the_ids_and_totals_it_names_not_every_one_stored():
     """A batch of 1,000 sales among 50,000 stored ids and product totals reads about its own rows of
     each: at this size the planner matched them by a join that read the whole tables."""
@@ -740,11 +730,11 @@ def test_a_batch_reads_the_ids_and_totals_it_names_not_every_one_stored():
         )
         cursor.execute("ANALYZE rankings_saleid; ANALYZE rankings_producttotal")
     events = [event(id=f"new-{i}", productId=f"p{i % 300}") for i in range(1_000)]
-    before = {table: _rows_read(table) for table in ("rankings_saleid", "rankings_producttotal")}
+    before = {table: table_rows_read(table) for table in ("rankings_saleid", "rankings_producttotal")}
     # when
     result = ingest(*events)
     # then every sale is stored, and each table read no more than a few rows a sale
     assert result.accepted == 1_000
-    read = {table: _rows_read(table) - before[table] for table in before}
+    read = {table: table_rows_read(table) - before[table] for table in before}
     assert read["rankings_saleid"] < 3_000, read
     assert read["rankings_producttotal"] < 3_000, read
