@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankings.engine.history import _Leaders
+from rankings.engine.history import _Hourly, _Leaders
 
 
 def _sorted_first(scores: list[int], depth: int) -> list[int]:
@@ -39,3 +39,38 @@ def test_each_hour_s_first_ranks_are_those_of_sorting_every_score(board):
         for column, delta in changes:
             scores[column] += delta
         assert leaders.first().tolist() == _sorted_first(scores, depth)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda width: st.tuples(
+            st.just(width),
+            st.lists(st.lists(st.integers(0, width - 1), max_size=60), min_size=1, max_size=5),
+        )
+    )
+)
+def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalogue):
+    """One board after another from the same buckets, each naming products in any order and any
+    number of times: its products are the distinct ones in the catalogue's order, and each bucket's
+    column points at its own product, as sorting them gives."""
+    width, boards = catalogue
+    names = np.array([f"p{i:03d}" for i in range(width)], dtype=object)
+    product = np.array([p for board in boards for p in board], dtype=np.int64)
+    hourly = _Hourly(
+        products=names,
+        product=product,
+        lists=[""],
+        listed=np.zeros(len(product), dtype=np.int64),
+        b=np.zeros(len(product), dtype=np.int64),
+        exact=np.zeros(len(product), dtype=bool),
+        sums=np.zeros((len(product), 4), dtype=np.int64),
+        scratch=np.zeros(width, dtype=np.int64),
+    )
+    first = 0
+    for board in boards:
+        rows = np.arange(first, first + len(board), dtype=np.int64)
+        first += len(board)
+        made = hourly._board(rows)
+        assert made.products.tolist() == [names[p] for p in sorted(set(board))]
+        assert made.products[made.column].tolist() == [names[p] for p in board]

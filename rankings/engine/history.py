@@ -225,6 +225,7 @@ class _Hourly:
     b: np.ndarray
     exact: np.ndarray
     sums: np.ndarray  # buckets × METRICS
+    scratch: np.ndarray  # one slot a product, for _board
 
     @classmethod
     def read(cls, snapshot: str, spans: list[dict]) -> "_Hourly":
@@ -300,6 +301,7 @@ class _Hourly:
             b=b,
             exact=exact,
             sums=sums,
+            scratch=np.zeros(len(names), dtype=np.int64),
         )
 
     def boards(self, tree: Tree, layout: Layout) -> Iterator[list[tuple[str, "_Board"]]]:
@@ -314,8 +316,11 @@ class _Hourly:
             for category in (ALL, *tree.expand(text.split(",") if text else ())):
                 members.setdefault(category, []).append(j)
         for category in sorted(members):
+            # Runs already in order, one a list: merged by the stable sort (timsort), in a third of
+            # the quicksort's time.
             rows = np.sort(
-                np.concatenate([by_list[ends[j] - counts[j] : ends[j]] for j in members[category]])
+                np.concatenate([by_list[ends[j] - counts[j] : ends[j]] for j in members[category]]),
+                kind="stable",
             )
             yield list(self._parts(category, rows, layout))
 
@@ -336,10 +341,18 @@ class _Hourly:
             yield name, self._board(rows[order[ends[i - 1] if i else 0 : ends[i]]])
 
     def _board(self, rows: np.ndarray) -> "_Board":
-        present, column = np.unique(self.product[rows], return_inverse=True)
+        # The products present, in byte order, and each bucket's among them, in time linear in the
+        # board's buckets (np.unique sorted them all: a second for `all`'s millions): each product's
+        # slot of the scratch array takes the place of one of its buckets (whichever write lands),
+        # so the buckets found in their product's slot are one of each product.
+        product = self.product[rows]
+        places = np.arange(len(product))
+        self.scratch[product] = places
+        present = np.sort(product[self.scratch[product] == places])
+        self.scratch[present] = np.arange(len(present))
         return _Board(
             products=self.products[present],
-            column=column,
+            column=self.scratch[product],
             b=self.b[rows],
             exact=self.exact[rows],
             sums=self.sums[rows],
