@@ -3,14 +3,20 @@ equal to the recompute as of its hour from every sale known; a switch serves it,
 on, a switch back restores the old one; where no snapshot exists, replies and pages say so."""
 
 import datetime as dt
+import time
 
 import psycopg
 import pytest
 from django.db import connection
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
+from rankings.engine import history
 from rankings.engine.prune import prune
+from rankings.engine.readers import own_transaction, snapshot_export
 from rankings.engine.recompute import boards_recompute, snapshots_recompute
 from rankings.engine.shards import ALL, Layout, active, layout_plan, part_name, version_layout
 from rankings.engine.tree import version_tree
@@ -374,3 +380,37 @@ def test_a_rebuild_s_progress_through_the_history_is_seen_by_others_as_it_goes()
     assert len(seen) == 3
     assert all(shown == pytest.approx(fraction) for fraction, shown in seen)
     assert seen[-1][0] == pytest.approx(backfill.PROGRESS_CATCH_UP)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 30 * 24).flatmap(
+        lambda start: st.tuples(st.just(start), st.integers(start, start + 40 * 24), st.integers(1, 60 * 24))
+    )
+)
+def test_the_facts_are_read_in_spans_that_cover_the_hours_once_and_share_the_sales_alike(hours):
+    """Whatever the hours, the spans cover them from the first to the last, each once and in order,
+    each cut on an hour; from the earliest sale on, no span holds more than its share of the hours
+    and one, so no reader waits on a span three times another's."""
+    start, begin, length = hours
+    start, begin, end = start * HOUR, begin * HOUR, (begin + length) * HOUR
+    spans = history._spans(start, begin, end)
+    assert spans[0][0] == start and spans[-1][1] == end
+    assert all(lo < hi and hi == next_lo for (lo, hi), (next_lo, _) in zip(spans, spans[1:], strict=False))
+    assert all(lo % HOUR == 0 for lo, _ in spans[1:])
+    share = (end - begin) / history.SPANS + HOUR
+    assert all(hi - max(lo, begin) <= share for lo, hi in spans)
+
+
+@pytest.mark.django_db
+def test_a_span_that_fails_ends_the_read_without_waiting_for_the_other_span(monkeypatch):
+    """One reader's query fails while the other's runs on: the read raises the failure at once, the
+    other query cancelled, rather than when the other would have ended."""
+    monkeypatch.setattr(history, "_HOURLY", "SELECT pg_sleep(%(sleep)s), 1 / %(divisor)s")
+    spans = [{"sleep": 20, "divisor": 1}, {"sleep": 0, "divisor": 0}]
+    with own_transaction() as own, own.cursor() as cursor:
+        snapshot = snapshot_export(cursor)
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            history._Hourly.read(snapshot, spans)
+        assert time.monotonic() - started < 10
