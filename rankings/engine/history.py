@@ -453,7 +453,7 @@ class _Leaders:
         self.scores = np.zeros(width, dtype=np.int64)
         self.depth = depth
         self.floor = 1
-        self.held = np.zeros(0, dtype=np.int64)  # columns
+        self.held = np.zeros(0, dtype=np.int64)  # columns, in order
         self.holds = np.zeros(width, dtype=bool)
         self.set_with = 2 * depth  # how many were held when the floor was last set
 
@@ -464,7 +464,8 @@ class _Leaders:
         if risen.size:
             risen = np.unique(risen)
             self.holds[risen] = True
-            self.held = np.concatenate((self.held, risen))
+            # Two runs in order, merged by the stable sort (timsort).
+            self.held = np.sort(np.concatenate((self.held, risen)), kind="stable")
 
     def first(self) -> np.ndarray:
         """The columns of the first `depth` ranks, in rank order."""
@@ -487,7 +488,9 @@ class _Leaders:
         if above.size > depth:
             kept = values >= np.partition(values, above.size - depth)[above.size - depth]
             above, values = above[kept], values[kept]
-        return above[np.lexsort((above, -values))][:depth]
+        # Held in column order, which a stable sort by score keeps among ties: half the time a sort
+        # by score and column took (the columns, sorted again each hour, were in no order).
+        return above[np.argsort(-values, kind="stable")][:depth]
 
     def _keep(self, kept: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Hold only the held products marked `kept`; `values` are the held products' scores, and
