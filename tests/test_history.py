@@ -382,35 +382,51 @@ def test_a_rebuild_s_progress_through_the_history_is_seen_by_others_as_it_goes()
     assert seen[-1][0] == pytest.approx(backfill.PROGRESS_CATCH_UP)
 
 
-@hypothesis_settings(max_examples=200, deadline=None)
+@hypothesis_settings(max_examples=300, deadline=None)
 @given(
-    st.integers(0, 30 * 24).flatmap(
-        lambda start: st.tuples(st.just(start), st.integers(start, start + 40 * 24), st.integers(1, 60 * 24))
-    )
+    first=st.integers(0, 60 * 24),
+    widest=st.integers(0, 7 * 24),
+    before=st.integers(0, 40 * 24),
+    hours=st.integers(0, 60 * 24),
 )
-def test_the_facts_are_read_in_spans_that_cover_the_hours_once_and_share_the_sales_alike(hours):
-    """Whatever the hours, the spans cover them from the first to the last, each once and in order,
-    each cut on an hour; from the earliest sale on, no span holds more than its share of the hours
-    and one, so no reader waits on a span three times another's."""
-    start, begin, length = hours
-    start, begin, end = start * HOUR, begin * HOUR, (begin + length) * HOUR
+def test_the_facts_are_read_in_spans_that_cover_the_hours_once_and_share_the_sales_alike(
+    first, widest, before, hours
+):
+    """Whatever the hours (the earliest sale's hour `before` hours before the history's first, perhaps
+    before the read begins a window's length ahead of it), the spans cover the read from its start to
+    one past the last hour, each once and in order, each cut on an hour; from the earliest sale on,
+    no span holds more than its share of the hours and one, so no reader waits on a span three times
+    another's."""
+    start, begin, end = (first - widest) * HOUR, (first - before) * HOUR, (first + hours) * HOUR + 1
     spans = history._spans(start, begin, end)
     assert spans[0][0] == start and spans[-1][1] == end
     assert all(lo < hi and hi == next_lo for (lo, hi), (next_lo, _) in zip(spans, spans[1:], strict=False))
     assert all(lo % HOUR == 0 for lo, _ in spans[1:])
-    share = (end - begin) / history.SPANS + HOUR
-    assert all(hi - max(lo, begin) <= share for lo, hi in spans)
+    sales_from = max(start, begin)
+    share = (end - sales_from) / history.SPANS + HOUR
+    assert all(hi - max(lo, sales_from) <= share for lo, hi in spans)
 
 
 @pytest.mark.django_db
-def test_a_span_that_fails_ends_the_read_without_waiting_for_the_other_span(monkeypatch):
-    """One reader's query fails while the other's runs on: the read raises the failure at once, the
-    other query cancelled, rather than when the other would have ended."""
+def test_a_span_that_fails_ends_the_read_at_once_with_its_own_error_and_no_query_left_running(monkeypatch):
+    """One reader's query fails while the other's sleeps, two spans still to read: the read raises
+    that failure, not what a span on its aborted connection would, at once, the sleeping query
+    cancelled rather than waited for, and no other span begun."""
     monkeypatch.setattr(history, "_HOURLY", "SELECT pg_sleep(%(sleep)s), 1 / %(divisor)s")
-    spans = [{"sleep": 20, "divisor": 1}, {"sleep": 0, "divisor": 0}]
+    spans = [
+        {"sleep": 20, "divisor": 1},
+        {"sleep": 0.2, "divisor": 0},
+        {"sleep": 20, "divisor": 1},
+        {"sleep": 20, "divisor": 1},
+    ]
     with own_transaction() as own, own.cursor() as cursor:
         snapshot = snapshot_export(cursor)
         started = time.monotonic()
         with pytest.raises(psycopg.errors.DivisionByZero):
             history._Hourly.read(snapshot, spans)
         assert time.monotonic() - started < 10
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep%%' AND state = 'active'"
+        )
+        assert cursor.fetchone() == (0,)

@@ -24,8 +24,10 @@ while Python ranks on.
 """
 
 import datetime as dt
+import logging
 import math
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
+import psycopg
 from django.db import connection
 from psycopg.copy import QueuedLibpqWriter
 from tqdm import tqdm
@@ -45,6 +48,8 @@ from rankings.engine.snapshots import HOUR, instant, snapshot_windows
 from rankings.engine.tree import Tree
 from rankings.engine.windows import configured_windows
 from rankings.models import Sale, ShardState, Snapshot, SnapshotHour
+
+log = logging.getLogger(__name__)
 
 # The facts are read by READERS connections side by side, in SPANS spans of hours taken in turn.
 # More spans overlap more of PostgreSQL's grouping with Python's adding up, but each scans pages of
@@ -230,6 +235,72 @@ def _numbered(names: list[str], places: dict[str, int]) -> np.ndarray:
     return np.fromiter(map(places.__getitem__, names), np.int64, count=len(names))
 
 
+def _spans_read(snapshot: str, spans: list[dict]) -> Iterator[list[tuple]]:
+    """The rows of _HOURLY in each of `spans` (each binds it), a span's as soon as it is read, in any
+    order. READERS connections that see `snapshot` read them, each on a thread of its own and
+    taking the next span left, one span more than the readers asked for ahead: PostgreSQL returns a
+    span's rows only once it has grouped all its facts, and groups the next while the caller adds
+    up the last's. If anything fails, a reader's query or the caller (the generator closed), no
+    other span is begun, the queries running are cancelled and waited for, and what failed first
+    is raised."""
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    own = threading.local()  # a thread's connection: one a query failed on is used by no other
+    failed: list[BaseException] = []
+    stop = threading.Event()
+
+    def span_read(params: dict) -> list[tuple]:
+        if stop.is_set():
+            return []
+        if not hasattr(own, "reader"):
+            own.reader = free.get()
+        try:
+            with own.reader.cursor(binary=True) as cursor:
+                cursor.execute(_HOURLY, params)
+                return cursor.fetchall()
+        except BaseException as error:
+            failed.append(error)
+            stop.set()
+            raise
+
+    with ExitStack() as readers:
+        connections = [
+            readers.enter_context(snapshot_reader(snapshot, work_mem=WORK_MEM)) for _ in range(READERS)
+        ]
+        for reader in connections:
+            free.put(reader)
+        pool = readers.enter_context(ThreadPoolExecutor(max_workers=READERS))
+        left = iter(spans)
+        ahead = {pool.submit(span_read, params) for params in islice(left, READERS + 1)}
+        try:
+            while ahead:
+                done, ahead = wait(ahead, return_when=FIRST_COMPLETED)
+                for read in done:
+                    if read.exception() is not None:
+                        raise failed[0]  # not what followed from it
+                    ahead |= {pool.submit(span_read, params) for params in islice(left, 1)}
+                    yield read.result()
+                del done, read  # the spans added up are not held while the next is waited for
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            # Until no span runs: a query that reaches its server after a cancel is cancelled again.
+            # (A span the shutdown cancelled is done, though wait() never counts it so.)
+            while ahead := {read for read in ahead if not read.done()}:
+                for reader in connections:
+                    _cancelled(reader)
+                wait(ahead, timeout=1)
+            raise
+
+
+def _cancelled(reader: psycopg.Connection) -> None:
+    """Cancel what `reader` runs, if anything; a cancel that fails is logged, not raised (the read
+    is failing already, and the other readers are still to be cancelled)."""
+    try:
+        reader.cancel_safe(timeout=5)
+    except psycopg.Error as error:
+        log.warning("a history reader could not be cancelled: %r", error)
+
+
 def _added(
     row: tuple, places: dict[str, int], lists: dict[str, int]
 ) -> tuple[int, bool, tuple[np.ndarray, ...]]:
@@ -281,49 +352,16 @@ class _Hourly:
 
     @classmethod
     def read(cls, snapshot: str, spans: list[dict]) -> "_Hourly":
-        """The buckets of _HOURLY's facts in `spans` (each binds it), read in turn by READERS
-        connections that see `snapshot`, each taking the next span left, while this thread adds up
-        the rows of the spans already read: PostgreSQL groups a span's facts only once it has
-        scanned them all, and the next spans' are grouped while Python adds up the last's."""
+        """The buckets of _HOURLY's facts in `spans`, read by connections that see `snapshot`
+        (_spans_read), each span's rows added up here as soon as it is read, while PostgreSQL groups
+        the next spans' facts."""
         places: dict[str, int] = {}
         lists: dict[str, int] = {}
-        # Each row's bucket key, whether it is exact, and its columns.
+        # Each row's bucket key, whether it is exact, and its columns, in any order.
         rows: list[tuple[int, bool, tuple[np.ndarray, ...]]] = []
-        free: queue.SimpleQueue = queue.SimpleQueue()  # the connections not reading
-
-        def span_read(params: dict) -> list[tuple]:
-            reader = free.get()
-            try:
-                with reader.cursor(binary=True) as cursor:
-                    cursor.execute(_HOURLY, params)
-                    return cursor.fetchall()
-            finally:
-                free.put(reader)
-
-        with ExitStack() as readers:
-            connections = [
-                readers.enter_context(snapshot_reader(snapshot, work_mem=WORK_MEM)) for _ in range(READERS)
-            ]
-            for reader in connections:
-                free.put(reader)
-            pool = ThreadPoolExecutor(max_workers=READERS)
-            try:
-                left = iter(spans)
-                # One span more than the readers is asked for ahead: read while the last is added up.
-                # Each added up once read, in any order (the rows are sorted after).
-                ahead = {pool.submit(span_read, params) for params in islice(left, READERS + 1)}
-                while ahead:
-                    done, ahead = wait(ahead, return_when=FIRST_COMPLETED)
-                    for read in done:
-                        ahead |= {pool.submit(span_read, params) for params in islice(left, 1)}
-                        # re-raises, here, what failed in a reader
-                        rows.extend(_added(row, places, lists) for row in read.result())
-            except BaseException:
-                for reader in connections:  # a span still being read is not waited for
-                    reader.cancel_safe()
-                raise
-            finally:
-                pool.shutdown(cancel_futures=True)
+        for read in _spans_read(snapshot, spans):
+            rows.extend(_added(row, places, lists) for row in read)
+            del read  # not held while the next span is waited for
         # By bucket and, of a bucket, off its boundary first: so are a board's buckets, which then
         # enter a window and leave it hour by hour in this order (_ranked). Led by empty columns:
         # no bucket at all is arrays of none.

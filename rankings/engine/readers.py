@@ -1,6 +1,6 @@
 """Connections of a rebuild's own beside Django's: readers that see what another transaction sees (a
-rebuild reads the raw sales on two of them side by side, one query each, both in the snapshot its
-own transaction exported), and a transaction of its own for work that holds its connection long.
+rebuild reads the raw sales on two of them side by side, both in the snapshot its own transaction
+exported), and a transaction of its own for work that holds its connection long.
 """
 
 from collections.abc import Iterator
