@@ -197,8 +197,8 @@ def _spans(start: int, begin: int, end: int) -> list[tuple[int, int]]:
     """The hours from `start` to `end` in SPANS spans of about as many sales each, the sales taken to
     begin at `begin` (the earliest's hour): so the first span starts at `start`, the others share
     the hours from `begin` alike. The read begins a window's length before the history's first
-    hour, where a shop younger than the history's keep and that window has no sale (split from
-    there, one span of two held three times the other's sales)."""
+    hour, where a shop younger than the history's keep and that window has no sale: spans shared
+    from there would hold unequal shares (of two, one three times the other's)."""
     begin = max(start, begin)
     cuts = sorted({begin + (end - begin) * i // SPANS // HOUR * HOUR for i in range(1, SPANS)} - {start})
     bounds = [start, *cuts, end]
