@@ -56,8 +56,8 @@ log = logging.getLogger(__name__)
 # the others' (at 10 million sales, the read took 13.4 s in 4 spans, 14.5 s in 2, 16.0 s in 8).
 READERS = 2
 SPANS = 4
-# Memory for _HOURLY's strings, for each of its readers: those of 10 million sales (about half a
-# gigabyte) are kept whole until the scan ends, not written to disk in between.
+# Memory for _HOURLY's strings, for each statement: a span's are kept whole until its scan ends, not
+# written to disk in between (those of all 10 million sales make about half a gigabyte).
 WORK_MEM = "1GB"
 
 # Every sale and engagement event from `lo` up to `hi` (and no later than the last hour), by its
