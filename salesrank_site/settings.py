@@ -83,7 +83,7 @@ MIDDLEWARE = [
     # and in the response's X-Request-ID; then the request's log line.
     "salesrank_site.request_log.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "salesrank_site.security_policy.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
