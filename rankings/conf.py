@@ -107,7 +107,7 @@ DEFAULTS: dict[str, Setting] = {
         default_text="the machine's cores",
     ),
     "TICK_PARALLEL_FROM": Setting(
-        2_000,
+        5_000,
         int,
         "pending rows from which a tick counts as a backlog and uses its threads; a smaller tick"
         " stays on one connection, which costs less than opening more",

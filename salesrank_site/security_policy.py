@@ -41,18 +41,26 @@ def _plain_paths() -> bool:
     return not excluded and not settings.DEBUG
 
 
+# What django-csp's decorators (or a response class) set on a response to ask for another policy.
+_RESPONSE_ASKS = tuple(
+    f"_csp_{name}{suffix}" for name in ("exempt", "config", "update", "replace") for suffix in ("", "_ro")
+)
+
+
 def _plain(request, response) -> bool:
     """Whether the response gets the settings' policies as they stand: nothing of the request or
-    the response asks for another (django-csp's attributes all begin with `_csp_`)."""
+    the response (or its class) asks for another."""
     return (
         _plain_paths()
         and getattr(request, "_csp_nonce", None) is None
-        and not any(name.startswith("_csp_") for name in vars(response))
+        and not any(getattr(response, name, None) is not None for name in _RESPONSE_ASKS)
     )
 
 
 class CSPMiddleware(middleware.CSPMiddleware):
-    """django-csp's middleware, with the settings' policies built once."""
+    """django-csp's middleware, with the settings' policies built once. Its `get_policy_parts` is
+    consulted only for the responses that ask for another policy: a subclass changing the policy
+    of every response overrides `process_response` instead."""
 
     def process_response(self, request, response):
         if not _plain(request, response):

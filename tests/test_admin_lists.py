@@ -1,6 +1,7 @@
 """The admin's lists of facts (engagement events, the ingest log) at the size of a busy shop: each
 page reads a bounded number of rows, whatever the table holds."""
 
+import datetime as dt
 from urllib.parse import urlencode
 
 import pytest
@@ -57,10 +58,14 @@ def test_the_engagement_list_reads_a_page_not_the_table(admin_client, capped):
 
 def test_the_engagement_list_is_narrowed_by_day(admin_client):
     shop = Shop(now=timezone.now().replace(microsecond=0))
-    shop.engage(shop.engagement("p1"), shop.engagement("p2", kind="wish"))
+    shop.engage(
+        shop.engagement("p1"),
+        shop.engagement("p2", kind="wish"),
+        shop.engagement("p3", ago=dt.timedelta(days=1)),
+    )
 
     # as the day filter's own link says it: the day's first instant, with its offset
-    midnight = shop.now.replace(hour=0, minute=0, second=0)
+    midnight = timezone.localtime(shop.now).replace(hour=0, minute=0, second=0)
     reply, _ = _page(admin_client, "engagement", "?" + urlencode({"ts__gte": midnight.isoformat()}))
 
     assert reply.context["cl"].result_count == 2

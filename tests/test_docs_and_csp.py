@@ -3,6 +3,8 @@
 import re
 
 import pytest
+from csp.decorators import csp, csp_exempt, csp_replace, csp_update
+from django.http import HttpResponse
 
 from .rankings_helpers import Shop
 
@@ -33,7 +35,9 @@ def test_the_docs_page_loads_only_assets_of_this_server_and_each_is_served(clien
 def _directives(reply) -> dict[str, str]:
     """A response's policy, directive by directive (django-csp writes them in no set order)."""
     policy = reply.get("Content-Security-Policy", "")
-    return dict(d.strip().split(" ", 1) for d in policy.split(";") if d.strip())
+    return {
+        name: value for name, _, value in (d.strip().partition(" ") for d in policy.split(";") if d.strip())
+    }
 
 
 def test_every_response_carries_a_policy_that_allows_no_other_origin(client, admin_client):
@@ -54,9 +58,6 @@ def test_the_policy_is_built_once_not_for_every_response_and_a_view_s_own_policy
     client, settings, monkeypatch
 ):
     import csp.middleware
-    from csp.decorators import csp_update
-    from django.http import HttpResponse
-    from django.test import RequestFactory
 
     from salesrank_site import security_policy
 
@@ -87,11 +88,69 @@ def test_the_policy_is_built_once_not_for_every_response_and_a_view_s_own_policy
     settings.CONTENT_SECURITY_POLICY = {"DIRECTIVES": {"default-src": ["'none'"]}}
     assert _directives(client.get("/v1/categories")) == {"default-src": "'none'"}
 
-    # and a view that widens its own policy gets it
-    @csp_update({"img-src": "https://images.example"})
-    def view(request):
-        return HttpResponse("")
 
-    middleware = security_policy.CSPMiddleware(view)
-    reply = middleware(RequestFactory().get("/"))
-    assert _directives(reply) == {"default-src": "'none'", "img-src": "https://images.example"}
+class _Sandboxed(HttpResponse):
+    """A response whose class, not the view, asks for a stricter policy."""
+
+    _csp_config = {"default-src": ["'none'"], "sandbox": [""]}
+
+
+def _nonce_used(request):
+    return HttpResponse(f"<script nonce='{request.csp_nonce}'></script>")
+
+
+# Views that ask for another policy than the settings', each as django-csp's decorators let them.
+_VIEWS = {
+    "plain": lambda request: HttpResponse(""),
+    "exempt": csp_exempt()(lambda request: HttpResponse("")),
+    "exempt, report-only": csp_exempt(REPORT_ONLY=True)(lambda request: HttpResponse("")),
+    "update": csp_update({"img-src": "https://images.example"})(lambda request: HttpResponse("")),
+    "update, report-only": csp_update({"img-src": "https://images.example"}, REPORT_ONLY=True)(
+        lambda request: HttpResponse("")
+    ),
+    "replace": csp_replace({"img-src": "https://images.example"})(lambda request: HttpResponse("")),
+    "own policy": csp({"default-src": ["'none'"]})(lambda request: HttpResponse("")),
+    "own policy, report-only": csp({"default-src": ["'none'"]}, REPORT_ONLY=True)(
+        lambda request: HttpResponse("")
+    ),
+    "the response's class": lambda request: _Sandboxed(""),
+    "a nonce": _nonce_used,
+}
+
+
+@pytest.mark.parametrize("view", list(_VIEWS))
+def test_every_response_gets_the_policy_django_csp_would_give_it(view, settings):
+    from csp.constants import NONCE
+    from csp.exceptions import CSPNonceError
+    from csp.middleware import CSPMiddleware as Django_CSP
+    from django.test import RequestFactory
+
+    from salesrank_site.security_policy import CSPMiddleware
+
+    settings.CONTENT_SECURITY_POLICY = {
+        "DIRECTIVES": {"default-src": ["'self'"], "img-src": ["'self'"], "script-src": ["'self'", NONCE]}
+    }
+    settings.CONTENT_SECURITY_POLICY_REPORT_ONLY = {
+        "DIRECTIVES": {"default-src": ["'self'"], "script-src": ["'self'"]}
+    }
+    replies = {}
+    for middleware in (CSPMiddleware, Django_CSP):
+        request = RequestFactory().get("/")
+        reply = middleware(_VIEWS[view])(request)
+        nonce = re.search(r"nonce='([^']+)'", reply.content.decode())
+        if nonce is None:  # a nonce asked for once the header is written is an error, not a nonce
+            with pytest.raises(CSPNonceError):
+                str(request.csp_nonce)
+        else:  # the page's nonce is the policy's (each request has its own)
+            assert f"'nonce-{nonce.group(1)}'" in reply["Content-Security-Policy"]
+        replies[middleware] = [
+            _directives(
+                {
+                    "Content-Security-Policy": reply.get(header, "").replace(nonce.group(1), "…")
+                    if nonce
+                    else reply.get(header, "")
+                }
+            )
+            for header in ("Content-Security-Policy", "Content-Security-Policy-Report-Only")
+        ]
+    assert replies[CSPMiddleware] == replies[Django_CSP]
