@@ -1,8 +1,11 @@
 """What a reader process remembers is bounded in bytes, whatever a client asks."""
 
+import dataclasses
 import gc
+import sys
 import time
 import tracemalloc
+from decimal import Decimal
 
 import pytest
 
@@ -134,3 +137,37 @@ def test_forget_all_empties_every_cache_of_the_read_path():
         cache[("filled", i)] = i
     memory.forget_all()
     assert [len(cache) for cache in weighed] == [0] * len(weighed)
+
+
+def _held(value) -> int:
+    """The bytes a row holds, counted the slow, obvious way: itself and each field, and a field's
+    items when it is a list."""
+    fields = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    return sys.getsizeof(value) + sum(
+        sys.getsizeof(f) + (sum(map(sys.getsizeof, f)) if isinstance(f, list) else 0) for f in fields
+    )
+
+
+def test_the_weight_of_an_answers_rows_counts_every_field_of_every_row():
+    from rankings.serving import memory
+
+    rows = tuple(
+        selectors.RankedProduct(i + 1, f"p{i}", "a name " * i, i, Decimal(i) / 100, rank_then=i % 3 or None)
+        for i in range(50)
+    )
+
+    assert memory.weight(rows) == sys.getsizeof(rows) + sum(map(_held, rows))
+
+
+@dataclasses.dataclass
+class _Tagged:
+    name: str
+    tags: list
+
+
+def test_rows_holding_a_container_count_what_it_holds():
+    from rankings.serving import memory
+
+    rows = [_Tagged("a", ["x" * 100, "y" * 50]), _Tagged("b", [])]
+
+    assert memory.weight(rows) == sys.getsizeof(rows) + sum(map(_held, rows))

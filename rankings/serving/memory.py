@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from decimal import Decimal
 from functools import lru_cache
+from itertools import chain
 from operator import attrgetter, methodcaller
 
 from cachetools import Cache, LRUCache, TLRUCache, TTLCache
@@ -36,9 +37,15 @@ def _fields(kind: type):
 
 def _items_weight(values) -> int:
     """The weight of the values of a container: a board as Redis sent it (tens of thousands of
-    bytes objects) in one pass in C, anything else value by value."""
-    if set(map(type, values)) <= _LEAVES:
+    bytes objects) in one pass in C, and so the rows of an answer (dataclasses of one type whose
+    fields are leaves: 5 µs a row value by value); anything else value by value."""
+    kinds = set(map(type, values))
+    if kinds <= _LEAVES:
         return sum(map(_leaf_size, values))
+    if len(kinds) == 1 and (fields := _fields(kinds.pop())) is not None:
+        held = list(chain.from_iterable(map(fields, values)))
+        if set(map(type, held)) <= _LEAVES:
+            return sum(map(sys.getsizeof, values)) + sum(map(_leaf_size, held))
     return sum(map(weight, values))
 
 
