@@ -24,9 +24,10 @@ digests (`sales_trial_sql`; checked equal to today's on random events before the
 
 A fourth way overlaps the two sides of one client (`sales_trial_streamed`): its rows go by one COPY
 straight into the sales table (no staging table, no INSERT after it), handed to psycopg's writer
-thread a hundred at a time, so that PostgreSQL inserts them while Python makes the next ones; their
-digests are today's, written by Python without json.dumps (checked equal to today's with the
-third's). A COPY meeting an id taken before fails whole, and the batch would go today's way.
+thread a hundred at a time, so that PostgreSQL can insert them while Python makes the next ones
+(little of it overlaps: docs/architecture.md); their digests are today's, written by Python without
+json.dumps (checked equal to today's with the third's). A COPY meeting an id taken before fails
+whole, and the batch would go today's way.
 
 What the trial leaves out, so that its figures are bounds of what it does: returns, sales without
 categories or an amount, views with an id (each goes the per-event way today's takes), a batch
@@ -452,10 +453,10 @@ def _digest_text(event, instant: dt.datetime, categories: list[str], cents: int)
 
 def sales_trial_streamed(body: bytes) -> int:
     """Store a batch of sales in the trial shape by one COPY straight into the sales table, its rows
-    sent by psycopg's writer thread as Python makes them: PostgreSQL inserts (the unique id, the
-    indexes, the partitions) while Python makes the next rows and their digests. A batch naming an id
-    taken before fails the COPY, and with it the batch (today's way would take it, as the trial leaves
-    such batches). The number stored."""
+    sent by psycopg's writer thread as Python makes them, so that PostgreSQL can insert (the unique
+    id, the indexes, the partitions) while Python makes the next rows and their digests. A batch
+    naming an id taken before fails the COPY, and with it the batch (today's way would take it, as
+    the trial leaves such batches). The number stored."""
     from django.db import connection, transaction
     from psycopg.copy import QueuedLibpqWriter
     from psycopg.errors import UniqueViolation
@@ -522,8 +523,8 @@ def sales_trial_streamed(body: bytes) -> int:
 def _sql_digests_checked(rng: random.Random, count: int = 2000) -> None:
     """Raise unless PostgreSQL's digests of `count` random events are today's, byte for byte (ids
     with quotes and backslashes, fractional and whole instants, amounts in each form the struct takes,
-    repeated categories), and it leaves
-    the instants finer than a microsecond to today's way; and unless the streamed way's are too."""
+    repeated categories), and it leaves the instants finer than a microsecond to today's way; and
+    unless the streamed way's are today's too."""
     from django.db import connection
 
     from rankings.ingest.sales import event_digest
