@@ -215,17 +215,23 @@ _STAGE = (
 _STAGE_TYPES = ["varchar", "timestamptz", "varchar", "text", "int4", "int8", "varchar"]
 
 # After the sales whose id is new (`stored`), the product totals they add to, in the same statement.
-_TOTALS_ADDED = """
-), totals AS (
-    INSERT INTO shape_trial.producttotal AS total (product_id, units, revenue_cents, first_sold_at)
-    SELECT product_id, sum(qty), sum(amount_cents), min(counted_at) FROM stored
-    GROUP BY product_id ORDER BY product_id
-    ON CONFLICT (product_id) DO UPDATE SET units = total.units + excluded.units,
-        revenue_cents = total.revenue_cents + excluded.revenue_cents,
-        first_sold_at = least(total.first_sold_at, excluded.first_sold_at)
-)
-SELECT count(*) FROM stored
+# Products' totals added to, from `{sold}`: rows of (product, units, cents, first instant) in product order.
+_TOTALS_ADD = """
+INSERT INTO shape_trial.producttotal AS total (product_id, units, revenue_cents, first_sold_at)
+{sold}
+ON CONFLICT (product_id) DO UPDATE SET units = total.units + excluded.units,
+    revenue_cents = total.revenue_cents + excluded.revenue_cents,
+    first_sold_at = least(total.first_sold_at, excluded.first_sold_at)
 """
+
+_TOTALS_ADDED = (
+    "\n), totals AS ("
+    + _TOTALS_ADD.format(
+        sold="SELECT product_id, sum(qty), sum(amount_cents), min(counted_at) FROM stored"
+        " GROUP BY product_id ORDER BY product_id"
+    )
+    + ")\nSELECT count(*) FROM stored\n"
+)
 
 # The sales whose id is new, and the product totals they add to, in one statement.
 _INSERT = (
@@ -418,13 +424,9 @@ def sales_trial_sql(body: bytes) -> int:
 
 
 # The product totals of a batch stored by `sales_trial_streamed`, added once its sales are in.
-_TOTALS_STREAMED = """
-INSERT INTO shape_trial.producttotal AS total (product_id, units, revenue_cents, first_sold_at)
-SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[]) ORDER BY 1
-ON CONFLICT (product_id) DO UPDATE SET units = total.units + excluded.units,
-    revenue_cents = total.revenue_cents + excluded.revenue_cents,
-    first_sold_at = least(total.first_sold_at, excluded.first_sold_at)
-"""
+_TOTALS_STREAMED = _TOTALS_ADD.format(
+    sold="SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[]) ORDER BY 1"
+)
 
 STREAMED_LINES = 100  # rows handed to the writer thread at a time
 
