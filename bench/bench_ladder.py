@@ -22,7 +22,18 @@ table partitioned by a hash of the event id, unique in it, with BRIN indexes on 
 the writing transaction's id in place of the month partitions, the B-tree by instant, the sale id
 and the id table.
 
-Steps 2 to 7 copy the same rows, made once beforehand, as today's ingest makes them, and steps 3 to
+Views and wishes climb from their own floor (bench_engage._copy_floor: 200,000 views copied in
+binary into the raw table itself, in one transaction) as POST /v1/engagements stores them, without
+ids, 10,000 a batch:
+
+1. the floor;
+2. the same rows, 10,000 a transaction, each committed;
+3. today's rows: text lines made by Python (rankings.ingest.engagement.EngagementIngest.write,
+   its queue statement not run: Python still groups the rows);
+4. the queue rows, grouped by product, second and categories, inserted: today's write whole;
+5. today's whole batch in process (rankings.ingest.engagement.engagements_ingest).
+
+Steps 2 to 7 of the sales copy the same rows, made once beforehand, as today's ingest makes them, and steps 3 to
 7 write into tables of a schema of their own, dropped at the end, each step into empty tables; step
 8 stores into the real tables, as `--only ingest` does. Each run takes the steps in turn, from another first each time. Reported for each step: the
 rows a second, its ratio to the floor and to the step before, and the CPU a row of this process and
@@ -43,6 +54,8 @@ from bench import harness
 
 BATCH = 1_000
 BATCHES = 100  # a run of each step from 2 on stores BATCHES × BATCH rows
+VIEW_BATCH = 10_000
+VIEW_BATCHES = 20
 
 _SCHEMA = """
 DROP SCHEMA IF EXISTS ladder CASCADE;
@@ -212,6 +225,93 @@ def _today(bodies: list[bytes]) -> None:
             raise RuntimeError("today's ingest did not store every sale of a batch")
 
 
+def _view_batches(run: int) -> tuple[list[list], list[bytes]]:
+    """VIEW_BATCHES batches of VIEW_BATCH views of run `run`: as today's rows, and as request bodies."""
+    from bench.bench_engage import _views
+    from rankings.engine.partitions import engagement_partitions_ensure
+    from rankings.ingest.engagement import _Row
+
+    rng = random.Random(1000 + run)
+    batches, bodies = [], []
+    for _ in range(VIEW_BATCHES):
+        events = _views(VIEW_BATCH, rng)
+        rows = [
+            _Row(
+                index=index,
+                event_id=None,
+                ts=dt.datetime.fromtimestamp(event["ts"], tz=dt.UTC),
+                product_id=event["productId"],
+                kind=event["kind"],
+                categories=event["categories"],
+                digest=None,
+            )
+            for index, event in enumerate(events)
+        ]
+        engagement_partitions_ensure(row.ts for row in rows)
+        batches.append(rows)
+        bodies.append(json.dumps({"events": events}).encode())
+    return batches, bodies
+
+
+_VIEWS_COPY = (
+    "COPY rankings_engagement (ts, product_id, kind, categories, received_at) FROM STDIN (FORMAT BINARY)"
+)
+
+
+def _views_copied(batches: list[list]) -> None:
+    """Each batch's views copied in binary into the raw table, as the floor copies them."""
+    from django.db import connection, transaction
+
+    received = dt.datetime.now(dt.UTC)
+    for rows in batches:
+        with transaction.atomic(), connection.cursor() as cursor, cursor.copy(_VIEWS_COPY) as copy:
+            copy.set_types(["timestamptz", "varchar", "varchar", "varchar[]", "timestamptz"])
+            for row in rows:
+                copy.write_row((row.ts, row.product_id, row.kind, row.categories, received))
+
+
+class _Unqueued:
+    """A cursor that runs everything but the engagement ingest's queue statement: today's write of raw
+    rows alone."""
+
+    def __init__(self, cursor):
+        self.cursor = cursor
+
+    def execute(self, statement, params=None):
+        from rankings.ingest.engagement import _QUEUE
+
+        if statement is not _QUEUE:
+            self.cursor.execute(statement, params)
+
+    def copy(self, statement):
+        return self.cursor.copy(statement)
+
+
+def _views_written(batches: list[list], *, queued: bool) -> None:
+    """Each batch stored by today's write (its raw rows as text lines, and unless not `queued`, its
+    queue rows grouped), one transaction a batch."""
+    from django.db import connection, transaction
+
+    from rankings.engine.shards import layout_checked
+    from rankings.engine.tree import version_tree
+    from rankings.ingest.batch import _queue_of
+    from rankings.ingest.engagement import EngagementIngest
+
+    number, layout = layout_checked()
+    queue_of = _queue_of(layout, version_tree(number))
+    for rows in batches:
+        with transaction.atomic(), connection.cursor() as cursor:
+            EngagementIngest().write(cursor if queued else _Unqueued(cursor), rows, queue_of)
+
+
+def _views_today(bodies: list[bytes]) -> None:
+    from bench.bench_shape import views_today
+
+    for body in bodies:
+        if views_today(body) != VIEW_BATCH:
+            raise RuntimeError("today's ingest did not store every view of a batch")
+
+
 # Each step's name, what it adds, and how it is run on (the rows staged, the request bodies).
 STEPS = {
     "2": ("the same rows, 1,000 a transaction", lambda b, _: _pairs(b, temporary=True)),
@@ -229,15 +329,22 @@ STEPS = {
     "7": ("the queue rows: today's statement", lambda b, _: _staged(b, _today_statement(queue=True))),
     "8": ("today's whole batch, in process", lambda _, bodies: _today(bodies)),
 }
+VIEW_STEPS = {
+    "2": ("the same rows, 10,000 a transaction", lambda b, _: _views_copied(b)),
+    "3": ("today's rows, text lines made by Python", lambda b, _: _views_written(b, queued=False)),
+    "4": ("the queue rows, grouped", lambda b, _: _views_written(b, queued=True)),
+    "5": ("today's whole batch, in process", lambda _, bodies: _views_today(bodies)),
+}
 
 
 def _emptied() -> None:
-    """Every table of the ladder emptied: each step stores into empty tables, not another step's."""
+    """Every table the ladders store into emptied: each step stores into empty tables, not another step's."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE ladder.pair, ladder.wide, ladder.indexed, ladder.sale, ladder.saleid, ladder.pendingsale"
+            "TRUNCATE ladder.pair, ladder.wide, ladder.indexed, ladder.sale, ladder.saleid, ladder.pendingsale,"
+            " rankings_engagement, rankings_pendingengagement"
         )
         cursor.execute("DROP TABLE IF EXISTS ladder_pair")
 
@@ -246,7 +353,7 @@ def _emptied() -> None:
 _AFTER = {"2": "1", "3": "2", "4": "3", "5": "4", "6": "5", "6t": "5", "7": "6", "8": "7"}
 
 
-def _timed(step, batches, bodies) -> tuple[float, float, float]:
+def _timed(step, batches, bodies, rows: int) -> tuple[float, float, float]:
     """(rows/s, client CPU a row, PostgreSQL CPU a row) of one run of a step, into empty tables."""
     from django.db import connection
 
@@ -256,7 +363,6 @@ def _timed(step, batches, bodies) -> tuple[float, float, float]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (backend,) = cursor.fetchone()
-    rows = BATCHES * BATCH
     cpu, backend_cpu, started = time.process_time(), _backend_cpu(backend), time.perf_counter()
     step(batches, bodies)
     seconds = time.perf_counter() - started
@@ -267,7 +373,7 @@ def run(table: harness.Table, runs: int = 3) -> harness.Table:
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import bench_ingest, bench_shape
+    from bench import bench_engage, bench_ingest, bench_shape
     from bench.bench_shape import sales_today
     from rankings.engine.partitions import month_of
 
@@ -284,8 +390,20 @@ def run(table: harness.Table, runs: int = 3) -> harness.Table:
             batches, bodies = _batches(run_number)
             order = list(STEPS)[run_number % len(STEPS) :] + list(STEPS)[: run_number % len(STEPS)]
             for name in order:
-                figures.setdefault(name, []).append(_timed(STEPS[name][1], batches, bodies))
+                figures.setdefault(name, []).append(_timed(STEPS[name][1], batches, bodies, BATCH * BATCHES))
             figures.setdefault("1", []).append((bench_ingest._copy_floor(), 0.0, 0.0))
+            views, view_bodies = _view_batches(run_number)
+            order = (
+                list(VIEW_STEPS)[run_number % len(VIEW_STEPS) :]
+                + list(VIEW_STEPS)[: run_number % len(VIEW_STEPS)]
+            )
+            for name in order:
+                figures.setdefault(f"v{name}", []).append(
+                    _timed(VIEW_STEPS[name][1], views, view_bodies, VIEW_BATCH * VIEW_BATCHES)
+                )
+            figures.setdefault("v1", []).append(
+                (bench_engage._copy_floor(random.Random(run_number)), 0.0, 0.0)
+            )
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP SCHEMA IF EXISTS ladder, shape_trial CASCADE")
@@ -293,19 +411,32 @@ def run(table: harness.Table, runs: int = 3) -> harness.Table:
         name: [statistics.median(values) for values in zip(*runs_, strict=True)]
         for name, runs_ in figures.items()
     }
-    floor = median["1"][0]
-    table.add("1. the floor: 200,000 rows, one COPY and one INSERT, temporary tables", f"{floor:,.0f} rows/s")
-    rates = {"1": floor}
-    for name, (what, _) in STEPS.items():
+    _ladder_added(
+        table, "sales", median, STEPS, _AFTER, floor="200,000 rows, one COPY and one INSERT, temporary tables"
+    )
+    views = {f"v{name}": step for name, step in VIEW_STEPS.items()}
+    after = {f"v{name}": f"v{int(name) - 1}" for name in VIEW_STEPS}
+    _ladder_added(
+        table, "views", median, views, after, floor="200,000 views, one binary COPY into the raw table"
+    )
+    return table
+
+
+def _ladder_added(
+    table: harness.Table, kind: str, median: dict, steps: dict, after: dict, *, floor: str
+) -> None:
+    """One ladder's rows: its floor, then each step with its ratio to the floor and to the step it adds to."""
+    first = next(iter(after.values()))
+    rates = {first: median[first][0]}
+    table.add(f"{kind} {first.lstrip('v')}. the floor: {floor}", f"{rates[first]:,.0f} rows/s")
+    for name, (what, _) in steps.items():
         rate, client, backend = median[name]
         rates[name] = rate
-        after = _AFTER[name]
         table.add(
-            f"{name}. + {what}",
+            f"{kind} {name.lstrip('v')}. + {what}",
             f"{rate:,.0f} rows/s",
-            f"the floor {floor:,.0f} rows/s",
-            f"{rate / floor:.2f}x",
-            note=f"{rate / rates[after]:.2f}x of step {after}; CPU a row: client {client * 1e6:.1f} µs,"
-            f" PostgreSQL {backend * 1e6:.1f} µs",
+            f"the floor {rates[first]:,.0f} rows/s",
+            f"{rate / rates[first]:.2f}x",
+            note=f"{rate / rates[after[name]]:.2f}x of step {after[name].lstrip('v')}; CPU a row:"
+            f" client {client * 1e6:.1f} µs, PostgreSQL {backend * 1e6:.1f} µs",
         )
-    return table
