@@ -123,6 +123,13 @@ def _clients_rate(url: str, token: str, clients: int, batches: int, rng: random.
     return clients * batches * BATCH / (time.perf_counter() - started)
 
 
+# The floor's rows: a view as the raw table holds it, in binary (bench_ladder copies them a batch at a time).
+FLOOR_COPY = (
+    "COPY rankings_engagement (ts, product_id, kind, categories, received_at) FROM STDIN (FORMAT BINARY)"
+)
+FLOOR_COPY_TYPES = ["timestamptz", "varchar", "varchar", "varchar[]", "timestamptz"]
+
+
 def _copy_floor(rng: random.Random, rows: int = 200_000) -> float:
     """Rows/s of PostgreSQL's binary COPY of views into rankings_engagement itself (rolled back)."""
     from django.db import connection, transaction
@@ -140,10 +147,8 @@ def _copy_floor(rng: random.Random, rows: int = 200_000) -> float:
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             started = time.perf_counter()
-            with cursor.copy(
-                "COPY rankings_engagement (ts, product_id, kind, categories, received_at) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["timestamptz", "varchar", "varchar", "varchar[]", "timestamptz"])
+            with cursor.copy(FLOOR_COPY) as copy:
+                copy.set_types(FLOOR_COPY_TYPES)
                 received = dt.datetime.now(dt.UTC)
                 for event, at in zip(events, instants, strict=True):
                     copy.write_row((at, event["productId"], event["kind"], event["categories"], received))
