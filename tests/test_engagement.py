@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from catalogue.models import Category, Product
 from rankings.engine.partitions import engagement_partitions
 from rankings.engine.prune import engine_now, prune
+from rankings.ingest import engagement
 from rankings.models import Engagement, EngagementId, IngestLog, PendingEngagement, Sale
 from rankings.operations.backfill import version_build
 from rankings.operations.tokens import token_create
@@ -166,6 +167,21 @@ def test_a_batch_of_one_view_of_a_product_with_no_categories_is_queued_for_all_a
 
 
 # --- the boards --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("events", [9, 10])
+def test_a_batch_sent_to_postgresql_in_pieces_is_stored_whole_and_once(monkeypatch, events):
+    """A batch's raw lines go to PostgreSQL a few at a time as they are made: every piece, the last
+    one whole or short, is stored, none twice."""
+    monkeypatch.setattr(engagement, "COPY_LINES", 3)
+    shop = Shop()
+    shop.engage(*[shop.engagement(f"p{i % 4}", kind="wish" if i % 5 == 0 else "view") for i in range(events)])
+
+    shop.tick()
+
+    assert Engagement.objects.count() == events
+    assert sum(views for _, views in shop.top(metric="views")) == events - (events + 4) // 5
+    shop.assert_exact()
 
 
 def test_views_and_wishes_rank_products_apart_from_sales():

@@ -137,6 +137,7 @@ FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
 """
 
 _RAW_COLUMNS = "event_id, ts, product_id, kind, categories, received_at"
+COPY_LINES = 250
 
 
 def _copy_text(value: str | None) -> str:
@@ -203,20 +204,25 @@ class EngagementIngest(BatchIngest):
         engagement_partitions_ensure(instants)
         received_at = timezone.now().isoformat()
         groups: dict[tuple, list] = {}  # (product, second, categories) -> [views, wishes, a row of them]
-        lines = []
-        for row in chosen:
-            stamp, second = instants[row.ts]
-            lines.append(
-                f"{_copy_text(row.event_id)}\t{stamp}\t{row.product_id}\t{row.kind}\t{_copy_array(row.categories)}"
-                f"\t{received_at}\n"
-            )
-            key = (row.product_id, second, tuple(row.categories))
-            counts = groups.get(key)
-            if counts is None:
-                counts = groups[key] = [0, 0, row]
-            counts[row.kind == "wish"] += 1
         # Text, built here: psycopg's binary dumper of the categories' arrays takes three times as long.
+        # Sent as it is made, COPY_LINES at a time, so that PostgreSQL stores lines while Python makes
+        # the next ones.
         with cursor.copy(f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN") as copy:
+            lines = []
+            for row in chosen:
+                stamp, second = instants[row.ts]
+                lines.append(
+                    f"{_copy_text(row.event_id)}\t{stamp}\t{row.product_id}\t{row.kind}"
+                    f"\t{_copy_array(row.categories)}\t{received_at}\n"
+                )
+                if len(lines) == COPY_LINES:
+                    copy.write("".join(lines))
+                    lines.clear()
+                key = (row.product_id, second, tuple(row.categories))
+                counts = groups.get(key)
+                if counts is None:
+                    counts = groups[key] = [0, 0, row]
+                counts[row.kind == "wish"] += 1
             copy.write("".join(lines))
         grouped = list(groups.items())
         # Each column as one text of lines, which none of its values can hold: psycopg's dumper of
