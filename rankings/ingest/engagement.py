@@ -137,6 +137,8 @@ FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
 """
 
 _RAW_COLUMNS = "event_id, ts, product_id, kind, categories, received_at"
+# Raw lines handed to PostgreSQL at a time, so that it stores them while Python makes the next: 250,
+# 1,000 and 4,000 stored 10,000 views alike, a fifth faster than one piece at the end (bench ladder).
 COPY_LINES = 250
 
 
