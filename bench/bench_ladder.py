@@ -168,15 +168,13 @@ def _batches(run: int, count: int = BATCHES) -> tuple[list[list[tuple]], list[by
             amount = Decimal(event["amount"])
             digest = event_digest({**event, "ts": ts, "amount": amount})
             queue = queue_of(SimpleNamespace(categories=event["categories"], product_id=event["productId"]))
-            categories = ",".join(event["categories"])
-            product = event["productId"]
             rows.append(
                 (
                     index,
                     event["id"],
                     ts,
-                    product,
-                    categories,
+                    event["productId"],
+                    ",".join(event["categories"]),
                     event["qty"],
                     to_cents(amount),
                     None,
