@@ -362,7 +362,7 @@ def _products_write(products: list[dict], new_categories: list[str]) -> int:
     """Store `products` (validated items, each id once), what an item leaves out kept as it was;
     return how many were created."""
     with connection.cursor() as cursor:
-        cursor.execute(_STORED, [[data["id"] for data in products]])
+        cursor.execute(_STORED, ["\n".join(data["id"] for data in products)])
         stored = {pid: (price, released) for pid, price, released in cursor.fetchall()}
         if new_categories:
             cursor.execute(_NEW_CATEGORIES, [new_categories])

@@ -406,7 +406,7 @@ _LEDGER_READ = keyed_lookup("product_id, units, revenue_cents", ProductTotal._me
 
 _LEDGER_LOCK = f"""
 INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents)
-SELECT product_id, 0, 0 FROM unnest(%s::text[]) WITH ORDINALITY AS wanted(product_id, n) ORDER BY n
+SELECT product_id, 0, 0 FROM unnest(string_to_array(%s, E'\\n')) WITH ORDINALITY AS wanted(product_id, n) ORDER BY n
 ON CONFLICT (product_id) DO UPDATE SET units = total.units
 RETURNING product_id, units, revenue_cents
 """
@@ -416,8 +416,10 @@ RETURNING product_id, units, revenue_cents
 _LEDGER_ADD = f"""
 INSERT INTO {ProductTotal._meta.db_table} AS total (product_id, units, revenue_cents, first_sold_at)
 SELECT product_id, units, revenue_cents, first_sold_at
-FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::timestamptz[])
-     WITH ORDINALITY AS sold(product_id, units, revenue_cents, first_sold_at, n)
+FROM unnest(
+    string_to_array(%s, E'\\n'), string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::bigint[],
+    string_to_array(%s, E'\\n')::timestamptz[]
+) WITH ORDINALITY AS sold(product_id, units, revenue_cents, first_sold_at, n)
 ORDER BY n
 ON CONFLICT (product_id) DO UPDATE
 SET units = total.units + excluded.units, revenue_cents = total.revenue_cents + excluded.revenue_cents,
@@ -435,7 +437,7 @@ def _ledger_totals(product_ids: set[str], *, lock: bool) -> dict[str, list[int]]
     if not product_ids:
         return {}
     with connection.cursor() as cursor:
-        cursor.execute(_LEDGER_LOCK if lock else _LEDGER_READ, [sorted(product_ids)])
+        cursor.execute(_LEDGER_LOCK if lock else _LEDGER_READ, ["\n".join(sorted(product_ids))])
         totals = {product_id: [units, revenue] for product_id, units, revenue in cursor.fetchall()}
     return {product_id: totals.get(product_id, [0, 0]) for product_id in product_ids}
 
@@ -473,11 +475,12 @@ def _ledger_add(rows: list[_Row], inserted: set[str]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             _LEDGER_ADD,
+            # Each column as one text (see keyed_lookup).
             [
-                product_ids,
-                [sold[p][0] for p in product_ids],
-                [sold[p][1] for p in product_ids],
-                [first[p] for p in product_ids],
+                "\n".join(product_ids),
+                ",".join(str(sold[p][0]) for p in product_ids),
+                ",".join(str(sold[p][1]) for p in product_ids),
+                "\n".join(first[p].isoformat() for p in product_ids),
             ],
         )
         if any(max(totals) > MAX_PRODUCT_TOTAL for totals in cursor.fetchall()):
