@@ -10,7 +10,14 @@ from django.db import IntegrityError, transaction
 
 from catalogue.models import Category
 from rankings.engine.shards import active
-from rankings.engine.tree import Tree, active_tree, categories_expand, tree_affected, tree_pending
+from rankings.engine.tree import (
+    Tree,
+    active_tree,
+    categories_expand,
+    tree_affected,
+    tree_pending,
+    version_tree,
+)
 from rankings.operations import backfill
 from rankings.serving import memory
 
@@ -393,3 +400,18 @@ def test_the_compare_page_says_which_boards_a_tree_switch_counts_again(admin_cli
     page = admin_client.get(f"/admin/rankings/rankingversion/{version.number}/compare/").content.decode()
     assert "strategy under garden (now board-games)" in page
     assert "The boards of board-games, garden, toys are counted again" in page
+
+
+def test_a_version_made_after_its_tree_was_asked_for_counts_with_its_own():
+    """A version's tree is read once a process, but a number without a row is asked again: a
+    rebuild's row may be made after something asked for it."""
+    from rankings.models import RankingVersion
+
+    # given a number asked for before its version exists
+    assert version_tree(7) == Tree({})
+    # when the version is made with a tree
+    RankingVersion.objects.create(
+        number=7, state=RankingVersion.State.BUILDING, shards=1, tree={"cars": "toys"}
+    )
+    # then its tree is the one it counts with
+    assert version_tree(7).expand(["cars"]) == ("cars", "toys")

@@ -10,7 +10,7 @@ from catalogue.models import Category
 from rankings.conf import MAX_DEPTH
 from rankings.engine import store
 from rankings.engine.shards import ALL
-from rankings.engine.tree import EMPTY, Tree, version_tree
+from rankings.engine.tree import EMPTY, Tree, version_tree, version_trees_forget
 from rankings.serving import memory
 from rankings.serving.answers import CategoriesPage, NotFound, catalogue_unreachable
 from rankings.serving.memory import WeighedLRU, WeighedTLRU, WeighedTTL
@@ -228,3 +228,5 @@ def _tree_forget() -> None:
 
 # One version's tree: its size is the catalogue's (tens of megabytes at a million categories).
 memory.keep(f"{__name__}._tree_held", _tree_forget, kind="categories", bytes=None)
+# The trees of the last TREES_KEPT versions read, this one's among them (the same objects).
+memory.keep("rankings.engine.tree._trees", version_trees_forget, kind="categories", bytes=None)
