@@ -157,7 +157,7 @@ def _today_statement(*, queue: bool, grouped: bool = False) -> str:
 
 
 # Step 7g: the queue rows of today's statement, one a batch and shard (its sales' ids, instants and
-# lists of boards as arrays, in the order of the staged rows' entries).
+# lists of boards as arrays; each list one text, as the staged entries carry it).
 _GROUPED_QUEUE = """), queued AS (
     INSERT INTO ladder.pendingbatch (shard, sales, sale_ids, counted, categories)
     SELECT split_part(entry, ':', 1)::smallint, count(*), array_agg(inserted.id),

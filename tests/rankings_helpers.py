@@ -20,11 +20,12 @@ START = dt.datetime(2026, 3, 2, 12, 0, 0, tzinfo=dt.UTC)
 
 
 def table_rows_read(table: str) -> int:
-    """Rows of `table` this transaction has read so far, by scans and by index."""
+    """Rows of `table` (a name, qualified if need be: a table's TOAST) this transaction has read so
+    far, by scans and by index."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
-            " WHERE relname = %s",
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_all_tables"
+            " WHERE relid = %s::regclass",
             [table],
         )
         return cursor.fetchone()[0]

@@ -415,3 +415,22 @@ def test_a_version_made_after_its_tree_was_asked_for_counts_with_its_own():
     )
     # then its tree is the one it counts with
     assert version_tree(7).expand(["cars"]) == ("cars", "toys")
+
+
+def test_a_number_made_again_with_another_tree_counts_with_the_new_one():
+    """A restore to an earlier point forgets the versions made after it, and the next rebuild takes
+    one of their numbers again: the tree read for the old one is not the new one's."""
+    from rankings.models import RankingVersion
+
+    # given version 7 counted with a tree
+    RankingVersion.objects.create(
+        number=7, state=RankingVersion.State.BUILDING, shards=1, tree={"cars": "toys"}
+    )
+    assert version_tree(7).expand(["cars"]) == ("cars", "toys")
+    # when the database forgets it and a rebuild makes 7 again with another tree
+    RankingVersion.objects.filter(number=7).delete()
+    RankingVersion.objects.create(
+        number=7, state=RankingVersion.State.BUILDING, shards=1, tree={"cars": "vehicles"}
+    )
+    # then the new tree is the one it counts with
+    assert version_tree(7).expand(["cars"]) == ("cars", "vehicles")

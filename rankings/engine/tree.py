@@ -13,6 +13,7 @@ engagement events): the categories in the order given, then their ancestors,
 each once.
 """
 
+import datetime as dt
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -86,32 +87,42 @@ CROSS JOIN LATERAL unnest(coalesce(string_to_array(t.line, ','), ARRAY[c.slug::t
 NAMED_SQL = "SELECT unnest(s.categories)"
 
 
-# A version's tree is frozen when its row is made, and a number is never used again (a deleted
-# version keeps its row): so a process reads each version's tree once. Every ingest batch expands its
-# categories with the active version's, and read whole each time, a tree of 100,000 categories with a
-# parent cost a batch 34 ms, one of a million 547 ms. The last few versions' are kept (the active,
-# one being built, one compared with it); the read side holds the same objects (categories_tree).
+# A version's tree is frozen when its row is made, so a process reads each version's tree once:
+# every ingest batch expands its categories with the active version's, and read whole each time, a
+# tree of 100,000 categories with a parent cost a batch 34 ms, one of a million 547 ms. Kept by
+# number and the instant the row was made: a restore to an earlier point forgets the versions made
+# after it, and the next rebuild takes one of their numbers again, with a tree of its own. The last
+# few versions' are kept (the active, one being built, one compared with it); the read side holds
+# the active one's too (categories_tree), the same object while it is kept here.
 TREES_KEPT = 3
-_trees: OrderedDict[int, Tree] = OrderedDict()
+_trees: OrderedDict[int, tuple[dt.datetime, Tree]] = OrderedDict()  # number -> (made, tree)
 _trees_lock = threading.Lock()
 
 
 def version_tree(number: int) -> Tree:
-    """The tree version `number` counts with (empty for a version without a row, which is not kept:
-    its row may yet be made)."""
+    """The tree version `number` counts with (empty for a version without a row), in one read of the
+    row: its tree only when this process has not met the row before."""
+    from django.db.models import Case, F, JSONField, Value, When
+
     from rankings.models import RankingVersion
 
     with _trees_lock:
-        tree = _trees.get(number)
-        if tree is not None:
-            _trees.move_to_end(number)
-            return tree
-    parents = RankingVersion.objects.filter(number=number).values_list("tree", flat=True).first()
-    if parents is None:
+        made, tree = _trees.get(number, (None, EMPTY))
+    found = (
+        RankingVersion.objects.filter(number=number)
+        .values_list(
+            "created_at",
+            Case(When(created_at=made, then=Value(None)), default=F("tree"), output_field=JSONField()),
+        )
+        .first()
+    )
+    if found is None:
         return EMPTY
-    tree = Tree(dict(parents))
+    if found[0] != made:
+        made, tree = found[0], Tree(dict(found[1]))
     with _trees_lock:
-        _trees[number] = tree
+        _trees[number] = (made, tree)
+        _trees.move_to_end(number)
         while len(_trees) > TREES_KEPT:
             _trees.popitem(last=False)
     return tree

@@ -478,7 +478,9 @@ def _placeholders_create(cursor, rows: list) -> None:
     for row in rows:
         first.setdefault(row.product_id, row.categories)
     product_ids = sorted(first)
-    # As one text of lines each (see keyed_lookup); a product's categories as one line.
+    # As one text of lines each (see keyed_lookup); a product's categories as one line. The only
+    # product, without categories, sends an empty text, which splits into no line: unnest pairs
+    # it with NULL, which names no category either.
     cursor.execute(
         _PLACEHOLDER_PRODUCTS,
         ["\n".join(product_ids), "\n".join(",".join(first[p]) for p in product_ids)],
