@@ -92,8 +92,8 @@ NAMED_SQL = "SELECT unnest(s.categories)"
 # tree of 100,000 categories with a parent cost a batch 34 ms, one of a million 547 ms. Kept by
 # number and the instant the row was made: a restore to an earlier point forgets the versions made
 # after it, and the next rebuild takes one of their numbers again, with a tree of its own. The last
-# few versions' are kept (the active, one being built, one compared with it); the read side holds
-# the active one's too (categories_tree), the same object while it is kept here.
+# few versions' are kept (the active, one being built, one compared with it). The read side keeps
+# the served version's for its pages by number alone (categories_tree), off its hot path.
 TREES_KEPT = 3
 _trees: OrderedDict[int, tuple[dt.datetime, Tree]] = OrderedDict()  # number -> (made, tree)
 _trees_lock = threading.Lock()

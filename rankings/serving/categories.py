@@ -228,5 +228,5 @@ def _tree_forget() -> None:
 
 # One version's tree: its size is the catalogue's (tens of megabytes at a million categories).
 memory.keep(f"{__name__}._tree_held", _tree_forget, kind="categories", bytes=None)
-# The trees of the last TREES_KEPT versions read, this one's among them (the same objects).
+# The trees of the last versions read by this process's ingest and admin (rankings.engine.tree).
 memory.keep("rankings.engine.tree._trees", version_trees_forget, kind="categories", bytes=None)
