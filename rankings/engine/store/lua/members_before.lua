@@ -1,11 +1,19 @@
 -- Shared piece (included, never run alone): the members of a board ordered before (score,
--- member): a higher score, or the same score and a smaller member. ZCOUNT on the score alone
--- would miss the second kind; a tie group (its members sorted by bytes) is searched by halves
--- down to TIES_READ members, then those are read at once: O(log² n). The score as stored
--- (negated).
+-- member): a higher score, or the same score and a smaller member. The score as stored (negated).
+-- The member is put into the board with that score, its rank read and the member taken out again,
+-- all in this call, so no other client ever sees it: O(log n). Only for a member the board does
+-- not hold (another part's product, on a split board); for one it holds, or where Redis refuses the
+-- write (its memory full under noeviction, a user without write rights), the tie group (its members
+-- sorted by bytes; ZCOUNT on the score alone would miss the ties before the member) is searched by
+-- halves down to TIES_READ members, then those are read at once: O(log² n).
 --! include bytes_before
 local TIES_READ = 32
 local function members_before(key, score, member)
+  if redis.pcall('ZADD', key, 'NX', score, member) == 1 then
+    local rank = redis.call('ZRANK', key, member)
+    redis.call('ZREM', key, member)
+    return rank
+  end
   local higher = redis.call('ZCOUNT', key, '-inf', '(' .. score)
   local ties = redis.call('ZCOUNT', key, score, score)
   -- The tie group's members before `member` are those below `low`, and none from `high` on.
