@@ -64,15 +64,15 @@ def parts_around(
     window: str,
     metric: str,
     parts: list[tuple[int, str]],
-    score: int,
+    score: int | None,
     product_id: str,
     n: int,
 ) -> list[PartAround]:
     """On each board (shard, category), the members ordered before `product_id` were its score
     `score`, and the n just before that place and the n from it on with both metrics, the board's
     size and its shard's as_of (lua/part_around.lua): one round trip, on one server or a Redis
-    Cluster."""
-    args = [-score, product_id, n, *STATE_READ]
+    Cluster. No score (an unranked product): each board's size and as_of alone, nothing counted."""
+    args = ["" if score is None else -score, product_id, n, *STATE_READ]
     replies = scripts_run(
         [
             ("part_around", [*member_keys(version, shard, window, metric, category)], args)
@@ -118,7 +118,7 @@ def split_around(
             window=window,
             metric=metric,
             parts=others,
-            score=mine.found.score,
+            score=mine.found.score if ranked else None,
             product_id=product_id,
             n=n if ranked else 0,
         )

@@ -1,9 +1,10 @@
 -- Shared piece (included, never run alone): the members of a board ordered before (score,
 -- member): a higher score, or the same score and a smaller member. The score as stored (negated).
 -- The member is put into the board with that score, its rank read and the member taken out again,
--- all in this call, so no other client ever sees it: O(log n). Only for a member the board does
--- not hold (another part's product, on a split board); for one it holds, or where Redis refuses the
--- write (its memory full under noeviction, a user without write rights), the tie group (its members
+-- all in this call, so no other command runs between: O(log n). A write to Redis nonetheless: it is
+-- replicated, and a WATCH or keyspace events see it. For a member the board does not hold (another
+-- part's product on a split board, an unranked product's climb); for one it holds, or where Redis
+-- refuses the write (its memory full under noeviction, a user without write rights), the tie group (its members
 -- sorted by bytes; ZCOUNT on the score alone would miss the ties before the member) is searched by
 -- halves down to TIES_READ members, then those are read at once: O(log² n).
 --! include bytes_before

@@ -11,7 +11,7 @@ local product, n = ARGV[1], tonumber(ARGV[2])
 local function state(key) return redis.call('HMGET', key, unpack(ARGV, 3)) end
 local replies = {}
 local rank = redis.call('ZRANK', KEYS[1], product)
-local score = '0'  -- an unranked product: only the others' sizes and states are used
+local score  -- none for an unranked product: only the others' sizes and states are used
 if rank then
   local start = math.max(0, rank - n)
   local rows = redis.call('ZRANGE', KEYS[1], start, rank + n, 'WITHSCORES')
@@ -21,7 +21,8 @@ else
   replies[1] = {false, 0, {}, {}, redis.call('ZCARD', KEYS[1]), state(KEYS[3])}
 end
 for k = 4, #KEYS, 3 do
-  local before = members_before(KEYS[k], score, product)
+  local before = 0
+  if rank then before = members_before(KEYS[k], score, product) end
   local start, rows = math.max(0, before - n), {}
   if rank and n > 0 then rows = redis.call('ZRANGE', KEYS[k], start, before + n - 1, 'WITHSCORES') end
   replies[#replies + 1] = {before, start, rows, others_of(KEYS[k + 1], rows), redis.call('ZCARD', KEYS[k]), state(KEYS[k + 2])}
