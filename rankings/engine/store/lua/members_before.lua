@@ -1,12 +1,12 @@
 -- Shared piece (included, never run alone): the members of a board ordered before (score,
 -- member): a higher score, or the same score and a smaller member. The score as stored (negated).
--- The member is put into the board with that score, its rank read and the member taken out again,
--- all in this call, so no other command runs between: O(log n). A write to Redis nonetheless: it is
--- replicated, and a WATCH or keyspace events see it. For a member the board does not hold (another
--- part's product on a split board, an unranked product's climb); for one it holds, or where Redis
--- refuses the write (its memory full under noeviction, a user without write rights), the tie group (its members
--- sorted by bytes; ZCOUNT on the score alone would miss the ties before the member) is searched by
--- halves down to TIES_READ members, then those are read at once: O(log² n).
+-- For a member the board does not hold (another part's product on a split board, an unranked
+-- product's climb): the member put into the board with that score, its rank read and the member
+-- taken out again, in this call, with no other command between: O(log n). It is a write all the
+-- same: replicated, and seen by a WATCH and by keyspace events. For a member the board holds, or
+-- where Redis refuses the write (its memory full under noeviction, a user without write rights):
+-- the tie group (its members sorted by bytes; ZCOUNT on the score alone would miss the ties before
+-- the member) searched by halves down to TIES_READ members, then those read at once: O(log² n).
 --! include bytes_before
 local TIES_READ = 32
 local function members_before(key, score, member)
