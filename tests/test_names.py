@@ -12,11 +12,14 @@ from django.test.utils import CaptureQueriesContext
 
 from catalogue.models import Category, Product
 from rankings.engine import names_copy, store
+from rankings.engine.shards import ALL, active, layout_plan, version_layout
 from rankings.engine.store.names import bucket_of, names_key
 from rankings.models import NameChange
+from rankings.operations.backfill import version_build
 from rankings.serving import catalogue_reads, memory
 
 from .rankings_helpers import Shop
+from .redis_round_trips import RedisRoundTrips
 from .test_catalogue_api import PRODUCTS, _client, _push, _user_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,7 +35,9 @@ def _catalogue_queries(queries) -> list[str]:
 
 
 def _held(*product_ids: str) -> dict:
-    return store.names_held(product_ids)
+    """What Redis's shared copy holds of each product, None for nothing."""
+    head = store.names_head()
+    return {p: name for (_, p), name in store.names_held([(head, p) for p in product_ids]).items()}
 
 
 def _plant(redis_client, names: dict) -> None:
@@ -45,9 +50,9 @@ def _listed() -> list[str]:
     return sorted(NameChange.objects.values_list("product_id", flat=True))
 
 
-def _neighbours(api, product_id: str) -> list[tuple[str, str]]:
+def _neighbours(api, product_id: str, category: str = "toys") -> list[tuple[str, str]]:
     memory.forget_all()  # no name, no answer remembered: the read asks Redis or the catalogue
-    reply = api.get(f"/v1/products/{product_id}/neighbors?category=toys&n=2")
+    reply = api.get(f"/v1/products/{product_id}/neighbors?category={category}&n=2")
     assert reply.status_code == 200, reply.content
     return [(item["productId"], item["name"]) for item in reply.json()["items"]]
 
@@ -301,3 +306,134 @@ def test_the_beat_steps_go_on_where_they_stopped_and_the_command_walks_everythin
     step = names_copy.names_step()
     assert (step.products, step.after, step.bucket) == (1, "", 7 + names_copy.PRUNE_BUCKETS)
     assert store.names_walk_read() == ("", 7 + names_copy.PRUNE_BUCKETS)
+
+
+# --- a split board's parts keep their members' names -------------------------------------------
+
+
+def _split_all(parts: int = 3) -> int:
+    """`all` split `parts` ways by a rebuild switched to, as an operator splits it; the version."""
+    return version_build(layout=layout_plan(active().layout, split={ALL: parts}), activate=True).number
+
+
+def _part_heads(version: int, product_ids) -> dict[str, str]:
+    """The head of the copy of each product's part of `all` in `version`."""
+    layout = version_layout(version)
+    return {p: store.part_names_head(version, layout.shard_of(layout.board_of(ALL, p))) for p in product_ids}
+
+
+def _part_held(version: int, *product_ids: str) -> dict:
+    """What each product's part of `all` in `version` holds of its name, None for nothing."""
+    heads = _part_heads(version, product_ids)
+    return {p: name for (_, p), name in store.names_held([(heads[p], p) for p in product_ids]).items()}
+
+
+def _plant_part(redis_client, version: int, names: dict, *, part_of: str | None = None) -> None:
+    """Names written into the copy of a product's part (of `part_of`'s part) behind the writers' back."""
+    for product_id, name in names.items():
+        head = _part_heads(version, [part_of or product_id])[part_of or product_id]
+        redis_client.hset(names_key(bucket_of(product_id), head), product_id, name)
+
+
+def _kites(shop_api, count: int) -> list[str]:
+    """`count` products pushed by a shop's catalogue sync, sold and ticked; their ids."""
+    ids = [f"p{i:02}" for i in range(count)]
+    _push(
+        shop_api,
+        PRODUCTS,
+        [{"id": p, "name": f"Kite {i}", "categories": ["toys"]} for i, p in enumerate(ids)],
+    )
+    shop = Shop(now=dt.datetime.now(dt.UTC).replace(microsecond=0))
+    shop.send(*(shop.sale(p, categories=["toys"], qty=i + 1) for i, p in enumerate(ids)))
+    shop.tick()
+    return ids
+
+
+def test_a_split_boards_neighbours_are_named_by_the_calls_that_read_its_parts(shop_api, api, monkeypatch):
+    # given twelve products pushed and sold, then `all` split 3 ways by a rebuild
+    ids = _kites(shop_api, 12)
+    version = _split_all()
+    assert len(set(_part_heads(version, ids).values())) == 3
+    # then the rebuild copied each name into the part that holds its product
+    assert _part_held(version, *ids) == {p: f"Kite {i}" for i, p in enumerate(ids)}
+
+    # when a product's neighbours in `all` are read by a process that remembers no name
+    _neighbours(api, "p06", ALL)  # each script known to every node
+    counted = RedisRoundTrips(monkeypatch)
+    with CaptureQueriesContext(connection) as queries:
+        items = _neighbours(api, "p06", ALL)
+    # then the calls that read the parts named the rows: no round trip more than a split rank's
+    # (one on one server, two on a Redis Cluster), and no catalogue query
+    assert items == [(f"p{i:02}", f"Kite {i}") for i in (8, 7, 6, 5, 4)]
+    assert _catalogue_queries(queries) == []
+    assert counted.count == (2 if store.clustered() else 1)
+
+
+def test_a_split_board_whose_parts_lack_names_names_its_rows_from_the_shared_copy(
+    shop_api, api, redis_client
+):
+    # given a split board whose parts' copies are gone (a version split before its parts kept names)
+    ids = _kites(shop_api, 12)
+    version = _split_all()
+    for head in set(_part_heads(version, ids).values()):
+        redis_client.delete(*redis_client.scan_iter(f"{head}*", count=10_000))
+    assert set(_part_held(version, *ids).values()) == {None}
+
+    # when a product's neighbours are read
+    with CaptureQueriesContext(connection) as queries:
+        items = _neighbours(api, "p06", ALL)
+    # then the names came from the shared copy: the catalogue was not asked
+    assert items == [(f"p{i:02}", f"Kite {i}") for i in (8, 7, 6, 5, 4)]
+    assert _catalogue_queries(queries) == []
+
+
+def test_every_writer_of_the_names_mends_the_parts_copies_too(shop_api, redis_client):
+    ids = _kites(shop_api, 6)
+    _push(shop_api, PRODUCTS, [{"id": "p90", "name": "Kite 90"}])  # never sold: it may be deleted
+    version = _split_all()
+
+    # a push, once it commits
+    _push(shop_api, PRODUCTS, [{"id": "p05", "name": "Kite, blue"}])
+    assert _part_held(version, "p05") == {"p05": "Kite, blue"}
+    # an edit by any other writer, at the next run of the changes' copy
+    Product.objects.filter(product_id="p04").update(name="Kite, red")
+    Product.objects.filter(product_id="p90").delete()
+    names_copy.names_changes_copy()
+    assert _part_held(version, "p90", "p04") == {"p90": None, "p04": "Kite, red"}
+    # the walk: a stale name mended, and a name of a product the catalogue lacks pruned, in a part
+    _plant_part(redis_client, version, {"p02": "an old name", "gone": "a deleted product's"})
+    total = names_copy.names_copy()
+    assert _part_held(version, "p02", "gone") == {"p02": "Kite 2", "gone": None}
+    assert (total.pruned, total.mended) == (1, 1)
+    assert _part_held(version, *ids[:3]) == {"p00": "Kite 0", "p01": "Kite 1", "p02": "Kite 2"}
+
+
+def test_a_name_a_part_changed_while_the_changes_were_copied_is_kept_and_listed_again(
+    shop_api, redis_client, monkeypatch
+):
+    _kites(shop_api, 2)
+    version = _split_all()
+    Product.objects.filter(product_id__in=["p00", "p01"]).update(name="Kite, red")
+    real = store.names_held
+
+    def then_a_newer_write(copies):
+        held = real(copies)
+        _plant_part(redis_client, version, {"p00": "Kite, newer"})  # written between the run's two reads
+        return held
+
+    monkeypatch.setattr(store, "names_held", then_a_newer_write)
+    names_copy.names_changes_copy()
+
+    assert _part_held(version, "p00", "p01") == {"p00": "Kite, newer", "p01": "Kite, red"}
+    assert _held("p00") == {"p00": "Kite, red"}
+    assert _listed() == ["p00"]  # judged again at the next run, in every copy
+    monkeypatch.undo()
+    names_copy.names_changes_copy()
+    assert _part_held(version, "p00") == {"p00": "Kite, red"} and _listed() == []
+
+
+def test_a_versions_parts_names_go_with_the_version(shop_api):
+    _kites(shop_api, 4)
+    version = _split_all()
+    assert store.version_delete(version)
+    assert _part_held(version, "p00", "p03") == {"p00": None, "p03": None}

@@ -13,6 +13,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import store
 from rankings.engine.shards import Layout
 from rankings.engine.split import part_index, part_names
+from rankings.engine.store.names import bucket_of, names_key
 from rankings.serving import answers, board_reader, catalogue_reads, memory, selectors, thresholds
 
 from .rankings_helpers import run_keys
@@ -176,8 +177,14 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
     is one read of every part at once."""
     from .redis_round_trips import RedisRoundTrips
 
-    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
-    _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
+    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE, their names in
+    # Redis's copies as the names' writers keep them (the shared one, and each part's own)
+    layout = _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
+    for i in range(300):
+        pid = f"p{i:03}"
+        part = store.part_names_head(1, layout.shard_of(layout.board_of(SPLIT, pid)))
+        for head in (store.names_head(), part):
+            redis_client.hset(names_key(bucket_of(pid), head), pid, f"name {pid}")
     args = {"product_id": "p150", "window": WINDOW, "metric": "units"}
     reads = {
         ("rank", SPLIT): lambda: selectors.product_rank(category=SPLIT, **args),
@@ -202,12 +209,13 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
         trips[read] = counted.count
         monkeypatch.undo()
     # then (a read that names products, forgetting the names with the answers, reads them from
-    # Redis's copy in one more round trip; a whole board's neighbours, on one server, in its own)
+    # Redis's copy in one more round trip; a whole board's neighbours on one server, and a split
+    # board's anywhere, in their own calls)
     split, names = 2 if store.clustered() else 1, 1
     assert trips == {
         ("rank", SPLIT): split,
         ("rank", SINGLE): 1,
-        ("neighbours", SPLIT): split + names,
+        ("neighbours", SPLIT): split,
         ("neighbours", SINGLE): 1 + names if store.clustered() else 1,
         ("top", SPLIT): 1 + names,
         ("deep page", SPLIT): 1 + names,  # each part's window with both metrics, in one pipeline
@@ -274,8 +282,14 @@ def test_neighbours_of_random_products_of_a_small_board_are_read_from_its_copies
     the answers Redis gives."""
     from .redis_round_trips import RedisRoundTrips
 
-    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
-    _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
+    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE, their names in
+    # Redis's copies as the names' writers keep them (the shared one, and each part's own)
+    layout = _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
+    for i in range(300):
+        pid = f"p{i:03}"
+        part = store.part_names_head(1, layout.shard_of(layout.board_of(SPLIT, pid)))
+        for head in (store.names_head(), part):
+            redis_client.hset(names_key(bucket_of(pid), head), pid, f"name {pid}")
     products = [f"p{i:03}" for i in range(0, 300, 7)] + ["nobody"]
     args = {"window": WINDOW, "metric": "units", "n": 5}
     direct = [selectors.product_neighbors(product_id=p, category=category, **args) for p in products]

@@ -25,6 +25,8 @@ WITHOUT_REDIS = {
     "board_key",
     "blob_key",
     "wake_key",
+    "names_head",
+    "part_names_head",
     "eviction_policy_safe",
     "eviction_policy_check",
     "names_stamp",  # what the last read of the active version brought
@@ -122,9 +124,9 @@ CALLS = {
         n=2,
     ),
     "names_read": lambda: store.names_read(["p1", "p2"]),
-    "names_held": lambda: store.names_held(["p1"]),
-    "names_mend": lambda: store.names_mend({"p1": None}, {"p1": "Kite"}),
-    "buckets_held": lambda: store.buckets_held(range(0, 4)),
+    "names_held": lambda: store.names_held([(store.names_head(), "p1")]),
+    "names_mend": lambda: store.names_mend({(store.names_head(), "p1"): None}, {"p1": "Kite"}),
+    "buckets_held": lambda: store.buckets_held(range(0, 4), [store.names_head()]),
     "names_walk_read": lambda: store.names_walk_read(),
     "names_walk_set": lambda: store.names_walk_set(product="p1", bucket=3),
     "parts_histogram": lambda: store.parts_histogram(

@@ -16,6 +16,13 @@ meanwhile is never undone by an older read:
   has are deleted. It copies what no edit listed: products made by a bulk path or as a sale's
   placeholder, names a Redis that lost its data no longer has. `manage.py names_copy` walks the
   whole catalogue at once (names_copy).
+
+A split board's parts keep their members' names too (store.part_names_head), in every version Redis
+keeps whose layout splits a category (building, ready, active or retired): each writer above mends
+a product's name in its part of each, under the same rule, in the same round trips as the shared
+copy's, and the walk prunes their buckets with the shared ones. The versions are read before Redis
+is, so a version made after that read was made after the catalogue's change that started the
+mend, and its rebuild (names_parts_fill, before it is ready) reads the catalogue after that.
 """
 
 from dataclasses import dataclass
@@ -24,10 +31,11 @@ from django.db import connection, transaction
 
 from catalogue.models import Product
 from rankings.engine import store
-from rankings.models import NameChange
+from rankings.engine.shards import Layout
+from rankings.models import NameChange, RankingVersion
 
 WALK_PRODUCTS = 20_000  # products a step of the walk reads from the catalogue and mends
-PRUNE_BUCKETS = 512  # Redis's buckets a step reads whole (about 40,000 names at ten million products)
+PRUNE_BUCKETS = 512  # buckets of each copy a step reads whole (the shared one: 40,000 names at 10M products)
 CHANGES_TAKEN = 20_000  # changed names a run of names_changes_copy takes
 
 _PRODUCTS = Product._meta.db_table
@@ -43,10 +51,51 @@ DELETE FROM {_CHANGES} WHERE product_id IN (
 _LIST = f"INSERT INTO {_CHANGES} (product_id) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
 
 
-def names_mended(ids: list[str]) -> tuple[int, list[str]]:
-    """Redis's names of `ids` read, then the catalogue's, then mended (store.names_mend): how many
-    changed, and the products whose names Redis changed between (left as they are)."""
-    held = store.names_held(ids)
+# The versions whose keys Redis keeps: a split category's parts among them keep names.
+_KEPT = (
+    RankingVersion.State.BUILDING,
+    RankingVersion.State.READY,
+    RankingVersion.State.ACTIVE,
+    RankingVersion.State.RETIRED,
+)
+
+
+def _split_layouts(versions: list[int] | None = None) -> list[tuple[int, Layout]]:
+    """(version, layout) of each version Redis keeps (of `versions`, if given) that splits a category."""
+    kept = RankingVersion.objects.filter(state__in=_KEPT)
+    if versions is not None:
+        kept = kept.filter(number__in=versions)
+    layouts = [
+        (number, Layout(shards, tuple(pinned)))
+        for number, shards, pinned in kept.values_list("number", "shards", "pinned")
+    ]
+    return [(number, layout) for number, layout in layouts if layout.split]
+
+
+def _part_heads(layouts: list[tuple[int, Layout]], product_id: str) -> list[str]:
+    """The heads of the part copies that keep `product_id`'s name: in each version, its part of
+    each split category."""
+    return [
+        store.part_names_head(number, layout.shard_of(layout.board_of(category, product_id)))
+        for number, layout in layouts
+        for category in layout.split
+    ]
+
+
+def names_mended(
+    ids: list[str], *, versions: list[int] | None = None, shared: bool = True
+) -> tuple[int, list[str]]:
+    """Redis's names of `ids` read (the shared copy's, and those of the parts of `versions`: of every
+    version kept, if None), then the catalogue's, then mended (store.names_mend): how many changed,
+    and the products of which Redis changed a name between (left as it is)."""
+    layouts = _split_layouts(versions)
+    head = store.names_head()
+    copies = [
+        (copy_head, product_id)
+        for product_id in ids
+        for copy_head in ([head] if shared else []) + _part_heads(layouts, product_id)
+    ]
+    held = store.names_held(copies)
     with connection.cursor() as cursor:
         cursor.execute(_NAMES, [ids])
         names = dict(cursor.fetchall())
@@ -102,10 +151,16 @@ def names_walk(*, after: str, bucket: int, products: int, buckets: int) -> Names
             step.after = "" if step.products_wrapped else ids[-1]
         if buckets:
             last = min(bucket + buckets, store.NAMES_BUCKETS)
-            names = store.buckets_held(range(bucket, last))
-            cursor.execute(_NAMES, [list(names)])
+            heads = {store.names_head()} | {
+                store.part_names_head(number, layout.shard_of(part))
+                for number, layout in _split_layouts()
+                for category in layout.split
+                for part in layout.boards_of(category)
+            }
+            names = store.buckets_held(range(bucket, last), sorted(heads))
+            cursor.execute(_NAMES, [sorted({p for _, p in names})])
             known = {product_id for product_id, _ in cursor.fetchall()}
-            step.pruned, _ = store.names_mend({p: name for p, name in names.items() if p not in known}, {})
+            step.pruned, _ = store.names_mend({c: name for c, name in names.items() if c[1] not in known}, {})
             step.buckets, step.buckets_wrapped = last - bucket, last == store.NAMES_BUCKETS
             step.bucket = 0 if step.buckets_wrapped else last
     return step
@@ -117,6 +172,28 @@ def names_step() -> NamesStep:
     step = names_walk(after=after, bucket=bucket, products=WALK_PRODUCTS, buckets=PRUNE_BUCKETS)
     store.names_walk_set(product=step.after, bucket=step.bucket)
     return step
+
+
+def names_parts_fill(version: int, progress=None) -> int:
+    """Copy every product's name into its parts of `version`'s split categories (a rebuild's, before
+    the version is ready: its reads would name products from the catalogue meanwhile); a product
+    whose name a writer changed meanwhile is listed for the changes' copy. `progress(products)` is
+    told how many are done after each step. Returns how many names were written."""
+    if not _split_layouts([version]):
+        return 0
+    after, done, written = "", 0, 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(_NEXT, [after, WALK_PRODUCTS])
+            ids = [product_id for (product_id,) in cursor.fetchall()]
+        if not ids:
+            return written
+        changed, moved = names_mended(ids, versions=[version], shared=False)
+        if moved:
+            _listed(moved)
+        written, done, after = written + changed, done + len(ids), ids[-1]
+        if progress is not None:
+            progress(done)
 
 
 def names_copy(progress=None) -> NamesStep:

@@ -42,6 +42,7 @@ from rankings.conf import rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.batches import shard_rebuild, shards_settle
 from rankings.engine.history import history_carry, history_delete, history_record
+from rankings.engine.names_copy import names_parts_fill
 from rankings.engine.readers import snapshot_export, snapshot_reader
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
@@ -155,6 +156,12 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; putting the boards in place")
     _swap_boards(number, layout, snapshot, load, report)
     _history(number, snapshot.clock, report)
+    names_parts_fill(
+        number,
+        progress=lambda done: report(
+            PROGRESS_CATCH_UP, f"copied the names of {done:,} products into the parts"
+        ),
+    )
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
         catch_up_version(number)

@@ -207,8 +207,9 @@ def neighbors(
     """(the product's rank, the 0-based rank the slice starts at, the slice of the n products on
     either side of it and itself, what Redis's copy of the names held of them when the same read
     asked it, else None); no slice for a product without a rank there. A whole board in one round
-    trip (with the names on one server), a split board in one or two (merge.neighbors); from copies
-    of the board (of its parts) when it has them, as a rank is, with none."""
+    trip (with the names on one server), a split board in one or two with the names
+    (merge.neighbors); from copies of the board (of its parts) when it has them, as a rank is, with
+    none."""
     if category in layout.split:
         parts = [
             (version, layout.shard_of(part), window, metric, part) for part in layout.boards_of(category)
@@ -218,7 +219,7 @@ def neighbors(
             return *merge.neighbors_copied(
                 layout=layout, category=category, product_id=product_id, n=n, copies=copies
             ), None
-        return *merge.neighbors(
+        return merge.neighbors(
             version=version,
             layout=layout,
             window=window,
@@ -226,7 +227,7 @@ def neighbors(
             category=category,
             product_id=product_id,
             n=n,
-        ), None
+        )
     board = (version, layout.shard_of(category), window, metric, category)
     copy = _board_copy(board)
     if copy is not None:

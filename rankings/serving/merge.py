@@ -241,10 +241,11 @@ def member_rank_copied(*, layout: Layout, category: str, product_id: str, copies
 
 def neighbors(
     *, version: int, layout: Layout, window: str, metric: str, category: str, product_id: str, n: int
-) -> tuple[store.MemberRank, int, store.BoardSlice | None]:
-    """The product's standing, and the ranks from n above it to n below it (the first's 0-based rank
-    and the slice; None when it is not ranked): the rows read about its place in every part
-    (_standing), merged, and the 2n + 1 around it kept."""
+) -> tuple[store.MemberRank, int, store.BoardSlice | None, dict[str, str] | None]:
+    """The product's standing, the ranks from n above it to n below it (the first's 0-based rank
+    and the slice; None when it is not ranked) and what Redis's copies of the names held of them
+    (None when it is not ranked): the rows read about its place in every part (_standing), merged,
+    and the 2n + 1 around it kept."""
     merged, mine, others, own = _standing(
         version=version,
         layout=layout,
@@ -255,8 +256,19 @@ def neighbors(
         n=n,
     )
     if merged.rank is None or mine.found.rank is None:
-        return merged, 0, None
-    return _around(merged, own, mine, [(o.before.before, o.start, o.rows) for o in others], n)
+        return merged, 0, None, None
+    merged, first, board = _around(merged, own, mine, [(o.before.before, o.start, o.rows) for o in others], n)
+    if mine.names is None:
+        return merged, first, board, None
+    found = mine.names.copy()
+    for other in others:
+        found.update(other.names)
+    named = {m: found[m] for m, _, _ in board.rows if m in found}
+    if store.clustered() and len(named) < len(board.rows):
+        # A part's copy lacks a name (one a walk has not copied yet): the read names its rows as a
+        # whole board's on a cluster, from Redis's shared copy first.
+        return merged, first, board, None
+    return merged, first, board, named
 
 
 def neighbors_copied(

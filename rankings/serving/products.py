@@ -160,7 +160,7 @@ def _product_neighbors(*, product_id: str, category: str, window: str, metric: s
     then = ranks_then(category=category, window=window, metric=metric, as_of=as_of)
     named = names or {}
     unnamed = [pid for pid, _, _ in board.rows if pid not in named]
-    if unnamed:  # those Redis's copy lacks, if the read asked it (on one server), else all
+    if unnamed:  # those Redis's copies lack, if the read asked them, else all
         named = named | product_names(unnamed, copy_read=names is not None)
     items = items_of(board.rows, start + 1, metric, named, then=then, sales=sales)
     return Neighbors(product_id, category, window, metric, as_of, found.rank + 1, items)

@@ -40,8 +40,12 @@ keys on one Redis Cluster slot, so a batch can be applied atomically):
                                      changes the board, so reading them is one GET
     P:vV:{sS}:b:…:rebuild:<token>    a rebuild's temporary board until it is swapped
                                      in; it expires, so a rebuild that dies leaves none
+    P:vV:{sS}:names:{nK}             a split board's part on shard S: its members'
+                                     names, as P:names:{nK} (the hash tag that counts
+                                     is the first, the shard's), so that on a Redis
+                                     Cluster the part's own call names its rows
     P:names:{nK}                     hash: product -> its name in the catalogue, for
-                                     the products whose id's CRC falls in bucket K
+                                     the products whose id's SHA-1 falls in bucket K
                                      (of NAMES_BUCKETS); versionless, a copy that
                                      reads fall back from (store/names.py)
     P:names:walk                     hash: where the walk that mends the copy stands
@@ -94,11 +98,13 @@ from rankings.engine.store.keys import (
 from rankings.engine.store.names import (
     NAMES_BUCKETS,
     buckets_held,
+    names_head,
     names_held,
     names_mend,
     names_read,
     names_walk_read,
     names_walk_set,
+    part_names_head,
 )
 from rankings.engine.store.parts import (
     PartAround,
@@ -233,9 +239,11 @@ __all__ = [
     "names_changed",
     "NAMES_BUCKETS",
     "buckets_held",
+    "names_head",
     "names_held",
     "names_mend",
     "names_read",
+    "part_names_head",
     "names_walk_read",
     "names_walk_set",
     "names_stamp",

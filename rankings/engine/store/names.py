@@ -6,6 +6,11 @@ A copy: a name Redis lacks is read from the catalogue. Written by a push of prod
 commits, and mended from the catalogue by rankings.engine.names_copy (the names each edit
 changed, within seconds; every name, by a walk), which overwrites only what Redis still holds as
 it read it before the catalogue (names_mend), so no older read undoes a newer write.
+
+A split board's part keeps a second copy of its members' names in its own slot (part_names_head),
+so that on a Redis Cluster the part's own call names the rows it reads, and a product's neighbours
+take two round trips, as its rank does, not three. Each such copy is mended with the shared one,
+name by name under the same rule; a (head, product) pair names one name of one copy.
 """
 
 import hashlib
@@ -40,10 +45,20 @@ def names_key(bucket: int, head: str | None = None) -> str:
     return f"{head or names_head()}{{n{bucket}}}"
 
 
-def _keys(product_ids: list[str]) -> list[str]:
-    """names_key of each product's bucket."""
-    head = names_head()
-    return [names_key(bucket_of(product_id), head) for product_id in product_ids]
+def part_names_head(version: int, shard: int) -> str:
+    """What each bucket's key of the names' copy of a split board's part (on `shard` of `version`)
+    begins with: its first hash tag is the shard's, so the keys share the part's slot (and go
+    with the version's other keys when it is deleted)."""
+    return f"{prefix()}:v{version}:{{s{shard}}}:names:"
+
+
+# A name of one copy: (what the copy's keys begin with, the product).
+Copy = tuple[str, str]
+
+
+def _key(copy: Copy) -> str:
+    head, product_id = copy
+    return names_key(bucket_of(product_id), head)
 
 
 def names_walk_key() -> str:
@@ -51,83 +66,92 @@ def names_walk_key() -> str:
     return f"{prefix()}:names:walk"
 
 
-def _by_bucket(product_ids: Iterable[str]) -> dict[int, list[str]]:
-    buckets: dict[int, list[str]] = defaultdict(list)
-    for product_id in product_ids:
-        buckets[bucket_of(product_id)].append(product_id)
-    return buckets
-
-
-# Products a Lua call reads or mends on one server: Redis answers others between calls.
+# Names a Lua call reads or mends on one server: Redis answers others between calls.
 CALL_PRODUCTS = 2_000
 
 
-def _calls(name: str, ids: list[str], args) -> list[tuple[str, list, list]]:
-    """Calls of lua/<name>.lua over `ids`, each given its products' buckets and `args(products)`:
-    calls of CALL_PRODUCTS products on one server, one a bucket on a Redis Cluster (whose calls
-    reach one slot)."""
-    groups = (
-        list(_by_bucket(ids).values())
-        if clustered()
-        else [ids[i : i + CALL_PRODUCTS] for i in range(0, len(ids), CALL_PRODUCTS)]
-    )
-    return [(name, _keys(group), args(group)) for group in groups]
+def _groups(copies: list[Copy]) -> list[list[Copy]]:
+    """`copies` in groups a call or command takes: CALL_PRODUCTS of them on one server, one a
+    bucket on a Redis Cluster (whose calls reach one slot)."""
+    if not clustered():
+        return [copies[i : i + CALL_PRODUCTS] for i in range(0, len(copies), CALL_PRODUCTS)]
+    keyed: dict[str, list[Copy]] = defaultdict(list)
+    for copy in copies:
+        keyed[_key(copy)].append(copy)
+    return list(keyed.values())
 
 
 @translated
 def names_read(product_ids: Iterable[str], *, client=None) -> dict[str, str]:
-    """The names Redis holds of `product_ids`, in one round trip (lua/names_get.lua on one server; an
-    HMGET a bucket, each node's at once, on a Redis Cluster); a product it lacks is left out."""
-    ids = sorted(set(product_ids))
-    if not ids:
+    """The names Redis holds of `product_ids`, in one round trip (_names_get); a product it lacks is
+    left out."""
+    head = names_head()
+    found = _names_get([(head, product_id) for product_id in sorted(set(product_ids))], client)
+    return {product_id: name for (_, product_id), name in found.items() if name is not None}
+
+
+def _names_get(copies: list[Copy], client) -> dict[Copy, str | None]:
+    """What Redis holds of each name of `copies`, None where it holds nothing, in one round trip
+    (lua/names_get.lua on one server; an HMGET a bucket, each node's at once, on a Redis Cluster)."""
+    groups = _groups(copies)
+    if not groups:
         return {}
     if clustered():
-        buckets, head = _by_bucket(ids), names_head()
-        groups = list(buckets.values())
-        commands = [("HMGET", names_key(bucket, head), *group) for bucket, group in buckets.items()]
+        commands = [("HMGET", _key(group[0]), *(p for _, p in group)) for group in groups]
         replies = scripts_run([], commands=commands, client=client)
     else:
-        calls = _calls("names_get", ids, list)
-        groups, replies = [group for _, _, group in calls], scripts_run(calls, client=client)
+        calls = [("names_get", [_key(copy) for copy in group], [p for _, p in group]) for group in groups]
+        replies = scripts_run(calls, client=client)
     return {
-        product_id: name.decode()
+        copy: name.decode() if name else None
         for group, names in zip(groups, replies, strict=True)
-        for product_id, name in zip(group, names, strict=True)
-        if name
+        for copy, name in zip(group, names, strict=True)
     }
 
 
 @translated
-def names_mend(held: Mapping[str, str | None], truth: Mapping[str, str | None]) -> tuple[int, list[str]]:
-    """Make Redis hold `truth` (the catalogue's names, None for no such product) for each product of
+def names_mend(held: Mapping[Copy, str | None], truth: Mapping[str, str | None]) -> tuple[int, list[str]]:
+    """Make Redis hold `truth` (the catalogue's names, None for no such product) in each copy of
     `held` (what Redis held, read before the catalogue was), where Redis still holds what `held`
     says (lua/names_mend.lua), in one round trip. Returns how many names changed, and the products
-    whose names Redis changed meanwhile (left as they are)."""
-    calls = _calls(
-        "names_mend", list(held), lambda ids: [w for p in ids for w in (p, held[p] or "", truth.get(p) or "")]
-    )
-    changed, moved = 0, []
+    of which Redis changed a name meanwhile (left as it is)."""
+    calls = [
+        (
+            "names_mend",
+            [_key(copy) for copy in group],
+            [w for copy in group for w in (copy[1], held[copy] or "", truth.get(copy[1]) or "")],
+        )
+        for group in _groups(list(held))
+    ]
+    changed, moved = 0, set[str]()
     for reply in scripts_run(calls, client=patient()) if calls else []:
         changed += int(reply[0])
-        moved += [product_id.decode() for product_id in reply[1:]]
-    return changed, moved
+        moved.update(product_id.decode() for product_id in reply[1:])
+    return changed, sorted(moved)
 
 
 @translated
-def names_held(product_ids: Iterable[str]) -> dict[str, str | None]:
-    """What Redis holds of each product, None where it holds nothing: the first read of a mend."""
-    ids = list(product_ids)
-    found = names_read(ids, client=patient())
-    return {product_id: found.get(product_id) for product_id in ids}
+def names_held(copies: Iterable[Copy]) -> dict[Copy, str | None]:
+    """What Redis holds of each name of `copies`, None where it holds nothing: the first read of a
+    mend."""
+    return _names_get(list(dict.fromkeys(copies)), patient())
 
 
 @translated
-def buckets_held(buckets: range) -> dict[str, str]:
-    """Every name Redis holds in `buckets`, in one round trip."""
+def buckets_held(buckets: range, heads: Iterable[str]) -> dict[Copy, str]:
+    """Every name Redis holds in `buckets` of each copy of `heads`, in one round trip."""
+    heads = list(heads)
     pipe = patient().pipeline(transaction=False)
-    for bucket in buckets:
-        pipe.hgetall(names_key(bucket))
-    return {p.decode(): name.decode() for held in pipe.execute() for p, name in held.items()}
+    for head in heads:
+        for bucket in buckets:
+            pipe.hgetall(names_key(bucket, head))
+    replies = iter(pipe.execute())
+    return {
+        (head, p.decode()): name.decode()
+        for head in heads
+        for _ in buckets
+        for p, name in next(replies).items()
+    }
 
 
 @translated

@@ -4,12 +4,14 @@ from dataclasses import dataclass
 
 from rankings.engine.store.client import clustered, fast, script, scripts_run, translated
 from rankings.engine.store.keys import STATE_READ, board_key, member_keys, state_key
+from rankings.engine.store.names import NAMES_BUCKETS, names_head, part_names_head
 from rankings.engine.store.reads import (
     BoardSlice,
     MemberAround,
     Thresholds,
     around_of,
     member_around,
+    names_found,
     scored_rows,
     state_as_of,
 )
@@ -55,6 +57,7 @@ class PartAround:
     before: PartBefore  # the members of the part ordered before the product, its size, its as_of
     start: int  # the 0-based rank (in the part) of the first row read
     rows: list[tuple[str, int, int]]  # (product_id, this metric's score, other metric's score)
+    names: dict[str, str]  # the rows' names that Redis's copy held
 
 
 @translated
@@ -72,22 +75,34 @@ def parts_around(
     `score`, and the n just before that place and the n from it on with both metrics, the board's
     size and its shard's as_of (lua/part_around.lua): one round trip, on one server or a Redis
     Cluster. No score (an unranked product): each board's size and as_of alone, nothing counted."""
-    args = ["" if score is None else -score, product_id, n, *STATE_READ]
+    args = ["" if score is None else -score, product_id, n]
     replies = scripts_run(
         [
-            ("part_around", [*member_keys(version, shard, window, metric, category)], args)
+            (
+                "part_around",
+                [*member_keys(version, shard, window, metric, category)],
+                [*args, _names_head(version, shard) if n else "", NAMES_BUCKETS, *STATE_READ],
+            )
             for shard, category in parts
         ]
     )
     return [_part_around(version, shard, reply) for reply, (shard, _) in zip(replies, parts, strict=True)]
 
 
+def _names_head(version: int, shard: int) -> str:
+    """Where a part's call finds its rows' names: on one server the shared copy, on a Redis Cluster
+    the part's own (a call reaches its own slot only)."""
+    return part_names_head(version, shard) if clustered() else names_head()
+
+
 def _part_around(version: int, shard: int, reply: list) -> PartAround:
-    before, start, rows, others, total, state = reply
+    before, start, rows, others, total, state, names = reply
+    read = scored_rows(rows, others)
     return PartAround(
         before=PartBefore(as_of=state_as_of(version, shard, state), total=int(total), before=int(before)),
         start=int(start),
-        rows=scored_rows(rows, others),
+        rows=read,
+        names=names_found(read, names),
     )
 
 
@@ -98,8 +113,9 @@ def split_around(
     """A product's standing on a split board whose parts are `parts` ((shard, part) each), `own`
     the index of the one that holds it: in its own part, member_around's answer (its rank, its
     scores, the n members either side); in each other part, in order, parts_around's with its
-    score. One round trip on one server (lua/split_around.lua reads every part in one call); two on
-    a Redis Cluster, where no call reaches two parts' slots: its own part, then the others at once."""
+    score; the rows' names with them. One round trip on one server (lua/split_around.lua reads every
+    part in one call); two on a Redis Cluster, where no call reaches two parts' slots: its own part,
+    then the others at once, each naming its rows from its own copy of the names."""
     shard, part = parts[own]
     others = [p for i, p in enumerate(parts) if i != own]
     if clustered():
@@ -111,6 +127,7 @@ def split_around(
             category=part,
             product_id=product_id,
             n=n,
+            part=True,
         )
         ranked = mine.found.rank is not None
         read = parts_around(
@@ -124,7 +141,8 @@ def split_around(
         )
         return mine, read
     keys = [key for s, c in [parts[own], *others] for key in member_keys(version, s, window, metric, c)]
-    replies = script("split_around")(keys=keys, args=[product_id, n, *STATE_READ], client=fast())
+    args: list[str | int] = [product_id, n, names_head() if n else "", NAMES_BUCKETS, *STATE_READ]
+    replies = script("split_around")(keys=keys, args=args, client=fast())
     return around_of(version, shard, replies[0]), [
         _part_around(version, s, reply) for (s, _), reply in zip(others, replies[1:], strict=True)
     ]

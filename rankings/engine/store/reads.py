@@ -27,7 +27,7 @@ from rankings.engine.store.keys import (
     prefix,
     state_key,
 )
-from rankings.engine.store.names import NAMES_BUCKETS, names_head
+from rankings.engine.store.names import NAMES_BUCKETS, names_head, part_names_head
 
 # The highest batch sequence number this process has read in each shard's state, per generation.
 seq_seen: LRUCache = remembered(LRUCache(maxsize=REMEMBERED_PREFIXES * 64))
@@ -143,7 +143,8 @@ class MemberAround:
     found: MemberRank  # the product's rank, scores, the board's size, as of its shard's state
     start: int  # the 0-based rank of the slice's first row
     board: BoardSlice  # ranks from n before the product to n after it (empty when it has no rank)
-    # What Redis's copy of the names holds of them, when the read asked it (on one server).
+    # What Redis's copy of the names holds of them, when the read asked it (on one server, and of a
+    # split board's part on a Redis Cluster).
     names: dict[str, str] | None = None
 
 
@@ -158,14 +159,25 @@ def scored_rows(rows: list, others: list) -> list[tuple[str, int, int]]:
 
 @translated
 def member_around(
-    *, version: int, shard: int, window: str, metric: str, category: str, product_id: str, n: int
+    *,
+    version: int,
+    shard: int,
+    window: str,
+    metric: str,
+    category: str,
+    product_id: str,
+    n: int,
+    part: bool = False,
 ) -> MemberAround:
     """A product's rank and scores on a board and the members from n ranks before it to n after,
-    with both metrics, of one instant, and on one server their names from Redis's copy: one round
-    trip (lua/neighbors.lua), O(log n + n). A Redis Cluster's call cannot reach the names' buckets
-    (other slots): there they are a read of their own."""
+    with both metrics, of one instant, and their names from Redis's copy (for n > 0): one round trip
+    (lua/neighbors.lua), O(log n + n). A Redis Cluster's call cannot reach the shared copy's
+    buckets (other slots): there a split board's `part` names its rows from its own copy, and a
+    whole board's names are a read of their own."""
     keys = member_keys(version, shard, window, metric, category)
-    names = "" if clustered() else names_head()
+    names = (
+        "" if not n else names_head() if not clustered() else part_names_head(version, shard) if part else ""
+    )
     (reply,) = scripts_run([("neighbors", keys, [product_id, n, names, NAMES_BUCKETS, *STATE_READ])])
     return around_of(version, shard, reply)
 
@@ -186,10 +198,16 @@ def around_of(version: int, shard: int, reply: list) -> MemberAround:
         found=found,
         start=start,
         board=BoardSlice(as_of=as_of, total=total, rows=read),
-        names={m: name.decode() for (m, _, _), name in zip(read, names, strict=True) if name}
-        if names
-        else None,
+        names=names_found(read, names) if names else None,
     )
+
+
+def names_found(rows: list[tuple[str, int, int]], names: list) -> dict[str, str]:
+    """The names lua/names_of.lua found of `rows` (scored_rows), by product (none where the call
+    was given no names' keys to read)."""
+    if not names:
+        return {}
+    return {m: name.decode() for (m, _, _), name in zip(rows, names, strict=True) if name}
 
 
 class BoardCopy:
