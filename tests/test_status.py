@@ -219,6 +219,27 @@ def test_the_board_figures_are_exact_when_the_survey_sees_every_key(monkeypatch,
     }
 
 
+def test_figures_of_a_survey_stopped_at_its_bound_are_estimates_whatever_the_key_count(
+    monkeypatch, redis_client
+):
+    from rankings.engine import store
+
+    # given a keyspace of 50 boards and a survey bounded at 10 keys
+    _ticked_now()
+    boards = [store.board_key(1, 0, "30d", "units", f"c{i}") for i in range(50)]
+    for key in boards:
+        redis_client.zadd(key, {"p1": -1})
+    client = type(store.fast())
+    monkeypatch.setattr(client, "scan_iter", lambda self, *args, **kwargs: iter(k.encode() for k in boards))
+    monkeypatch.setattr(store.survey, "SURVEY_KEYS", 10)
+    # and a key count that fell below what the survey saw (other clients deleting keys meanwhile)
+    monkeypatch.setattr(client, "dbsize", lambda self, **kwargs: 1)
+
+    figures = status.status_read()["windows"]["30d"]
+
+    assert figures["estimated"] is True
+
+
 def test_a_backlog_is_counted_up_to_a_bound(monkeypatch):
     """A backlog of millions (a large import before the ticks catch up) is when the operator polls
     the figures most: each read counts at most PENDING_COUNTED queue rows, never the whole queue."""

@@ -44,30 +44,35 @@ SURVEY_KEYS = 5_000  # keys
 
 @dataclass
 class BoardsSurvey:
-    """The board keys of a version among the keys surveyed, and how many keys there are in Redis
-    per key surveyed (1.0: every key was seen, and the figures are exact)."""
+    """The board keys of a version among the keys surveyed, how many keys there are in Redis per
+    key surveyed, and whether every key was seen (then the figures are exact)."""
 
     keys: list[str]
     scale: float
+    whole: bool
 
     @property
     def estimated(self) -> bool:
-        return self.scale != 1.0
+        return not self.whole
 
 
 def _boards_survey(r: Client, version: int) -> BoardsSurvey:
     """The version's board keys among the first SURVEY_KEYS keys SCAN visits (other prefixes'
     included: they are the share of the keyspace seen)."""
     head, keys = version_pattern(version)[:-1], []
-    for seen, raw in enumerate(r.scan_iter(count=min(SCAN_COUNT, SURVEY_KEYS)), start=1):
+    scanned = r.scan_iter(count=min(SCAN_COUNT, SURVEY_KEYS))
+    for seen, raw in enumerate(scanned, start=1):
         key = raw.decode()
         if key.startswith(head) and ":b:" in key and TEMP_MARK not in key:
             keys.append(key)
         if seen >= SURVEY_KEYS:
-            # A cluster client asks one node unless told otherwise; SCAN visited every primary.
+            if next(scanned, None) is None:  # that was the last key: every one was seen
+                break
+            # An estimate, whatever the key count says now: other clients may have deleted keys
+            # since. A cluster client asks one node unless told otherwise; SCAN visited every primary.
             every = {"target_nodes": RedisCluster.PRIMARIES} if isinstance(r, RedisCluster) else {}
-            return BoardsSurvey(keys, max(1.0, r.dbsize(**every) / seen))
-    return BoardsSurvey(keys, 1.0)
+            return BoardsSurvey(keys, max(1.0, r.dbsize(**every) / seen), whole=False)
+    return BoardsSurvey(keys, 1.0, whole=True)
 
 
 @translated
