@@ -379,7 +379,7 @@ def test_a_rebuild_s_progress_through_the_history_is_seen_by_others_as_it_goes()
     # toys, games and `all`, each seen by the other connection as it was reported
     assert len(seen) == 3
     assert all(shown == pytest.approx(fraction) for fraction, shown in seen)
-    assert seen[-1][0] == pytest.approx(backfill.PROGRESS_CATCH_UP)
+    assert seen[-1][0] == pytest.approx(backfill.PROGRESS_NAMES)
 
 
 @hypothesis_settings(max_examples=300, deadline=None)

@@ -14,7 +14,7 @@ from catalogue.models import Category, Product
 from rankings.engine import names_copy, store
 from rankings.engine.shards import ALL, active, layout_plan, version_layout
 from rankings.engine.store.names import bucket_of, names_key
-from rankings.models import NameChange
+from rankings.models import NameChange, RankingVersion
 from rankings.operations.backfill import version_build
 from rankings.serving import catalogue_reads, memory
 
@@ -349,7 +349,9 @@ def _kites(shop_api, count: int) -> list[str]:
     return ids
 
 
-def test_a_split_boards_neighbours_are_named_by_the_calls_that_read_its_parts(shop_api, api, monkeypatch):
+def test_a_split_boards_neighbours_are_named_by_the_calls_that_read_its_parts(
+    shop_api, api, redis_client, monkeypatch
+):
     # given twelve products pushed and sold, then `all` split 3 ways by a rebuild
     ids = _kites(shop_api, 12)
     version = _split_all()
@@ -357,27 +359,33 @@ def test_a_split_boards_neighbours_are_named_by_the_calls_that_read_its_parts(sh
     # then the rebuild copied each name into the part that holds its product
     assert _part_held(version, *ids) == {p: f"Kite {i}" for i, p in enumerate(ids)}
 
+    # and one name marked in its part's copy, to tell which copy a read names it from
+    _plant_part(redis_client, version, {"p08": "Kite 8, from its part"})
+
     # when a product's neighbours in `all` are read by a process that remembers no name
     _neighbours(api, "p06", ALL)  # each script known to every node
     counted = RedisRoundTrips(monkeypatch)
     with CaptureQueriesContext(connection) as queries:
         items = _neighbours(api, "p06", ALL)
-    # then the calls that read the parts named the rows: no round trip more than a split rank's
-    # (one on one server, two on a Redis Cluster), and no catalogue query
-    assert items == [(f"p{i:02}", f"Kite {i}") for i in (8, 7, 6, 5, 4)]
+    # then the calls that read the parts named the rows, on a Redis Cluster from the parts' own
+    # copies (on one server, from the shared one): no round trip more than a split rank's (one on
+    # one server, two on a cluster), and no catalogue query
+    eighth = "Kite 8, from its part" if store.clustered() else "Kite 8"
+    assert items == [("p08", eighth), *((f"p{i:02}", f"Kite {i}") for i in (7, 6, 5, 4))]
     assert _catalogue_queries(queries) == []
     assert counted.count == (2 if store.clustered() else 1)
 
 
-def test_a_split_board_whose_parts_lack_names_names_its_rows_from_the_shared_copy(
+def test_a_split_board_whose_parts_lack_a_name_names_its_rows_from_the_shared_copy(
     shop_api, api, redis_client
 ):
-    # given a split board whose parts' copies are gone (a version split before its parts kept names)
-    ids = _kites(shop_api, 12)
+    # given a split board one of whose parts lacks the name of a row a read keeps (a Redis that lost
+    # it, until the walk passes)
+    _kites(shop_api, 12)
     version = _split_all()
-    for head in set(_part_heads(version, ids).values()):
-        redis_client.delete(*redis_client.scan_iter(f"{head}*", count=10_000))
-    assert set(_part_held(version, *ids).values()) == {None}
+    head = _part_heads(version, ["p05"])["p05"]
+    redis_client.hdel(names_key(bucket_of("p05"), head), "p05")
+    assert _part_held(version, "p05", "p06") == {"p05": None, "p06": "Kite 6"}
 
     # when a product's neighbours are read
     with CaptureQueriesContext(connection) as queries:
@@ -406,6 +414,31 @@ def test_every_writer_of_the_names_mends_the_parts_copies_too(shop_api, redis_cl
     assert _part_held(version, "p02", "gone") == {"p02": "Kite 2", "gone": None}
     assert (total.pruned, total.mended) == (1, 1)
     assert _part_held(version, *ids[:3]) == {"p00": "Kite 0", "p01": "Kite 1", "p02": "Kite 2"}
+
+
+def test_the_parts_of_every_kept_version_and_every_split_category_are_mended(shop_api):
+    # given `all` and `toys` split by a rebuild, then by another: the first version retired, kept
+    _kites(shop_api, 6)
+    versions = [
+        version_build(layout=layout_plan(active().layout, split={ALL: 3, "toys": 2}), activate=True).number
+        for _ in range(2)
+    ]
+    assert RankingVersion.objects.get(number=versions[0]).state == RankingVersion.State.RETIRED
+
+    # when a name is pushed
+    _push(shop_api, PRODUCTS, [{"id": "p03", "name": "Kite, green"}])
+
+    # then each version's part of each split category holds it
+    for version in versions:
+        layout = version_layout(version)
+        heads = [
+            store.part_names_head(version, layout.shard_of(layout.board_of(category, "p03")))
+            for category in (ALL, "toys")
+        ]
+        assert len(set(heads)) == 2
+        assert store.names_held([(head, "p03") for head in heads]) == {
+            (head, "p03"): "Kite, green" for head in heads
+        }
 
 
 def test_a_name_a_part_changed_while_the_changes_were_copied_is_kept_and_listed_again(

@@ -132,8 +132,8 @@ class NamesStep:
     bucket: int  # the next bucket it prunes
     products: int = 0  # products of the catalogue read
     buckets: int = 0  # Redis's buckets read
-    mended: int = 0  # names written
-    pruned: int = 0  # names of products the catalogue lacks, deleted
+    mended: int = 0  # names written, in every copy
+    pruned: int = 0  # names of products the catalogue lacks, deleted from every copy
     products_wrapped: bool = False  # the products' walk reached the catalogue's end: it starts again
     buckets_wrapped: bool = False  # the buckets' walk reached the last one: it starts again
 

@@ -37,7 +37,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from catalogue.models import TREE_LOCK_SQL, Category
+from catalogue.models import TREE_LOCK_SQL, Category, Product
 from rankings.conf import rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.batches import shard_rebuild, shards_settle
@@ -73,6 +73,7 @@ PROGRESS_SNAPSHOT = 0.02  # taking the snapshot, aggregating it and writing the 
 PROGRESS_WRITE = 0.85  # putting the boards in place, shard by shard …
 PROGRESS_WRITE_SPAN = 0.05  # … over this much of the bar
 PROGRESS_HISTORY = 0.90  # recording the version's hourly history from the sales
+PROGRESS_NAMES = 0.95  # copying the product names into a split category's parts
 PROGRESS_CATCH_UP = 0.97  # replaying the batches ticked since the snapshot
 PROGRESS_DONE = 1.0
 
@@ -156,12 +157,7 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; putting the boards in place")
     _swap_boards(number, layout, snapshot, load, report)
     _history(number, snapshot.clock, report)
-    names_parts_fill(
-        number,
-        progress=lambda done: report(
-            PROGRESS_CATCH_UP, f"copied the names of {done:,} products into the parts"
-        ),
-    )
+    _names(number, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
         catch_up_version(number)
@@ -201,11 +197,25 @@ def _history(number: int, clock: dt.datetime | None, report: _BuildProgress) -> 
         layout=version_layout(number),
         clock=clock,
         progress=lambda done: report(
-            PROGRESS_HISTORY + (PROGRESS_CATCH_UP - PROGRESS_HISTORY) * min(done / categories, 1.0),
+            PROGRESS_HISTORY + (PROGRESS_NAMES - PROGRESS_HISTORY) * min(done / categories, 1.0),
             f"recorded the hourly history of {done:,} categories",
         ),
     )
     log.info("version %s: %s", number, recorded)
+
+
+def _names(number: int, report: _BuildProgress) -> None:
+    """Copy every product's name into the version's split categories' parts, if it splits any."""
+    if not version_layout(number).split:
+        return
+    products = max(Product.objects.count(), 1)
+    names_parts_fill(
+        number,
+        progress=lambda done: report(
+            PROGRESS_NAMES + (PROGRESS_CATCH_UP - PROGRESS_NAMES) * min(done / products, 1.0),
+            f"copied the names of {done:,} products into the split categories' parts",
+        ),
+    )
 
 
 def _build_failed(number: int, error: BaseException) -> None:

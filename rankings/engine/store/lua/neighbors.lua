@@ -1,9 +1,9 @@
 -- A product's rank on a board and the members from n ranks above it to n below it, with both
--- metrics' scores, the board's size and its shard's state, and on one server their names: a
--- product's neighbours in one call (of a split board, those in its own part), O(log n + n).
+-- metrics' scores, the board's size and its shard's state, and their names: a product's
+-- neighbours in one call (of a split board, those in its own part), O(log n + n).
 -- KEYS: the board, the other metric's board, the shard's state. ARGV: the product, n, the names'
--- keys' beginning ('' for no names: on a Redis Cluster), their number of buckets, then the
--- state's fields.
+-- keys' beginning ('' for no names: a whole board on a Redis Cluster, whose names lie in other
+-- slots), their number of buckets, then the state's fields.
 -- Reply: {its rank (0-based; false, and nothing read, when it is not on the board), the rank of
 -- the first member read, those members with their scores (as ZRANGE ... WITHSCORES), their other
 -- metric's scores, the board's size, the state, their names (empty for no names)}.
