@@ -282,14 +282,8 @@ def test_neighbours_of_random_products_of_a_small_board_are_read_from_its_copies
     the answers Redis gives."""
     from .redis_round_trips import RedisRoundTrips
 
-    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE, their names in
-    # Redis's copies as the names' writers keep them (the shared one, and each part's own)
-    layout = _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
-    for i in range(300):
-        pid = f"p{i:03}"
-        part = store.part_names_head(1, layout.shard_of(layout.board_of(SPLIT, pid)))
-        for head in (store.names_head(), part):
-            redis_client.hset(names_key(bucket_of(pid), head), pid, f"name {pid}")
+    # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE
+    _write(redis_client, {f"p{i:03}": (1 + i % 9, 100 + i) for i in range(300)}, 3)
     products = [f"p{i:03}" for i in range(0, 300, 7)] + ["nobody"]
     args = {"window": WINDOW, "metric": "units", "n": 5}
     direct = [selectors.product_neighbors(product_id=p, category=category, **args) for p in products]

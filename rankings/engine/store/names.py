@@ -52,6 +52,15 @@ def part_names_head(version: int, shard: int) -> str:
     return f"{prefix()}:v{version}:{{s{shard}}}:names:"
 
 
+def rows_names_head(version: int, shard: int, *, part: bool) -> str:
+    """Where a call that reads a board on `shard` of `version` finds its rows' names
+    (lua/names_of.lua): on one server, the shared copy; on a Redis Cluster, whose call reaches its
+    own slot only, a split board's part's own copy, and none ('') for a whole board."""
+    if not clustered():
+        return names_head()
+    return part_names_head(version, shard) if part else ""
+
+
 # A name of one copy: (what the copy's keys begin with, the product).
 Copy = tuple[str, str]
 

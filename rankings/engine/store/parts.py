@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from rankings.engine.store.client import clustered, fast, script, scripts_run, translated
 from rankings.engine.store.keys import STATE_READ, board_key, member_keys, state_key
-from rankings.engine.store.names import NAMES_BUCKETS, names_head, part_names_head
+from rankings.engine.store.names import NAMES_BUCKETS, rows_names_head
 from rankings.engine.store.reads import (
     BoardSlice,
     MemberAround,
@@ -81,18 +81,12 @@ def parts_around(
             (
                 "part_around",
                 [*member_keys(version, shard, window, metric, category)],
-                [*args, _names_head(version, shard) if n else "", NAMES_BUCKETS, *STATE_READ],
+                [*args, rows_names_head(version, shard, part=True) if n else "", NAMES_BUCKETS, *STATE_READ],
             )
             for shard, category in parts
         ]
     )
     return [_part_around(version, shard, reply) for reply, (shard, _) in zip(replies, parts, strict=True)]
-
-
-def _names_head(version: int, shard: int) -> str:
-    """Where a part's call finds its rows' names: on one server the shared copy, on a Redis Cluster
-    the part's own (a call reaches its own slot only)."""
-    return part_names_head(version, shard) if clustered() else names_head()
 
 
 def _part_around(version: int, shard: int, reply: list) -> PartAround:
@@ -141,7 +135,8 @@ def split_around(
         )
         return mine, read
     keys = [key for s, c in [parts[own], *others] for key in member_keys(version, s, window, metric, c)]
-    args: list[str | int] = [product_id, n, names_head() if n else "", NAMES_BUCKETS, *STATE_READ]
+    names = rows_names_head(version, shard, part=True) if n else ""
+    args: list[str | int] = [product_id, n, names, NAMES_BUCKETS, *STATE_READ]
     replies = script("split_around")(keys=keys, args=args, client=fast())
     return around_of(version, shard, replies[0]), [
         _part_around(version, s, reply) for (s, _), reply in zip(others, replies[1:], strict=True)

@@ -10,7 +10,6 @@ from cachetools import LRUCache
 from rankings.conf import other_metric
 from rankings.engine.store.client import (
     REMEMBERED_PREFIXES,
-    clustered,
     fast,
     memory_lock,
     remembered,
@@ -27,7 +26,7 @@ from rankings.engine.store.keys import (
     prefix,
     state_key,
 )
-from rankings.engine.store.names import NAMES_BUCKETS, names_head, part_names_head
+from rankings.engine.store.names import NAMES_BUCKETS, rows_names_head
 
 # The highest batch sequence number this process has read in each shard's state, per generation.
 seq_seen: LRUCache = remembered(LRUCache(maxsize=REMEMBERED_PREFIXES * 64))
@@ -175,9 +174,7 @@ def member_around(
     buckets (other slots): there a split board's `part` names its rows from its own copy, and a
     whole board's names are a read of their own."""
     keys = member_keys(version, shard, window, metric, category)
-    names = (
-        "" if not n else names_head() if not clustered() else part_names_head(version, shard) if part else ""
-    )
+    names = rows_names_head(version, shard, part=part) if n else ""
     (reply,) = scripts_run([("neighbors", keys, [product_id, n, names, NAMES_BUCKETS, *STATE_READ])])
     return around_of(version, shard, reply)
 
