@@ -79,6 +79,29 @@ def test_an_id_deduplicates_and_no_id_counts_every_event(engage_api):
     assert Engagement.objects.count() == 3
 
 
+def test_each_event_of_a_taken_id_is_judged_against_the_event_stored_under_it(engage_api):
+    """An id a batch names once is judged by its claim, one it names twice by a lookup first: either
+    way against the stored event, not the batch's first of that id."""
+    engage_api.post("/v1/engagements", {"events": [view(id="v-1")]}, format="json")
+
+    def post(*events):
+        return engage_api.post("/v1/engagements", {"events": list(events)}, format="json").json()
+
+    assert post(view(id="v-1")) == {"accepted": 0, "duplicates": 1, "rejected": []}
+    reused = {"id": "v-1", "error": "id already used by a different event"}
+    assert post(view(id="v-1", kind="wish")) == {
+        "accepted": 0,
+        "duplicates": 0,
+        "rejected": [{"index": 0, **reused}],
+    }
+    assert post(view(id="v-1", kind="wish"), view(id="v-1", kind="wish"), view(id="v-2")) == {
+        "accepted": 1,
+        "duplicates": 0,
+        "rejected": [{"index": 0, **reused}, {"index": 1, **reused}],
+    }
+    assert sorted(Engagement.objects.values_list("event_id", "kind")) == [("v-1", "view"), ("v-2", "view")]
+
+
 def test_an_id_longer_than_128_characters_is_rejected(engage_api):
     reply = engage_api.post("/v1/engagements", {"events": [view(id="x" * 129)]}, format="json").json()
 

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
 from rankings.engine.shards import active, shard_of
+from rankings.ingest import events
+from rankings.ingest.engagement import engagement_digest
 from rankings.ingest.sales import event_digest, sales_ingest
 from rankings.models import IngestLog, PendingSale, Sale
 from tests.conftest import utc
@@ -676,39 +678,73 @@ def test_any_batch_is_answered_with_a_fate_for_every_event(batch):
     assert all(isinstance(r["error"], str) and r["error"] for r in result.rejected)
 
 
+# What the fields let through to a digest: any id, product ids and slugs of their patterns.
+_product_ids = st.from_regex(events._PRODUCT_ID, fullmatch=True)
+_slug_lists = st.none() | st.lists(st.from_regex(events._SLUG, fullmatch=True), max_size=3)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     event_id=_any_text.filter(bool),
     seconds=st.floats(0, 4e9, allow_nan=False),
-    categories=st.none() | st.lists(_any_text, max_size=3),
+    product_id=_product_ids,
+    categories=_slug_lists,
     qty=st.integers(-(10**6), 10**6),
     amount=st.none() | st.decimals(0, 10**12, places=2),
+    return_of=st.none() | _any_text.filter(bool),
 )
 def test_an_event_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_it(
-    event_id, seconds, categories, qty, amount
+    event_id, seconds, product_id, categories, qty, amount, return_of
 ):
     """Stored sales keep the digests they were given: a resend of one must still match."""
     ts = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     data = {
         "id": event_id,
         "ts": ts,
-        "productId": "p1",
+        "productId": product_id,
         "categories": categories,
         "qty": qty,
         "amount": amount,
+        "returnOf": return_of,
     }
     canonical = [
         event_id,
         round(ts.timestamp(), 6),
-        "p1",
+        product_id,
         sorted(categories) if categories else None,
         qty,
         int(amount * 100) if amount is not None else None,
-        None,
+        return_of,
     ]
     expected = hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
 
     assert event_digest(data) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    event_id=_any_text.filter(bool),
+    seconds=st.floats(0, 4e9, allow_nan=False),
+    product_id=_product_ids,
+    categories=_slug_lists,
+    kind=st.sampled_from(["view", "wish"]),
+)
+def test_an_engagement_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_it(
+    event_id, seconds, product_id, categories, kind
+):
+    """Stored views keep the digests they were given: a resend of one must still match."""
+    ts = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    data = {"id": event_id, "ts": ts, "productId": product_id, "categories": categories, "kind": kind}
+    canonical = [
+        event_id,
+        round(ts.timestamp(), 6),
+        product_id,
+        sorted(categories) if categories else None,
+        kind,
+    ]
+    expected = hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
+
+    assert engagement_digest(data) == expected
 
 
 # --- what a batch reads ----------------------------------------------------------------------

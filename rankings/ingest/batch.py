@@ -108,8 +108,21 @@ class Attempt:
 _encoder = json.JSONEncoder()
 
 
-def canonical_json(value: list) -> str:
+def json_text(value: str | None) -> str:
+    """`value` as json.dumps writes it in an event's digest: a string that is printable ASCII with
+    no quote and no backslash (every id a shop's system makes, nearly) as it is, between quotes;
+    any other string through the encoder, for its escapes; None as null."""
+    if value is None:
+        return "null"
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'
     return _encoder.encode(value)
+
+
+def slugs_text(slugs: list[str] | None) -> str:
+    """An event's categories as its digest holds them: sorted, as json.dumps writes a list (a valid
+    slug needs no escape), or null where it names none."""
+    return '["' + '", "'.join(sorted(slugs)) + '"]' if slugs else "null"
 
 
 @contextlib.contextmanager
@@ -429,8 +442,8 @@ class BatchIngest:
         return stored, self._late_duplicates([row for row in rows if row.index not in stored], result)
 
     def _late_duplicates(self, raced: list, result: IngestResult) -> int:
-        """Of the rows not stored (a concurrent batch took their id between our check and our insert),
-        count the resends and reject the reused ids."""
+        """Of the rows not stored, their id taken (before this batch, or by a concurrent batch between
+        our check and our insert), count the resends and reject the reused ids."""
         late_duplicates = 0
         if raced:
             stored = self.stored_digests([row.event_id for row in raced])

@@ -10,6 +10,7 @@ their days.
 
 import datetime as dt
 import hashlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -25,8 +26,9 @@ from rankings.ingest.batch import (
     Attempt,
     BatchIngest,
     IngestResult,
-    canonical_json,
     catalogue_of,
+    json_text,
+    slugs_text,
 )
 from rankings.ingest.events import EngagementEventSerializer
 from rankings.models import Engagement, EngagementId, PendingEngagement
@@ -46,15 +48,14 @@ class _Row:
 
 
 def engagement_digest(data: dict) -> str:
-    """Identity of an event's content, so a resend is told from a reused id."""
-    canonical = [
-        data["id"],
-        round(data["ts"].timestamp(), 6),
-        data["productId"],
-        sorted(data["categories"]) if data.get("categories") else None,
-        data["kind"],
-    ]
-    return hashlib.md5(canonical_json(canonical).encode(), usedforsecurity=False).hexdigest()
+    """Identity of a valid event's content, so a resend is told from a reused id: the MD5 of
+    json.dumps([id, ts to the microsecond, productId, sorted categories or None, kind]), written
+    directly (a valid product id and kind need no escape)."""
+    text = (
+        f'[{json_text(data["id"])}, {round(data["ts"].timestamp(), 6)!r}, "{data["productId"]}", '
+        f'{slugs_text(data.get("categories"))}, "{data["kind"]}"]'
+    )
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def retention_cutoff(now: dt.datetime | None = None) -> dt.datetime | None:
@@ -69,12 +70,18 @@ def retention_cutoff(now: dt.datetime | None = None) -> dt.datetime | None:
 def _resolve(
     valid: list[tuple[int, dict]], result: IngestResult, stored_digests: Callable
 ) -> tuple[list[_Row], int]:
-    """The rows to store, in order, and how many events were resends of ids already taken."""
+    """The rows to store, in order, and how many events were resends of ids already taken.
+
+    An id the batch names once is not looked up: its claim (`write`) finds it taken, and the row
+    is then told a resend or a reuse (`_late_duplicates`). An id named more than once is, so that
+    each of its events is judged against the event stored under it, if any, and not against the
+    batch's first."""
     rows: list[_Row] = []
     duplicates = 0
     if not valid:
         return rows, duplicates
-    stored = stored_digests([data["id"] for _, data in valid if data.get("id")])
+    named = Counter(data["id"] for _, data in valid if data.get("id"))
+    stored = stored_digests([event_id for event_id, times in named.items() if times > 1])
     catalogue = catalogue_of({data["productId"] for _, data in valid if not data.get("categories")})
     seen: dict[str, str] = {}
     for index, data in valid:

@@ -25,9 +25,10 @@ from rankings.ingest.batch import (
     BatchIngest,
     IngestResult,
     Retry,
-    canonical_json,
     catalogue_of,
+    json_text,
     keyed_lookup,
+    slugs_text,
 )
 from rankings.ingest.events import MAX_AMOUNT_CENTS, MAX_AMOUNT_DIGITS, SaleEventSerializer
 from rankings.models import PendingSale, ProductTotal, Sale, SaleId
@@ -119,18 +120,16 @@ def _pro_rata_cents(amount_cents: int, part: int, whole: int) -> int:
 
 
 def event_digest(data: dict) -> str:
-    """Identity of an event's content, so a resend can be told from a reused id."""
+    """Identity of a valid event's content, so a resend can be told from a reused id: the MD5 of
+    json.dumps([id, ts to the microsecond, productId, sorted categories or None, qty, amount in
+    cents or None, returnOf]), written directly (a valid product id needs no escape)."""
     amount = data.get("amount")
-    canonical = [
-        data["id"],
-        round(data["ts"].timestamp(), 6),
-        data["productId"],
-        sorted(data["categories"]) if data.get("categories") else None,
-        data["qty"],
-        to_cents(amount) if amount is not None else None,
-        data.get("returnOf"),
-    ]
-    return hashlib.md5(canonical_json(canonical).encode(), usedforsecurity=False).hexdigest()
+    text = (
+        f'[{json_text(data["id"])}, {round(data["ts"].timestamp(), 6)!r}, "{data["productId"]}", '
+        f"{slugs_text(data.get('categories'))}, {data['qty']}, "
+        f"{'null' if amount is None else to_cents(amount)}, {json_text(data.get('returnOf'))}]"
+    )
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
 # Event ids are unique in SaleId, not in the partitioned sales table: an id is
