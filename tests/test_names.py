@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from catalogue.models import Category, Product
 from rankings.engine import names_copy, store
 from rankings.engine.shards import ALL, active, layout_plan, version_layout
+from rankings.engine.store import names as names_store
 from rankings.engine.store.names import bucket_of, names_key
 from rankings.models import NameChange, RankingVersion
 from rankings.operations.backfill import version_build
@@ -463,6 +464,31 @@ def test_a_name_a_part_changed_while_the_changes_were_copied_is_kept_and_listed_
     monkeypatch.undo()
     names_copy.names_changes_copy()
     assert _part_held(version, "p00") == {"p00": "Kite, red"} and _listed() == []
+
+
+def test_a_rebuilds_fill_writes_a_part_in_a_call_whatever_buckets_its_names_fall_in(monkeypatch):
+    # given 200 products, their names in nearly as many buckets, and `all` split 3 ways by a rebuild
+    _drums(200)
+    ids = [f"p{i:02}" for i in range(200)]
+    assert len({bucket_of(p) for p in ids}) > 190
+    version = _split_all()
+    assert _part_held(version, "p00", "p199") == {"p00": "Drum 0", "p199": "Drum 199"}
+
+    # when the fill runs again, every command it sends Redis counted
+    sent = []
+    real = names_store.scripts_run
+
+    def counted(calls, *, commands=(), client=None):
+        sent.append(len(calls) + len(commands))
+        return real(calls, commands=commands, client=client)
+
+    monkeypatch.setattr(names_store, "scripts_run", counted)
+    written = names_copy.names_parts_fill(version)
+
+    # then each part's names were read in one command and mended in one call, on a Redis Cluster
+    # too, whose calls reach one slot: every bucket of a part's copy shares the part's
+    assert written == 0
+    assert sum(sent) <= 2 * 3
 
 
 def test_a_versions_parts_names_go_with_the_version(shop_api):

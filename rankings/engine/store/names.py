@@ -17,6 +17,8 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from redis.crc import key_slot
+
 from rankings.engine.store.client import clustered, patient, scripts_run, translated
 from rankings.engine.store.keys import prefix
 
@@ -79,15 +81,19 @@ def names_walk_key() -> str:
 CALL_PRODUCTS = 2_000
 
 
-def _groups(copies: list[Copy]) -> list[list[Copy]]:
-    """`copies` in groups a call or command takes: CALL_PRODUCTS of them on one server, one a
-    bucket on a Redis Cluster (whose calls reach one slot)."""
-    if not clustered():
-        return [copies[i : i + CALL_PRODUCTS] for i in range(0, len(copies), CALL_PRODUCTS)]
-    keyed: dict[str, list[Copy]] = defaultdict(list)
-    for copy in copies:
-        keyed[_key(copy)].append(copy)
-    return list(keyed.values())
+def _groups(copies: list[Copy]) -> list[list[tuple[Copy, str]]]:
+    """`copies` with their keys, in groups a call takes, CALL_PRODUCTS at most: on a Redis Cluster,
+    whose calls reach one slot, those of one slot (a split board's part's every bucket; a bucket or
+    a few of the shared copy)."""
+    keyed = [(copy, _key(copy)) for copy in copies]
+    if clustered():
+        slotted: dict[int, list[tuple[Copy, str]]] = defaultdict(list)
+        for copy, key in keyed:
+            slotted[key_slot(key.encode())].append((copy, key))
+        groups = list(slotted.values())
+    else:
+        groups = [keyed]
+    return [group[i : i + CALL_PRODUCTS] for group in groups for i in range(0, len(group), CALL_PRODUCTS)]
 
 
 @translated
@@ -101,20 +107,23 @@ def names_read(product_ids: Iterable[str], *, client=None) -> dict[str, str]:
 
 def _names_get(copies: list[Copy], client) -> dict[Copy, str | None]:
     """What Redis holds of each name of `copies`, None where it holds nothing, in one round trip
-    (lua/names_get.lua on one server; an HMGET a bucket, each node's at once, on a Redis Cluster)."""
+    (_groups: an HMGET for a group of one bucket, lua/names_get.lua for one of several; each
+    node's at once on a Redis Cluster)."""
     groups = _groups(copies)
     if not groups:
         return {}
-    if clustered():
-        commands = [("HMGET", _key(group[0]), *(p for _, p in group)) for group in groups]
-        replies = scripts_run([], commands=commands, client=client)
-    else:
-        calls = [("names_get", [_key(copy) for copy in group], [p for _, p in group]) for group in groups]
-        replies = scripts_run(calls, client=client)
+    one_key = [group for group in groups if len({key for _, key in group}) == 1]
+    keys_many = [group for group in groups if len({key for _, key in group}) > 1]
+    commands = [("HMGET", group[0][1], *(product for (_, product), _ in group)) for group in one_key]
+    calls = [
+        ("names_get", [key for _, key in group], [product for (_, product), _ in group])
+        for group in keys_many
+    ]
+    replies = scripts_run(calls, commands=commands, client=client)
     return {
         copy: name.decode() if name else None
-        for group, names in zip(groups, replies, strict=True)
-        for copy, name in zip(group, names, strict=True)
+        for group, names in zip(one_key + keys_many, replies, strict=True)
+        for (copy, _), name in zip(group, names, strict=True)
     }
 
 
@@ -127,8 +136,8 @@ def names_mend(held: Mapping[Copy, str | None], truth: Mapping[str, str | None])
     calls = [
         (
             "names_mend",
-            [_key(copy) for copy in group],
-            [w for copy in group for w in (copy[1], held[copy] or "", truth.get(copy[1]) or "")],
+            [key for _, key in group],
+            [w for copy, _ in group for w in (copy[1], held[copy] or "", truth.get(copy[1]) or "")],
         )
         for group in _groups(list(held))
     ]
