@@ -329,7 +329,9 @@ def test_two_senders_at_once_never_send_the_same_attempt(private_allowed):
         for sender in senders:
             sender.join()
         ids = [r.headers["webhook-id"] for r in receiver.received]
-    assert len(ids) == len(set(ids)) == 30
+    # What became of a firing not received, if any (seen once in a loaded run: 29 received).
+    failed = list(AlertAttempt.objects.exclude(status=200).values_list("status", "error"))
+    assert len(ids) == len(set(ids)) == 30, failed
     assert AlertAttempt.objects.count() == 30
     assert set(AlertFiring.objects.values_list("state", flat=True)) == {"delivered"}
 
