@@ -102,6 +102,20 @@ def test_each_event_of_a_taken_id_is_judged_against_the_event_stored_under_it(en
     assert sorted(Engagement.objects.values_list("event_id", "kind")) == [("v-1", "view"), ("v-2", "view")]
 
 
+def test_an_event_whose_id_another_holds_makes_no_category_and_no_product(engage_api):
+    engage_api.post("/v1/engagements", {"events": [view(id="v-1")]}, format="json")
+
+    reply = engage_api.post(
+        "/v1/engagements",
+        {"events": [view(id="v-1", productId="p-new", categories=["brand-new"])]},
+        format="json",
+    ).json()
+
+    assert reply["rejected"] == [{"index": 0, "id": "v-1", "error": "id already used by a different event"}]
+    assert not Category.objects.filter(slug="brand-new").exists()
+    assert not Product.objects.filter(product_id="p-new").exists()
+
+
 def test_an_id_longer_than_128_characters_is_rejected(engage_api):
     reply = engage_api.post("/v1/engagements", {"events": [view(id="x" * 129)]}, format="json").json()
 

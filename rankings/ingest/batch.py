@@ -401,6 +401,11 @@ class BatchIngest:
         """Resolve and store the valid events; rejections go to `result`."""
         raise NotImplementedError
 
+    def claimed(self, cursor, rows: list) -> list:
+        """The rows to write: those whose id a kind that claims ids before writing claimed here, and
+        those without one (all of them, for a kind whose write claims the ids itself)."""
+        return rows
+
     def write(self, cursor, rows: list, queue_of: Callable[[Any], str]) -> set[int]:
         """Insert the rows whose id is not taken, each with its queue rows (`queue_of(row)`, see
         _queue_entries); return their indexes."""
@@ -432,10 +437,16 @@ class BatchIngest:
         # Read under the same lock as the layout: a switch to a version with another tree re-queues
         # what was queued before it, and an ingest that reads after it waits for its commit.
         tree = version_tree(number)
-        _ensure_categories(rows)
         with connection.cursor() as cursor:
-            _placeholders_create(cursor, rows)
-            stored = self.write(cursor, rows, _queue_of(layout, tree))
+            chosen = self.claimed(cursor, rows)
+        stored: set[int] = set()
+        if chosen:
+            # Only what is to be stored makes categories and placeholders: never an event whose id
+            # another event holds.
+            _ensure_categories(chosen)
+            with connection.cursor() as cursor:
+                _placeholders_create(cursor, chosen)
+                stored = self.write(cursor, chosen, _queue_of(layout, tree))
         # Once committed, these events wake their shards' ticks rather than wait for the beat.
         counted_in = {tuple(row.categories) for row in rows if row.index in stored}
         tick_wake_on_commit(layout, {tree.expand(categories) for categories in counted_in})

@@ -188,26 +188,27 @@ class EngagementIngest(BatchIngest):
             accepted_at=stored | dropped,
         )
 
-    def write(self, cursor, rows: list[_Row], queue_of: Callable[[_Row], str]) -> set[int]:
-        """Claim the rows' ids, COPY the rows to store into the raw table, and queue them grouped."""
+    def claimed(self, cursor, rows: list[_Row]) -> list[_Row]:
+        """Claim the rows' ids; the rows without one, and those whose id was claimed."""
         identified = [row for row in rows if row.event_id is not None]
-        claimed: set[str] = set()
-        if identified:
-            # As the queue's columns below: one text each, of lines (an id holds no control character).
-            cursor.execute(
-                _CLAIM,
-                [
-                    "\n".join(cast(str, row.event_id) for row in identified),
-                    "\n".join(cast(str, row.digest) for row in identified),  # set with the id
-                    "\n".join(row.ts.isoformat() for row in identified),
-                ],
-            )
-            claimed = {event_id for (event_id,) in cursor.fetchall()}
-        chosen = [row for row in rows if row.event_id is None or row.event_id in claimed]
-        if not chosen:
-            return set()
+        if not identified:
+            return rows
+        # As the queue's columns below: one text each, of lines (an id holds no control character).
+        cursor.execute(
+            _CLAIM,
+            [
+                "\n".join(cast(str, row.event_id) for row in identified),
+                "\n".join(cast(str, row.digest) for row in identified),  # set with the id
+                "\n".join(row.ts.isoformat() for row in identified),
+            ],
+        )
+        claimed = {event_id for (event_id,) in cursor.fetchall()}
+        return [row for row in rows if row.event_id is None or row.event_id in claimed]
+
+    def write(self, cursor, rows: list[_Row], queue_of: Callable[[_Row], str]) -> set[int]:
+        """COPY the rows (their ids claimed) into the raw table, and queue them grouped."""
         instants: dict[dt.datetime, tuple[str, str]] = {}  # ts -> its text, and its second's
-        for row in chosen:
+        for row in rows:
             if row.ts not in instants:
                 instants[row.ts] = (row.ts.isoformat(), row.ts.replace(microsecond=0).isoformat())
         engagement_partitions_ensure(instants)
@@ -218,7 +219,7 @@ class EngagementIngest(BatchIngest):
         # the next ones.
         with cursor.copy(f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN") as copy:
             lines = []
-            for row in chosen:
+            for row in rows:
                 stamp, second = instants[row.ts]
                 lines.append(
                     f"{_copy_text(row.event_id)}\t{stamp}\t{row.product_id}\t{row.kind}"
@@ -249,7 +250,7 @@ class EngagementIngest(BatchIngest):
                 ",".join(str(counts[1]) for _, counts in grouped),
             ],
         )
-        return {row.index for row in chosen}
+        return {row.index for row in rows}
 
 
 _ingest = EngagementIngest()
