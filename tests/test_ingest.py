@@ -678,17 +678,31 @@ def test_any_batch_is_answered_with_a_fate_for_every_event(batch):
     assert all(isinstance(r["error"], str) and r["error"] for r in result.rejected)
 
 
-# What the fields let through to a digest: any id, product ids and slugs of their patterns.
-_product_ids = st.from_regex(events._PRODUCT_ID, fullmatch=True)
-_slug_lists = st.none() | st.lists(st.from_regex(events._SLUG, fullmatch=True), max_size=3)
+# What the fields let through to a digest: any id, product ids and slugs of their patterns; the fields
+# both kinds of event share.
+_shared_fields = {
+    "event_id": _any_text.filter(bool),
+    "seconds": st.floats(0, 4e9, allow_nan=False),
+    "product_id": st.from_regex(events._PRODUCT_ID, fullmatch=True),
+    "categories": st.none() | st.lists(st.from_regex(events._SLUG, fullmatch=True), max_size=3),
+}
+
+
+def _json_md5(event_id, ts, product_id, categories, *rest) -> str:
+    """The MD5 of json.dumps of an event's canonical list, as digests were first made."""
+    canonical = [
+        event_id,
+        round(ts.timestamp(), 6),
+        product_id,
+        sorted(categories) if categories else None,
+        *rest,
+    ]
+    return hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    event_id=_any_text.filter(bool),
-    seconds=st.floats(0, 4e9, allow_nan=False),
-    product_id=_product_ids,
-    categories=_slug_lists,
+    **_shared_fields,
     qty=st.integers(-(10**6), 10**6),
     amount=st.none() | st.decimals(0, 10**12, places=2),
     return_of=st.none() | _any_text.filter(bool),
@@ -707,44 +721,21 @@ def test_an_event_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_i
         "amount": amount,
         "returnOf": return_of,
     }
-    canonical = [
-        event_id,
-        round(ts.timestamp(), 6),
-        product_id,
-        sorted(categories) if categories else None,
-        qty,
-        int(amount * 100) if amount is not None else None,
-        return_of,
-    ]
-    expected = hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
+    cents = int(amount * 100) if amount is not None else None
 
-    assert event_digest(data) == expected
+    assert event_digest(data) == _json_md5(event_id, ts, product_id, categories, qty, cents, return_of)
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    event_id=_any_text.filter(bool),
-    seconds=st.floats(0, 4e9, allow_nan=False),
-    product_id=_product_ids,
-    categories=_slug_lists,
-    kind=st.sampled_from(["view", "wish"]),
-)
+@given(**_shared_fields, kind=st.sampled_from(["view", "wish"]))
 def test_an_engagement_digest_is_the_md5_of_its_canonical_json_as_json_dumps_writes_it(
     event_id, seconds, product_id, categories, kind
 ):
     """Stored views keep the digests they were given: a resend of one must still match."""
     ts = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     data = {"id": event_id, "ts": ts, "productId": product_id, "categories": categories, "kind": kind}
-    canonical = [
-        event_id,
-        round(ts.timestamp(), 6),
-        product_id,
-        sorted(categories) if categories else None,
-        kind,
-    ]
-    expected = hashlib.md5(json.dumps(canonical).encode(), usedforsecurity=False).hexdigest()
 
-    assert engagement_digest(data) == expected
+    assert engagement_digest(data) == _json_md5(event_id, ts, product_id, categories, kind)
 
 
 # --- what a batch reads ----------------------------------------------------------------------
