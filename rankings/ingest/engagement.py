@@ -72,8 +72,8 @@ def _resolve(
 ) -> tuple[list[_Row], int]:
     """The rows to store, in order, and how many events were resends of ids already taken.
 
-    An id the batch names once is not looked up: its claim (`write`) finds it taken, and the row
-    is then told a resend or a reuse (`_late_duplicates`). An id named more than once is, so that
+    An id the batch names once is not looked up: its claim (`EngagementIngest.claimed`) finds it
+    taken, and the row is then told a resend or a reuse (`_late_duplicates`). An id named more than once is, so that
     each of its events is judged against the event stored under it, if any, and not against the
     batch's first."""
     rows: list[_Row] = []
