@@ -112,8 +112,10 @@ def _names_get(copies: list[Copy], client) -> dict[Copy, str | None]:
     groups = _groups(copies)
     if not groups:
         return {}
-    one_key = [group for group in groups if len({key for _, key in group}) == 1]
-    keys_many = [group for group in groups if len({key for _, key in group}) > 1]
+    one_key: list[list[tuple[Copy, str]]] = []
+    keys_many: list[list[tuple[Copy, str]]] = []
+    for group in groups:
+        (one_key if all(key == group[0][1] for _, key in group) else keys_many).append(group)
     commands = [("HMGET", group[0][1], *(product for (_, product), _ in group)) for group in one_key]
     calls = [
         ("names_get", [key for _, key in group], [product for (_, product), _ in group])
