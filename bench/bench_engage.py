@@ -17,6 +17,7 @@
 """
 
 import datetime as dt
+import functools
 import http.client
 import json
 import random
@@ -25,7 +26,6 @@ import threading
 import time
 import urllib.parse
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 from bench import harness
 from rankings.engine.windows import configured_windows
@@ -100,27 +100,35 @@ class _Client:
 # --- (a) ingest ------------------------------------------------------------------------------
 
 
-def _post_batches(url: str, token: str, batches: int, rng: random.Random, ids: bool = False) -> float:
-    """Seconds to POST `batches` batches of BATCH views, one after another, on one connection."""
-    bodies = [
+def _bodies(batches: int, rng: random.Random, ids: bool = False) -> list[bytes]:
+    """`batches` request bodies of BATCH views each, with ids of their own or none."""
+    return [
         json.dumps({"events": _views(BATCH, rng, ids=uuid.uuid4().hex if ids else None)}).encode()
         for _ in range(batches)
     ]
+
+
+def _send(url: str, token: str, bodies: list[bytes]) -> None:
+    """POST the bodies one after another, on one connection."""
     client = _Client(url, token)
-    started = time.perf_counter()
     for body in bodies:
         client.post("/v1/engagements", body, BATCH)
+
+
+def _post_batches(url: str, token: str, batches: int, rng: random.Random, ids: bool = False) -> float:
+    """Seconds to POST `batches` batches of BATCH views, one after another, on one connection."""
+    bodies = _bodies(batches, rng, ids)
+    started = time.perf_counter()
+    _send(url, token, bodies)
     return time.perf_counter() - started
 
 
 def _clients_rate(url: str, token: str, clients: int, batches: int, rng: random.Random) -> float:
-    """Events/s of `clients` clients each POSTing `batches` batches at once."""
-    rngs = [random.Random(rng.random()) for _ in range(clients)]
-    with ThreadPoolExecutor(clients) as pool:
-        started = time.perf_counter()
-        for future in [pool.submit(_post_batches, url, token, batches, r) for r in rngs]:
-            future.result()
-    return clients * batches * BATCH / (time.perf_counter() - started)
+    """Events/s of `clients` clients each POSTing `batches` batches at once, from the moment they start
+    together (their bodies made before)."""
+    bodies = [_bodies(batches, rng) for _ in range(clients)]
+    seconds = harness.at_once([functools.partial(_send, url, token, mine) for mine in bodies])
+    return clients * batches * BATCH / seconds
 
 
 # The floor's rows: a view as the raw table holds it, in binary (bench_ladder copies them a batch at a time).

@@ -13,6 +13,7 @@ is created in the configured database (the one the server must be using).
 """
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -59,13 +60,17 @@ def _bench_token() -> str:
     return ingest_token_create(username="bench", permissions=["add_sale"])
 
 
-def bench_http(*, url: str, token: str, batches: int, batch_size: int, rng) -> float:
-    """Seconds to POST `batches` batches of `batch_size` events, one after another, on one connection."""
-    parts = urllib.parse.urlsplit(url)
-    bodies = [
+def sales_bodies(*, batches: int, batch_size: int, rng) -> list[bytes]:
+    """`batches` request bodies of `batch_size` new sales each."""
+    return [
         json.dumps({"events": _events(batch_size, f"{uuid.uuid4().hex[:12]}", rng)}).encode()
         for _ in range(batches)
     ]
+
+
+def http_send(*, url: str, token: str, bodies: list[bytes], batch_size: int) -> float:
+    """Seconds to POST the bodies to /v1/sales one after another, on one connection, each accepted whole."""
+    parts = urllib.parse.urlsplit(url)
     headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=60)
     try:
@@ -81,6 +86,12 @@ def bench_http(*, url: str, token: str, batches: int, batch_size: int, rng) -> f
         return time.perf_counter() - start
     finally:
         connection.close()
+
+
+def bench_http(*, url: str, token: str, batches: int, batch_size: int, rng) -> float:
+    """Seconds to POST `batches` batches of `batch_size` events, one after another, on one connection."""
+    bodies = sales_bodies(batches=batches, batch_size=batch_size, rng=rng)
+    return http_send(url=url, token=token, bodies=bodies, batch_size=batch_size)
 
 
 def bench_import(*, events: int, rng) -> float:
@@ -169,19 +180,18 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def bench_http_clients(*, url: str, token: str, clients: int, batches: int, batch_size: int, rng) -> float:
-    """Events/s of `clients` clients each POSTing `batches` batches at once, each on its own connection."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Events/s of `clients` clients each POSTing `batches` batches at once, each on its own connection,
+    from the moment they start together (their bodies made before)."""
+    from bench import harness
 
-    rngs = [random.Random(rng.random()) for _ in range(clients)]
-    with ThreadPoolExecutor(clients) as pool:
-        start = time.perf_counter()
-        futures = [
-            pool.submit(bench_http, url=url, token=token, batches=batches, batch_size=batch_size, rng=r)
-            for r in rngs
+    bodies = [sales_bodies(batches=batches, batch_size=batch_size, rng=rng) for _ in range(clients)]
+    seconds = harness.at_once(
+        [
+            functools.partial(http_send, url=url, token=token, bodies=mine, batch_size=batch_size)
+            for mine in bodies
         ]
-        for future in futures:
-            future.result()
-    return clients * batches * batch_size / (time.perf_counter() - start)
+    )
+    return clients * batches * batch_size / seconds
 
 
 def run(table, runs: int = 3):

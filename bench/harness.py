@@ -10,6 +10,10 @@ import contextlib
 import os
 import statistics
 import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +123,25 @@ def process_cpu(started: list[processes.Process]) -> float:
             fields = stat.read().rsplit(")", 1)[1].split()
         ticks += int(fields[11]) + int(fields[12])  # utime, stime
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def at_once(sends: list[Callable[[], object]]) -> float:
+    """Seconds from the moment every one of `sends` starts, together, until the last is done. Each
+    client makes what it sends before it is called: a client's own work (making its bodies, in threads
+    that share one interpreter) is no part of the service's time."""
+    start = threading.Barrier(len(sends) + 1)
+
+    def run(send: Callable[[], object]) -> None:
+        start.wait()
+        send()
+
+    with ThreadPoolExecutor(len(sends)) as pool:
+        futures = [pool.submit(run, send) for send in sends]
+        start.wait()
+        started = time.perf_counter()
+        for future in futures:
+            future.result()
+        return time.perf_counter() - started
 
 
 @dataclass
