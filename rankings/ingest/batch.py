@@ -131,7 +131,9 @@ def collector_paused():
     dozen objects an event, all live until its reply, so each collection their allocations trigger
     walks them again only to keep them (a sixth of the CPU of a batch of 10,000 views in a web
     worker, whose startup heap is frozen; half in a process whose heap is not). What they leave is
-    freed by reference counting as ever; a cycle left behind waits for the next collection."""
+    freed by reference counting as ever; a cycle left behind waits for the next collection, which
+    walks whatever the batch made that still lives: the API takes a batch's items out of the
+    request's parsed body for that reason (`rankings.serving.api.BatchApi`)."""
     if not gc.isenabled():  # paused already: by an enclosing batch, or another thread's
         yield
         return

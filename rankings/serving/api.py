@@ -196,7 +196,9 @@ class BatchApi(APIView):
             body = request.data
         except RecursionError:  # JSON nested deeper than the parser's stack
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
-        items = body.get(self.items) if isinstance(body, dict) else None
+        # Taken out of the parsed body, which the request keeps until it ends: the items then go when
+        # the reply is made, before the collector runs again (collector_paused), not after it.
+        items = body.pop(self.items, None) if isinstance(body, dict) else None
         if not isinstance(items, list):
             raise exceptions.ValidationError({"error": f'body must be {{"{self.items}": [ ... ]}}'})
         most = self.most()
