@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.functions import RandomUUID
 from django.db import connection, models
+from django.db.models.functions import Now
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
@@ -424,7 +425,9 @@ class Engagement(models.Model):
     kind = models.CharField(max_length=4, choices=Kind.choices)
     # The categories the event counts in: the event's, or the product's at ingest.
     categories = ArrayField(models.CharField(max_length=50))
-    received_at = models.DateTimeField(auto_now_add=True)
+    # Stamped by PostgreSQL as the statement storing the event starts, not sent with each row: a
+    # batch's COPY parsed a time from text for every view, a sixth of what it cost.
+    received_at = models.DateTimeField(db_default=Now())
 
     def __str__(self):
         return f"{self.kind} {self.product_id}"

@@ -67,6 +67,15 @@ def test_a_batch_is_stored_and_bad_events_are_rejected_with_index_and_reason(eng
     assert sorted(Engagement.objects.values_list("kind", flat=True)) == ["view", "view", "wish"]
 
 
+def test_an_event_is_stamped_with_the_time_it_was_stored_not_its_own(engage_api):
+    before = dt.datetime.now(dt.UTC)
+    engage_api.post("/v1/engagements", {"events": [view(), view(kind="wish")]}, format="json")
+    after = dt.datetime.now(dt.UTC)
+
+    stamps = list(Engagement.objects.values_list("received_at", flat=True))
+    assert len(stamps) == 2 and all(before <= stamp <= after for stamp in stamps)
+
+
 def test_an_id_deduplicates_and_no_id_counts_every_event(engage_api):
     engage_api.post("/v1/engagements", {"events": [view(id="v-1"), view()]}, format="json")
 
