@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, ClassVar, TypeVar
 
 from django.db import OperationalError, connection, transaction
@@ -304,6 +305,7 @@ class BatchIngest:
     serializer_class: type
     id_table: str  # where event ids are unique, with the digest of the event that took each
     kinds: ClassVar[tuple[str, ...]]  # what its events are counted as in /metrics (see kind_of)
+    kind_field: ClassVar[str]  # where there are several kinds: the field naming a valid event's
     # Taken first, with what the kind needs ready in the same round trip (its staging table).
     layout_lock_sql: ClassVar[str] = f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0)"
 
@@ -386,15 +388,23 @@ class BatchIngest:
                 }
             )
         rejected = {r["index"] for r in result.rejected}
-        kind_of = self.kind_of
-        outcomes = Counter(
-            (
-                kind_of(event),
-                "rejected" if index in rejected else "accepted" if index in accepted_at else "duplicate",
+        duplicate = set(range(len(events))).difference(rejected, accepted_at)
+        counted: Counter[str] = Counter()
+        for outcome, indexes in (
+            ("accepted", accepted_at - rejected),
+            ("duplicate", duplicate),
+            ("rejected", rejected),
+        ):
+            chosen = map(events.__getitem__, indexes)
+            # A valid event names its kind in its field (read in C); a rejected one may be anything.
+            kinds = (
+                map(self.kind_of, chosen)
+                if outcome == "rejected"
+                else map(dict.get, chosen, repeat(self.kind_field))
             )
-            for index, event in enumerate(events)
-        )
-        return Counter({f"{kind}:{outcome}": count for (kind, outcome), count in outcomes.items()})
+            for named, count in Counter(kinds).items():
+                counted[f"{named}:{outcome}"] = count
+        return counted
 
     def prepare(self, valid: list[tuple[int, dict]]) -> None:
         """What to do once, before the first attempt's transaction."""
