@@ -103,7 +103,7 @@ def _resolve(
                 ts=data["ts"],
                 product_id=data["productId"],
                 kind=data["kind"],
-                categories=list(categories),
+                categories=categories,  # never changed: a product's catalogue list is shared
                 digest=digest,
             )
         )
@@ -215,18 +215,21 @@ class EngagementIngest(BatchIngest):
         # Text, built here: psycopg's binary dumper of the categories' arrays takes three times as long.
         # Sent as it is made, COPY_LINES at a time, so that PostgreSQL stores lines while Python makes
         # the next ones.
+        arrays: dict[tuple[str, ...], str] = {}  # a list of categories -> its field, made once
         with cursor.copy(f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN") as copy:
             lines = []
             for row in rows:
                 stamp, second = instants[row.ts]
-                lines.append(
-                    f"{_copy_text(row.event_id)}\t{stamp}\t{row.product_id}\t{row.kind}"
-                    f"\t{_copy_array(row.categories)}\n"
-                )
+                slugs = tuple(row.categories)
+                array = arrays.get(slugs)
+                if array is None:
+                    array = arrays[slugs] = _copy_array(row.categories)
+                event_id = "\\N" if row.event_id is None else _copy_text(row.event_id)
+                lines.append(f"{event_id}\t{stamp}\t{row.product_id}\t{row.kind}\t{array}\n")
                 if len(lines) == COPY_LINES:
                     copy.write("".join(lines))
                     lines.clear()
-                key = (row.product_id, second, tuple(row.categories))
+                key = (row.product_id, second, slugs)
                 counts = groups.get(key)
                 if counts is None:
                     counts = groups[key] = [0, 0, row]

@@ -538,12 +538,15 @@ def _plain_common(event: dict, seen: Seen, *, id_required: bool = True) -> dict 
             return None
     elif id_required:
         return None
-    instant = seen.instant(event.get("ts"))
-    if instant is None:
+    # Each value a batch has shown valid before is found in its set without a call; the first time,
+    # Seen checks it.
+    ts = event.get("ts")
+    instant = seen.instants.get(ts) if type(ts) is int or type(ts) is float else None
+    if instant is None and (instant := seen.instant(ts)) is None:
         return None
     data["ts"] = instant
     product_id = event.get("productId")
-    if not seen.product(product_id):
+    if not (type(product_id) is str and product_id in seen.products) and not seen.product(product_id):
         return None
     data["productId"] = product_id
     if "categories" in event:
@@ -551,13 +554,24 @@ def _plain_common(event: dict, seen: Seen, *, id_required: bool = True) -> dict 
         if categories is None:
             data["categories"] = []
         elif type(categories) is list and len(categories) <= seen.categories_most:
-            for slug in categories:
-                if not seen.slug(slug):
-                    return None
-            data["categories"] = list(dict.fromkeys(categories))
+            if not _known(seen.slugs, categories):
+                for slug in categories:
+                    if not seen.slug(slug):
+                        return None
+            # Listed once each, as the field makes them; a list of one is the event's own.
+            data["categories"] = categories if len(categories) < 2 else list(dict.fromkeys(categories))
         else:
             return None
     return data
+
+
+def _known(strings: set[str], values: list) -> bool:
+    """Whether every one of `values` is in `strings`: no value but a string equals one, and a value
+    that cannot be hashed is in no set."""
+    try:
+        return strings.issuperset(values)
+    except TypeError:
+        return False
 
 
 class EventValidator:
