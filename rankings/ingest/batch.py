@@ -23,7 +23,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
 from django.db import OperationalError, connection, transaction
@@ -221,7 +222,7 @@ def _ensure_categories(rows: list) -> None:
     so a delete running meanwhile either sees the mark or goes first, and then
     the category is created again below.
     """
-    slugs = {slug for row in rows for slug in row.categories}
+    slugs = set(chain.from_iterable(map(attrgetter("categories"), rows)))
     if not slugs:
         return
     known = dict(Category.objects.filter(slug__in=slugs).values_list("slug", "has_sales"))
@@ -460,9 +461,10 @@ class BatchIngest:
                 _placeholders_create(cursor, chosen)
                 stored = self.write(cursor, chosen, _queue_of(layout, tree))
         # Once committed, these events wake their shards' ticks rather than wait for the beat.
-        counted_in = {tuple(row.categories) for row in rows if row.index in stored}
+        written, raced = _parted(rows, stored)
+        counted_in = set(map(tuple, map(attrgetter("categories"), written)))
         tick_wake_on_commit(layout, {tree.expand(categories) for categories in counted_in})
-        return stored, self._late_duplicates([row for row in rows if row.index not in stored], result)
+        return stored, self._late_duplicates(raced, result)
 
     def _late_duplicates(self, raced: list, result: IngestResult) -> int:
         """Of the rows not stored, their id taken (before this batch, or by a concurrent batch between
@@ -476,6 +478,14 @@ class BatchIngest:
                 else:
                     result.rejected.append({"index": row.index, "id": row.event_id, "error": DUPLICATE_ID})
         return late_duplicates
+
+
+def _parted(rows: list, stored: set[int]) -> tuple[list, list]:
+    """The rows whose index is in `stored`, and the others: as a rule all and none, told without a
+    look at each row."""
+    if len(stored) == len(rows):
+        return rows, []
+    return [row for row in rows if row.index in stored], [row for row in rows if row.index not in stored]
 
 
 # Unknown products become placeholders before the events that refer to them are

@@ -13,6 +13,8 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import cast
 
 from rankings.conf import engagement_retention_seconds
@@ -78,7 +80,7 @@ def _resolve(
     duplicates = 0
     if not valid:
         return rows, duplicates
-    named = Counter(data["id"] for _, data in valid if data.get("id"))
+    named = Counter(filter(None, map(dict.get, map(itemgetter(1), valid), repeat("id"))))  # in C
     stored = stored_digests([event_id for event_id, times in named.items() if times > 1])
     catalogue = catalogue_of({data["productId"] for _, data in valid if not data.get("categories")})
     seen: dict[str, str] = {}
@@ -176,8 +178,15 @@ class EngagementIngest(BatchIngest):
         # Held until the commit: no day this batch stores into is dropped meanwhile.
         locks.retention_read_lock()
         cutoff = retention_cutoff()
-        dropped = {index for index, data in valid if cutoff is not None and data["ts"] < cutoff}
-        kept = [(index, data) for index, data in valid if index not in dropped]
+        dropped: set[int] = set()
+        kept = valid
+        # A batch seldom holds an event that old: its oldest instant, found in C, says whether to look.
+        if (
+            cutoff is not None
+            and min(map(itemgetter("ts"), map(itemgetter(1), valid)), default=cutoff) < cutoff
+        ):
+            dropped = {index for index, data in valid if data["ts"] < cutoff}
+            kept = [(index, data) for index, data in valid if index not in dropped]
         rows, duplicates = _resolve(kept, result, self.stored_digests)
         stored, late_duplicates = self.store(rows, result)
         return Attempt(
