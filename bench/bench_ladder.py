@@ -288,12 +288,11 @@ def _views_copied(batches: list[list]) -> None:
 
     from bench.bench_engage import FLOOR_COPY, FLOOR_COPY_TYPES
 
-    received = dt.datetime.now(dt.UTC)
     for rows in batches:
         with transaction.atomic(), connection.cursor() as cursor, cursor.copy(FLOOR_COPY) as copy:
             copy.set_types(FLOOR_COPY_TYPES)
             for row in rows:
-                copy.write_row((row.ts, row.product_id, row.kind, row.categories, received))
+                copy.write_row((row.ts, row.product_id, row.kind, row.categories))
 
 
 class _Unqueued:

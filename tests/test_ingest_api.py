@@ -4,6 +4,7 @@ import gc
 import json
 
 import pytest
+from django.contrib.auth.models import Permission
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,6 +149,31 @@ def test_a_body_that_is_not_json_is_refused_as_json(ingest_api):
 
     assert reply.status_code == 415
     assert "error" in reply.json()
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
+)
+@pytest.mark.parametrize(
+    ("path", "permission"),
+    [
+        ("/v1/sales", "rankings.add_sale"),
+        ("/v1/engagements", "rankings.add_engagement"),
+        ("/v1/catalogue/products", "catalogue.change_product"),
+        ("/v1/catalogue/categories", "catalogue.change_category"),
+    ],
+)
+def test_an_empty_body_of_a_form_is_a_400_json_error(ingest_api, ingest_user, content_type, path, permission):
+    """DRF reads an empty body of any type as an empty form, which no parser made: still no batch."""
+    app_label, codename = permission.split(".")
+    ingest_user.user_permissions.add(
+        Permission.objects.get(codename=codename, content_type__app_label=app_label)
+    )
+
+    reply = ingest_api.generic("POST", path, b"", content_type=content_type)
+
+    assert reply.status_code == 400
+    assert reply.json()["error"].startswith("body must be {")
 
 
 GARBAGE_EVENTS = [

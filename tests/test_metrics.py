@@ -152,7 +152,8 @@ def test_the_sales_totals_equal_what_the_replies_said():
 
 
 def test_the_engagement_totals_are_counted_by_kind():
-    # given views, wishes, a resent view, a view too old to keep and an event of no known kind
+    # given views, wishes, a resent view, a view too old to keep, an event of no known kind and a
+    # wish under a view's id
     shop = _ticked_now()
     events = [
         shop.engagement("p1", "view", event_id="v-1"),
@@ -160,9 +161,10 @@ def test_the_engagement_totals_are_counted_by_kind():
         shop.engagement("p2", "wish"),
         shop.engagement("p2", "view", ago=dt.timedelta(days=60)),
         {**shop.engagement("p3"), "kind": "like"},
+        shop.engagement("p4", "wish", event_id="v-1"),  # another event's id: rejected when stored
     ]
     reply = _client("add_engagement").post("/v1/engagements", {"events": events}, format="json").json()
-    assert (reply["accepted"], reply["duplicates"], len(reply["rejected"])) == (3, 1, 1)
+    assert (reply["accepted"], reply["duplicates"], len(reply["rejected"])) == (3, 1, 2)
     # when the metrics are scraped, then each event is counted under its kind
     figures = _scrape()
     counted = {
@@ -175,6 +177,7 @@ def test_the_engagement_totals_are_counted_by_kind():
         ("view", "duplicate"): 1,
         ("wish", "accepted"): 1,
         ("unknown", "rejected"): 1,
+        ("wish", "rejected"): 1,
     }
 
 

@@ -306,7 +306,8 @@ class BatchIngest:
     serializer_class: type
     id_table: str  # where event ids are unique, with the digest of the event that took each
     kinds: ClassVar[tuple[str, ...]]  # what its events are counted as in /metrics (see kind_of)
-    kind_field: ClassVar[str]  # where there are several kinds: the field naming a valid event's
+    # Where there are several kinds: the field in which a valid event names its own (one of `kinds`).
+    kind_field: ClassVar[str] = "kind"
     # Taken first, with what the kind needs ready in the same round trip (its staging table).
     layout_lock_sql: ClassVar[str] = f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0)"
 

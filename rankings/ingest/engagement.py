@@ -167,7 +167,6 @@ class EngagementIngest(BatchIngest):
     id_table = EngagementId._meta.db_table
     # An event rejected for a kind that is neither is counted as "unknown".
     kinds = ("view", "wish", "unknown")
-    kind_field = "kind"
 
     def kind_of(self, event) -> str:
         kind = event.get("kind") if isinstance(event, dict) else None

@@ -197,8 +197,9 @@ class BatchApi(APIView):
         except RecursionError:  # JSON nested deeper than the parser's stack
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
         # Taken out of the parsed body, which the request keeps until it ends: the items then go when
-        # the reply is made, before the collector runs again (collector_paused), not after it.
-        items = body.pop(self.items, None) if isinstance(body, dict) else None
+        # the reply is made, before the collector runs again (collector_paused), not after it. A plain
+        # dict only: an empty body of any type is read as an empty form, whose QueryDict cannot change.
+        items = body.pop(self.items, None) if type(body) is dict else None
         if not isinstance(items, list):
             raise exceptions.ValidationError({"error": f'body must be {{"{self.items}": [ ... ]}}'})
         most = self.most()
