@@ -53,12 +53,10 @@ class PruneReport:
 
 def engine_now() -> dt.datetime | None:
     """The latest instant any shard has ticked to; None before the first tick."""
-    latest = (
-        ShardState.objects.filter(as_of__isnull=False)
-        .order_by("-as_of")
-        .values_list("as_of", flat=True)
-        .first()
-    )
+    # Every batch of views asks: one plain statement (through the ORM, 0.4 ms of building a batch).
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT max(as_of) FROM {ShardState._meta.db_table}")
+        (latest,) = cursor.fetchone()
     return _believable(latest) if latest is not None else None
 
 
