@@ -6,6 +6,7 @@ import json
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -204,3 +205,62 @@ def test_a_key_stored_in_the_clear_keeps_working_once_hashed_and_the_clear_copy_
     assert _client(key).post("/v1/sales", {"events": [SALE]}, format="json").status_code == 200
     assert "authtoken_token" not in connection.introspection.table_names()
     assert key not in _stored_text() and json.loads(_stored_text())[0]["user_id"] == ingest_user.pk
+
+
+PERMISSIONS = [
+    "rankings.add_sale",
+    "rankings.add_engagement",
+    "rankings.view_status",
+    "catalogue.change_product",
+    "rankings.no_such_permission",
+]
+
+
+def _holder(name: str, *, own=(), through_group=(), superuser=False, active=True):
+    """A user holding the `own` permissions itself and `through_group` through a group of its own."""
+    user = get_user_model().objects.create_user(name, is_superuser=superuser, is_active=active)
+    user.user_permissions.add(*(Permission.objects.get(codename=c) for c in own))
+    if through_group:
+        group = Group.objects.create(name=f"{name}-group")
+        group.permissions.add(*(Permission.objects.get(codename=c) for c in through_group))
+        user.groups.add(group)
+    return user
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        {"own": ["add_sale"]},
+        {"through_group": ["add_engagement", "view_status"]},
+        {"own": ["add_sale"], "through_group": ["add_sale", "change_product"]},
+        {"superuser": True},
+        {"superuser": True, "active": False},
+        {"own": ["add_sale"], "active": False},
+        {},
+    ],
+)
+def test_a_token_grants_what_django_grants_its_holder(holder):
+    user = _holder("holder", **holder)
+    token = ApiToken.objects.of_key(token_create(user=user))
+
+    fresh = get_user_model().objects.get(pk=user.pk)  # no permissions remembered
+    assert {p: token.grants(p) for p in PERMISSIONS} == {p: fresh.has_perm(p) for p in PERMISSIONS}
+
+
+def test_a_permission_held_through_a_group_lets_a_token_post_and_costs_no_statement_of_its_own():
+    allowed = _client(token_create(user=_holder("grouped", through_group=["add_sale"])))
+    refused = _client(token_create(user=_holder("viewer", own=["view_status"])))
+
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    # Recorded as sent: the request's start empties the log CaptureQueriesContext reads.
+    with connection.execute_wrapper(record):
+        assert allowed.post("/v1/sales", {"events": [SALE]}, format="json").status_code == 200
+    assert refused.post("/v1/sales", {"events": [{**SALE, "id": "tok-2"}]}, format="json").status_code == 403
+
+    reading_permissions = [sql for sql in statements if "auth_permission" in sql]
+    assert len(reading_permissions) == 1 and "rankings_apitoken" in reading_permissions[0]

@@ -11,6 +11,7 @@ from rankings.ingest.events import ProductIdField
 from rankings.models import Alert
 from rankings.operations.alerts import AlertRefused, alert_create, alert_delete, alerts_of
 from rankings.serving.api import _THROTTLED, _Error, iso_text
+from rankings.serving.authentication import holds
 
 PERMISSION = "rankings.add_alert"
 BODY_SHAPE = 'body must be {"productId", "category", "window", "metric", "rule", "url"}'
@@ -21,7 +22,7 @@ class CanAlert(BasePermission):
     """Every alert call needs rankings.add_alert: a caller sees and deletes only its own alerts."""
 
     def has_permission(self, request, view):
-        return bool(request.user and request.user.has_perm(PERMISSION))
+        return holds(request, PERMISSION)
 
 
 @extend_schema_field(

@@ -38,6 +38,7 @@ from rankings.ingest.events import SaleEventSerializer, json_decoded
 from rankings.ingest.sales import sales_ingest
 from rankings.operations.status import liveness_read
 from rankings.serving import memory, selectors
+from rankings.serving.authentication import holds
 from rankings.serving.dashboard import status_cached
 from rankings.serving.memory import WeighedLRU
 from rankings.serving.thresholds import Thresholds, board_thresholds
@@ -84,7 +85,7 @@ class CanIngest(BasePermission):
     """The permission a batch's view names (`BatchApi.permission`)."""
 
     def has_permission(self, request, view):
-        return bool(request.user and request.user.has_perm(view.permission))
+        return holds(request, view.permission)
 
 
 _IngestReply = inline_serializer(
@@ -764,8 +765,7 @@ class StatusApi(ReadApi):
     def get(self, request):
         live = liveness_read()
         body = {"status": live["status"], "asOf": iso_text(live["as_of"])}
-        user = request.user
-        if user is not None and user.has_perm("rankings.view_status"):
+        if holds(request, "rankings.view_status"):
             body = {**body, **status_cached()}
         return Response(body)
 

@@ -29,3 +29,13 @@ class ApiTokenAuthentication(TokenAuthentication):
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         token.used()
         return token.user, token
+
+
+def holds(request, permission: str) -> bool:
+    """Whether the caller holds `permission` ("app_label.codename"): a token's holder by what the
+    token's lookup read (ApiToken.grants), anyone else (a session) through Django's backends."""
+    token = request.auth
+    if isinstance(token, ApiToken):
+        return token.grants(permission)
+    user = request.user
+    return bool(user and user.has_perm(permission))

@@ -28,7 +28,7 @@ from rest_framework.views import APIView
 from rankings.conf import rankings_settings
 from rankings.ingest.batch import OUTCOMES
 from rankings.operations.metrics import PENDING_COUNTED, Figures, metrics_read
-from rankings.serving.authentication import ApiTokenAuthentication
+from rankings.serving.authentication import ApiTokenAuthentication, holds
 from rankings.serving.memory import WeighedTTL
 from rankings.serving.throttling import login_address
 
@@ -167,9 +167,7 @@ class MetricsReader(BasePermission):
     )
 
     def has_permission(self, request, view):
-        return allowed_address(request) or bool(
-            request.user and request.user.has_perm("rankings.view_status")
-        )
+        return allowed_address(request) or holds(request, "rankings.view_status")
 
 
 class MetricsApi(APIView):
