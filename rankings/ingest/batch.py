@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, ClassVar, TypeVar
 
 from django.db import OperationalError, connection, transaction
@@ -238,14 +238,22 @@ def _ensure_categories(rows: list) -> None:
     )
 
 
+def _slugs_named(valid: list[tuple[int, dict]]) -> set[str]:
+    """Every slug the valid events name, returns' too, gathered in C."""
+    lists = map(dict.get, map(itemgetter(1), valid), repeat("categories"))
+    return set(chain.from_iterable(filter(None, lists)))
+
+
 def _new_categories_bounded(valid: list[tuple[int, dict]], invalid: list[dict]) -> list[tuple[int, dict]]:
     """The events, in order, up to those that would take the batch's new categories (placeholders to
     create) past MAX_BATCH_NEW_CATEGORIES; the others are rejected into `invalid`, and so is a
     return of a sale rejected here. A return counts in its original's categories, which exist: what
     it names creates nothing."""
     most = rankings_settings.MAX_BATCH_NEW_CATEGORIES
+    if len(_slugs_named(valid)) <= most:  # the common case, told in C: no lookup
+        return valid
     named = {slug for _, data in valid if not data.get("returnOf") for slug in data.get("categories") or ()}
-    if len(named) <= most:  # the common case: no lookup
+    if len(named) <= most:
         return valid
     with connection.cursor() as cursor:
         cursor.execute(
