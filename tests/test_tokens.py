@@ -6,6 +6,7 @@ import json
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import BaseBackend
 from django.contrib.auth.models import Group, Permission
 from django.core.management import CommandError, call_command
 from django.db import connection
@@ -264,3 +265,25 @@ def test_a_permission_held_through_a_group_lets_a_token_post_and_costs_no_statem
 
     reading_permissions = [sql for sql in statements if "auth_permission" in sql]
     assert len(reading_permissions) == 1 and "rankings_apitoken" in reading_permissions[0]
+
+
+class GrantsEverything(BaseBackend):
+    """A permission backend of a shop's own, which a token's lookup knows nothing of."""
+
+    def has_perm(self, user_obj, perm, obj=None):
+        return True
+
+
+def test_with_a_backend_of_its_own_a_token_is_answered_by_django(settings):
+    settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, f"{__name__}.GrantsEverything"]
+    client = _client(token_create(user=_holder("unlisted")))
+
+    assert client.post("/v1/sales", {"events": [SALE]}, format="json").status_code == 200
+
+
+def test_a_token_not_found_by_its_key_grants_what_django_grants():
+    user = _holder("plain", through_group=["add_sale"])
+    token_create(user=user)
+    token = ApiToken.objects.get(user=user)  # as the admin reads it: no permissions read with it
+
+    assert token.grants("rankings.add_sale") and not token.grants("rankings.view_status")
