@@ -1,6 +1,7 @@
 """Raw sales (the source of truth, kept forever), the aggregation state, and its log."""
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import re
@@ -522,6 +523,7 @@ class SnapshotMark(models.Model):
     at = models.DateTimeField(db_index=True)
 
 
+@functools.cache
 def _permission_names_sql() -> str:
     """An array of the token's user's permissions as "app_label.codename", its own and its groups',
     as Django's ModelBackend grants them (the token's row is the statement's `rankings_apitoken`).
@@ -530,8 +532,9 @@ def _permission_names_sql() -> str:
     from django.contrib.auth.models import Group, Permission
     from django.contrib.contenttypes.models import ContentType
 
-    own = get_user_model()._meta.get_field("user_permissions")
-    groups = get_user_model()._meta.get_field("groups")
+    user = get_user_model()
+    own = user._meta.get_field("user_permissions")
+    groups = user._meta.get_field("groups")
     granted = Group._meta.get_field("permissions")
     return f"""ARRAY(
         SELECT type.app_label || '.' || permission.codename
