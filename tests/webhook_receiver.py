@@ -10,6 +10,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HANG = -1  # an answer: keep the connection open and say nothing until the receiver stops
 
 
+class _Server(ThreadingHTTPServer):
+    # Room to queue every connection the senders open at once (two senders of 8 threads in a test):
+    # past http.server's 5, a connection that finds the queue full waits for its SYN to be sent again,
+    # a second or more later, while the accepting thread is slow to run on a loaded machine.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 @dataclass(frozen=True)
 class Received:
     path: str
@@ -65,8 +73,7 @@ class Receiver:
                 """No access log on stderr: what the receiver was sent is in `received`."""
 
         self.address = address
-        self.server = ThreadingHTTPServer((address, 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server((address, 0), Handler)
         self.port = self.server.server_address[1]
         self.server_names: list[str | None] = []  # the TLS server name (SNI) each client asked for
         if tls is not None:

@@ -6,6 +6,8 @@ first proves its fault met live traffic (sales and reads while the keys were
 being rebuilt, reads answered while Redis was paused), then that all is exact.
 """
 
+import os
+import signal
 import time
 
 import pytest
@@ -70,6 +72,18 @@ def test_every_key_deleted_mid_stream_is_rebuilt_exactly(tmp_path, fault_redis, 
         rebuilt_before = _rebuilt_shards()
         lost_at = time.monotonic()
         fault_redis.client.delete(*keys)
+        # and sales and views arrive while the boards are lost: the worker is held still until both
+        # have (a rebuild can otherwise end, in a fifth of a second, before a batch of either)
+        worker = next(p for p in stack.procs if p.name == "w1")
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: min(s.accepted_between(lost_at, time.monotonic()) for s in (stream, views)) > 0,
+                30,
+                what="sales and views while the boards are lost",
+            )
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
         # then the ticks rebuild every shard (time to converge), while the stream goes on
         converged = rebuilt_while_flowing(stack, stream, interval=0.02)
         views_during = views.accepted_between(lost_at, converged)
