@@ -523,6 +523,12 @@ class SnapshotMark(models.Model):
     at = models.DateTimeField(db_index=True)
 
 
+# The permission backends whose grants a token's lookup reads itself (ApiToken.grants).
+_READ_WITH_TOKEN = frozenset(
+    {"axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"}
+)
+
+
 @functools.cache
 def _permission_names_sql() -> str:
     """An array of the token's user's permissions as "app_label.codename", its own and its groups',
@@ -611,11 +617,13 @@ class ApiToken(models.Model):
 
     def grants(self, permission: str) -> bool:
         """Whether the token's holder holds `permission` ("app_label.codename"), as User.has_perm
-        answers through Django's ModelBackend, from the permissions its lookup (`of_key`) read with it:
-        Django's answer costs two more statements a request."""
+        answers, from the permissions its lookup (`of_key`) read with it: Django's answer costs two
+        more statements a request. Django answers where that read is not the whole answer: a token
+        not found by its key (the admin's, a test's), or a permission backend configured beside Axes
+        (which grants nothing) and ModelBackend (whose grants the lookup reads)."""
         user = self.user
         names = getattr(self, "permission_names", None)
-        if names is None:  # a token not found by its key (the admin's, a test's): Django's answer
+        if names is None or not _READ_WITH_TOKEN.issuperset(settings.AUTHENTICATION_BACKENDS):
             return user.has_perm(permission)
         return user.is_active and (user.is_superuser or permission in names)
 
