@@ -1,5 +1,6 @@
 """An event in its usual form is read in one pass (`plain`); whatever that pass takes, the fields take
-the same way, to the same data: random events, most of them nearly valid, compared one by one."""
+the same way, to the same data: random events, most of them nearly valid, compared one by one. A batch
+of views read a field at a time (`plain_all`) is read as `plain` reads each of its events."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -275,3 +276,44 @@ def test_each_odd_value_of_each_field_is_taken_as_the_fields_take_it(serializer_
     events = [valid | {name: value} for name, values in ODD.items() if name in fields for value in values]
     events += [{name: value for name, value in valid.items() if name != left_out} for left_out in valid]
     _same_as_fields(serializer_class, events)
+
+
+def _same_as_one_by_one(batch: list) -> bool:
+    """Checks `plain_all` of a batch of views against `plain` of each event; returns whether it took it."""
+    serializer = EngagementEventSerializer()
+    copies = [dict(event) if isinstance(event, dict) else event for event in batch]
+    every = serializer.plain_all(copies, Seen(serializer._categories_most))
+    seen = Seen(serializer._categories_most)
+    one_by_one = [serializer.plain(event, seen) if isinstance(event, dict) else None for event in batch]
+    if None in one_by_one:
+        assert every is None, batch
+        return False
+    assert every == one_by_one, batch
+    assert [list(data) for data in every] == [list(data) for data in one_by_one], "the fields' key order"
+    return True
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(engagement_events, min_size=1, max_size=8))
+def test_a_batch_of_views_read_a_field_at_a_time_is_read_as_each_event_is(batch):
+    _same_as_one_by_one(batch)
+
+
+@pytest.mark.parametrize("name", ["id", "ts", "productId", "categories", "kind"])
+def test_one_odd_value_in_a_batch_of_views_sends_it_one_event_at_a_time(name):
+    """Every odd value of every field, alone in a batch of valid views, fails the batch's one pass,
+    or is taken as the event's own pass takes it; a field left out too."""
+    valid = {
+        "id": "v-9",
+        "ts": 1_760_000_000,
+        "productId": "p1",
+        "categories": ["toys", "toys"],
+        "kind": "view",
+    }
+    taken = [_same_as_one_by_one([valid, valid | {name: value}, valid]) for value in ODD[name]]
+    taken.append(_same_as_one_by_one([valid, {k: v for k, v in valid.items() if k != name}]))
+    assert False in taken and True in taken
+    assert _same_as_one_by_one([valid, 5]) is False
+    # True equals 1 and False 0, in a set too: each must be told by its type.
+    assert _same_as_one_by_one([{**valid, "ts": 1}, {**valid, "ts": True}]) is False
+    assert _same_as_one_by_one([{**valid, "ts": 0.0}, {**valid, "ts": False}]) is False

@@ -344,6 +344,9 @@ class BatchIngest:
         """(index, data) of the valid events, and the rejections of the others."""
         limit = now + dt.timedelta(seconds=rankings_settings.MAX_FUTURE_SECONDS)
         validate = EventValidator(self.serializer_class)
+        every = validate.all_plain(events)
+        if every is not None and max(map(itemgetter("ts"), every)) <= limit:
+            return list(enumerate(every)), []
         valid: list[tuple[int, dict]] = []
         invalid: list[dict] = []
         for index, event in enumerate(events):

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from decimal import Decimal
 from functools import cached_property
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any, NoReturn
 
 import msgspec
@@ -473,6 +475,71 @@ class EngagementEventSerializer(ItemSerializer):
         data["kind"] = kind
         return data
 
+    def plain_all(self, events: list, seen: "Seen") -> list[dict] | None:
+        """What `plain` makes of each of `events` when it makes something of every one; None otherwise
+        (each is then read on its own). Checked a field at a time across the batch: the types of a
+        field's values in C, then each distinct value once, as a batch of live views names a few
+        seconds, kinds and lists of categories, and its products many times over. Held to `plain` by
+        tests/test_events_plain.py."""
+        try:
+            instants = _views_checked(events, seen)
+        except (KeyError, TypeError):  # a field left out, or a value no set can hold
+            return None
+        if instants is None:
+            return None
+        every = []
+        for event in events:  # as plain makes it, in the serializer's key order
+            data = {"id": event["id"]} if "id" in event else {}
+            data["ts"] = instants[event["ts"]]
+            data["productId"] = event["productId"]
+            if "categories" in event:
+                categories = event["categories"]
+                if categories is None:
+                    categories = []
+                elif len(categories) > 1:
+                    categories = list(dict.fromkeys(categories))
+                data["categories"] = categories
+            data["kind"] = event["kind"]
+            every.append(data)
+        return every
+
+
+_ID_TYPES = {str, type(None)}
+_INSTANT_TYPES = {int, float}  # a bool is neither
+_CATEGORIES_TYPES = {list, type(None)}
+_KINDS = {"view", "wish"}
+
+
+def _views_checked(events: list, seen: "Seen") -> dict | None:
+    """Each instant of `events` -> its UTC time, when every event is a view or wish in the usual form
+    (see EngagementEventSerializer.plain); None when one is not. Raises KeyError for a field left
+    out and TypeError for a value that cannot be hashed, which say the same."""
+    if set(map(type, events)) != {dict} or not set(map(itemgetter("kind"), events)) <= _KINDS:
+        return None
+    ids = list(map(dict.get, events, repeat("id")))
+    if not set(map(type, ids)) <= _ID_TYPES or not all(map(_plain_id, set(ids).difference([None]))):
+        return None
+    stamps = list(map(itemgetter("ts"), events))
+    if not set(map(type, stamps)) <= _INSTANT_TYPES:
+        return None
+    instants = {}
+    for value in set(stamps):
+        if (instant := seen.instant(value)) is None:
+            return None
+        instants[value] = instant
+    products = set(map(itemgetter("productId"), events))
+    if not all(map(seen.product, products.difference(seen.products))):
+        return None
+    lists = list(map(dict.get, events, repeat("categories")))
+    if not set(map(type, lists)) <= _CATEGORIES_TYPES:
+        return None
+    named = list(filter(None, lists))
+    if named and max(map(len, named)) > seen.categories_most:
+        return None
+    if not all(map(seen.slug, set(chain.from_iterable(named)).difference(seen.slugs))):
+        return None
+    return instants
+
 
 def _plain_id(value) -> bool:
     """Whether `value` is an event id EventIdField takes as it is: printable ASCII needs no search."""
@@ -584,6 +651,12 @@ class EventValidator:
         # the fields check, and explain, the others.
         self._plain = getattr(self._serializer, "plain", None)
         self._seen = Seen(self._serializer._categories_most) if self._plain else None
+
+    def all_plain(self, events: list) -> list[dict] | None:
+        """The validated data of each of `events` when the serializer reads the whole batch in its usual
+        form at once (its `plain_all`, where it has one); None otherwise."""
+        plain_all = getattr(self._serializer, "plain_all", None)
+        return plain_all(events, self._seen) if plain_all is not None and events else None
 
     def __call__(self, event) -> tuple[dict | None, str | None]:
         """(validated data, None) or (None, the reason)."""
