@@ -127,22 +127,32 @@ RETURNING event_id
 """
 
 # The stored events are queued grouped: one row per product, whole second and list of categories,
-# on each shard they count in, with how many views and wishes the group holds.
+# on each shard they count in, with how many views and wishes the group holds. A batch's few lists
+# of categories are sent once each, with the shards and boards they are queued for (`lists`), and
+# each group names its list by number: the lists' texts are split once, not once a group.
 _QUEUE = f"""
-WITH grouped AS MATERIALIZED (
+WITH lists AS MATERIALIZED (
+    SELECT l.list, split_part(item, ':', 1)::smallint AS shard,
+           string_to_array(split_part(item, ':', 2), ',') AS categories,
+           string_to_array(substr(l.named, 2), ',') AS named
+    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')) WITH ORDINALITY AS l(queue, named, list),
+         unnest(string_to_array(l.queue, ';')) AS item
+), grouped AS MATERIALIZED (
     SELECT nextval('{Engagement._meta.db_table}_id_seq') AS entry, g.*
     FROM unnest(
-        string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')::timestamptz[], string_to_array(%s, E'\\n'),
-        string_to_array(%s, E'\\n'), string_to_array(%s, ',')::int[], string_to_array(%s, ',')::int[]
-    ) AS g(product_id, second, queue, named, views, wishes)
+        string_to_array(%s, E'\\n'), string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::bigint[],
+        string_to_array(%s, ',')::int[], string_to_array(%s, ',')::int[]
+    ) AS g(product_id, second, list, views, wishes)
 )
 INSERT INTO {PendingEngagement._meta.db_table}
     (shard, entry, product_id, ts, categories, named, views, wishes, queued_at)
-SELECT split_part(item, ':', 1)::smallint, grouped.entry, grouped.product_id, grouped.second,
-       string_to_array(split_part(item, ':', 2), ','), string_to_array(substr(grouped.named, 2), ','),
-       grouped.views, grouped.wishes, now()
-FROM grouped, unnest(string_to_array(grouped.queue, ';')) AS item
+SELECT lists.shard, grouped.entry, grouped.product_id, to_timestamp(grouped.second), lists.categories,
+       lists.named, grouped.views, grouped.wishes, now()
+FROM grouped JOIN lists USING (list)
 """
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_SECOND = dt.timedelta(seconds=1)
 
 _RAW_COLUMNS = "event_id, ts, product_id, kind, categories"  # received_at: the database's
 # Raw lines handed to PostgreSQL at a time, so that it stores them while Python makes the next: 250,
@@ -215,10 +225,10 @@ class EngagementIngest(BatchIngest):
 
     def write(self, cursor, rows: list[_Row], queue_of: Callable[[_Row], str]) -> set[int]:
         """COPY the rows (their ids claimed) into the raw table, and queue them grouped."""
-        instants: dict[dt.datetime, tuple[str, str]] = {}  # ts -> its text, and its second's
+        instants: dict[dt.datetime, tuple[str, int]] = {}  # ts -> its text, and its whole second's
         for row in rows:
             if row.ts not in instants:
-                instants[row.ts] = (row.ts.isoformat(), row.ts.replace(microsecond=0).isoformat())
+                instants[row.ts] = (row.ts.isoformat(), (row.ts - _EPOCH) // _SECOND)
         engagement_partitions_ensure(instants)
         groups: dict[tuple, list] = {}  # (product, second, categories) -> [views, wishes, a row of them]
         # Text, built here: psycopg's binary dumper of the categories' arrays takes three times as long.
@@ -244,20 +254,27 @@ class EngagementIngest(BatchIngest):
                     counts = groups[key] = [0, 0, row]
                 counts[row.kind == "wish"] += 1
             copy.write("".join(lines))
-        grouped = list(groups.items())
-        # Each column as one text of lines, which none of its values can hold: psycopg's dumper of
-        # lists is slower than the statement.
+        # Each list of categories, by the shards and boards it is queued for (with split boards, a
+        # product's too) and as named: numbered from 1 in the order first met.
+        lists: dict[tuple[str, str], int] = {}
+        numbers = []
+        for (_, _, slugs), counts in groups.items():
+            # Led by a comma, so that no line is empty: one empty line, the only list's, would split
+            # into no line at all.
+            queued = (queue_of(counts[2]), "," + ",".join(slugs))
+            numbers.append(lists.setdefault(queued, len(lists) + 1))
+        # Each column as one text of lines (or of numbers), which none of its values can hold: psycopg's
+        # dumper of lists is slower than the statement.
         cursor.execute(
             _QUEUE,
             [
-                "\n".join(product_id for (product_id, _, _), _ in grouped),
-                "\n".join(second for (_, second, _), _ in grouped),
-                "\n".join(queue_of(counts[2]) for _, counts in grouped),
-                # Each list led by a comma, so that no line is empty: one empty line, the only
-                # group's, would split into no line at all.
-                "\n".join("," + ",".join(categories) for (_, _, categories), _ in grouped),
-                ",".join(str(counts[0]) for _, counts in grouped),
-                ",".join(str(counts[1]) for _, counts in grouped),
+                "\n".join(queue for queue, _ in lists),
+                "\n".join(named for _, named in lists),
+                "\n".join(product_id for product_id, _, _ in groups),
+                ",".join(str(second) for _, second, _ in groups),
+                ",".join(map(str, numbers)),
+                ",".join(str(counts[0]) for counts in groups.values()),
+                ",".join(str(counts[1]) for counts in groups.values()),
             ],
         )
         return {row.index for row in rows}
