@@ -37,7 +37,7 @@ ids, 10,000 a batch:
 
 1. the floor;
 2. the batch's rows, 10,000 a transaction, each committed;
-3. today's rows: text lines made by Python (rankings.ingest.engagement.EngagementIngest.write,
+3. today's rows: binary rows made by Python (rankings.ingest.engagement.EngagementIngest.write,
    its queue statement not run: Python still groups the rows);
 4. the queue rows, grouped by product, second and categories, inserted: today's write whole;
 5. today's whole batch in process (rankings.ingest.engagement.engagements_ingest).
@@ -311,7 +311,7 @@ class _Unqueued:
 
 
 def _views_written(batches: list[list], *, queued: bool) -> None:
-    """Each batch stored by today's write (its raw rows as text lines, and if `queued`, its queue rows
+    """Each batch stored by today's write (its raw rows in binary, and if `queued`, its queue rows
     grouped), one transaction a batch; the layout and tree are read once, not in each batch."""
     from django.db import connection, transaction
 

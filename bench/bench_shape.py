@@ -180,6 +180,19 @@ CREATE TABLE shape_trial.cursor (shard integer PRIMARY KEY, xid bigint NOT NULL)
 _PARTITIONS = 8
 
 
+def _copy_text(value: str | None) -> str:
+    """`value` as a field of COPY's text format (product ids, slugs and kinds need no escaping; an
+    event id holds no control character, but may hold a backslash)."""
+    if value is None:
+        return "\\N"
+    return value.replace("\\", "\\\\") if "\\" in value else value
+
+
+def _copy_array(slugs: list[str]) -> str:
+    """Category slugs as an array field of COPY's text format: each quoted, as a slug may read NULL."""
+    return '{"' + '","'.join(slugs) + '"}' if slugs else "{}"
+
+
 def _schema_create() -> None:
     from django.db import connection
 
@@ -464,7 +477,6 @@ def sales_trial_streamed(body: bytes) -> int:
     from psycopg.errors import UniqueViolation
 
     from rankings.ingest.batch import collector_paused
-    from rankings.ingest.engagement import _copy_array, _copy_text
     from rankings.ingest.wake import tick_wake_on_commit
 
     with collector_paused():
@@ -586,7 +598,7 @@ def views_trial(body: bytes) -> int:
     from rankings.engine.shards import layout_checked
     from rankings.engine.tree import version_tree
     from rankings.ingest.batch import _ensure_categories, _placeholders_create, collector_paused
-    from rankings.ingest.engagement import _copy_array, retention_cutoff
+    from rankings.ingest.engagement import retention_cutoff
     from rankings.ingest.wake import tick_wake_on_commit
 
     with collector_paused():

@@ -212,6 +212,41 @@ def test_a_batch_of_one_view_of_a_product_with_no_categories_is_queued_for_all_a
     shop.assert_exact()
 
 
+def test_each_field_of_a_view_is_stored_as_sent(engage_api):
+    """The raw rows go in PostgreSQL's binary format: ids of any printable character, instants to the
+    microsecond before 2000 and after, lists of categories of none, one and several, each as sent."""
+    events = [
+        view(id="vue-é-☃", ts="2026-11-30T08:53:20.123456Z", categories=["toys", "games", "a" * 50]),
+        view(id='q"\\n\\', ts="1999-12-31T23:59:59.999999Z", kind="wish"),
+        view(ts=1_764_492_800.5, productId="P.9_x:y-z", categories=["toys", "toys"]),
+        view(ts=-1.25, categories=[]),
+        view(id="z" * 128, productId="a" * 64, categories=["games"]),
+    ]
+
+    reply = engage_api.post("/v1/engagements", {"events": events}, format="json")
+
+    assert reply.json() == {"accepted": 5, "duplicates": 0, "rejected": []}
+    stored = Engagement.objects.order_by("id").values_list(
+        "event_id", "ts", "product_id", "kind", "categories"
+    )
+    utc = dt.UTC
+    assert list(stored) == [
+        (
+            "vue-é-☃",
+            dt.datetime(2026, 11, 30, 8, 53, 20, 123456, tzinfo=utc),
+            "p15",
+            "view",
+            ["toys", "games", "a" * 50],
+        ),
+        ('q"\\n\\', dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=utc), "p15", "wish", ["toys"]),
+        (None, dt.datetime(2025, 11, 30, 8, 53, 20, 500000, tzinfo=utc), "P.9_x:y-z", "view", ["toys"]),
+        (None, dt.datetime(1969, 12, 31, 23, 59, 58, 750000, tzinfo=utc), "p15", "view", []),
+        ("z" * 128, dt.datetime(2026, 11, 30, 8, 53, 20, tzinfo=utc), "a" * 64, "view", ["games"]),
+    ]
+    again = engage_api.post("/v1/engagements", {"events": events[:2]}, format="json")
+    assert again.json() == {"accepted": 0, "duplicates": 2, "rejected": []}
+
+
 # --- the boards --------------------------------------------------------------------------
 
 

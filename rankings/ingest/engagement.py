@@ -10,6 +10,7 @@ their days.
 
 import datetime as dt
 import hashlib
+import struct
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,23 +155,41 @@ FROM grouped JOIN lists USING (list)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _SECOND = dt.timedelta(seconds=1)
 
+# The raw rows go in PostgreSQL's binary COPY format, each field's bytes made once a batch (an
+# instant, a product, a kind, a list of categories): PostgreSQL then parses no text, which spared it
+# a third of a microsecond a view where the client spends a tenth more (psycopg's own binary rows
+# make each field again for every row, its arrays in Python).
 _RAW_COLUMNS = "event_id, ts, product_id, kind, categories"  # received_at: the database's
-# Raw lines handed to PostgreSQL at a time, so that it stores them while Python makes the next: 250,
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # no flags, no header extension
+_TRAILER = b"\xff\xff"
+_FIELD_COUNT = struct.pack(">h", 5)
+_NULL = struct.pack(">i", -1)
+_POSTGRES_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+_VARCHAR = 1043  # the type of the categories' elements
+# Rows handed to PostgreSQL at a time, so that it stores them while Python makes the next: 250,
 # 1,000 and 4,000 stored 10,000 views alike, a fifth faster than one piece at the end (bench ladder).
 COPY_LINES = 250
 
 
-def _copy_text(value: str | None) -> str:
-    """`value` as a field of COPY's text format. Product ids, slugs and kinds need no escaping (their
-    characters are fixed); an event id holds no control character, but may hold a backslash."""
-    if value is None:
-        return "\\N"
-    return value.replace("\\", "\\\\") if "\\" in value else value
+def _binary_text(value: str) -> bytes:
+    """A text field: its length, then its UTF-8 (the connection's encoding, Django's setting)."""
+    data = value.encode()
+    return struct.pack(">i", len(data)) + data
 
 
-def _copy_array(slugs: list[str]) -> str:
-    """Category slugs as an array field of COPY's text format: each quoted, as a slug may read NULL."""
-    return '{"' + '","'.join(slugs) + '"}' if slugs else "{}"
+def _binary_instant(instant: dt.datetime) -> bytes:
+    """A timestamptz field: microseconds since 2000-01-01 UTC."""
+    return struct.pack(">iq", 8, (instant - _POSTGRES_EPOCH) // _MICROSECOND)
+
+
+def _binary_slugs(slugs: tuple[str, ...]) -> bytes:
+    """A varchar[] field: one dimension from 1 (none for no slug), no nulls, each slug a text."""
+    if not slugs:
+        array = struct.pack(">iii", 0, 0, _VARCHAR)
+    else:
+        array = struct.pack(">iiiii", 1, 0, _VARCHAR, len(slugs), 1) + b"".join(map(_binary_text, slugs))
+    return struct.pack(">i", len(array)) + array
 
 
 class EngagementIngest(BatchIngest):
@@ -225,35 +244,44 @@ class EngagementIngest(BatchIngest):
 
     def write(self, cursor, rows: list[_Row], queue_of: Callable[[_Row], str]) -> set[int]:
         """COPY the rows (their ids claimed) into the raw table, and queue them grouped."""
-        instants: dict[dt.datetime, tuple[str, int]] = {}  # ts -> its text, and its whole second's
+        # ts -> its field, the start of a row without an id, and its whole second
+        instants: dict[dt.datetime, tuple[bytes, bytes, int]] = {}
         for row in rows:
             if row.ts not in instants:
-                instants[row.ts] = (row.ts.isoformat(), (row.ts - _EPOCH) // _SECOND)
+                stamp = _binary_instant(row.ts)
+                instants[row.ts] = (stamp, _FIELD_COUNT + _NULL + stamp, (row.ts - _EPOCH) // _SECOND)
         engagement_partitions_ensure(instants)
         groups: dict[tuple, list] = {}  # (product, second, categories) -> [views, wishes, a row of them]
-        # Text, built here: psycopg's binary dumper of the categories' arrays takes three times as long.
-        # Sent as it is made, COPY_LINES at a time, so that PostgreSQL stores lines while Python makes
-        # the next ones.
-        arrays: dict[tuple[str, ...], str] = {}  # a list of categories -> its field, made once
-        with cursor.copy(f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN") as copy:
-            lines = []
+        products: dict[str, bytes] = {}  # a product -> its field
+        tails: dict[tuple, bytes] = {}  # (kind, categories) -> the row's last two fields
+        # Sent as they are made, COPY_LINES rows at a time, so that PostgreSQL stores rows while Python
+        # makes the next ones.
+        with cursor.copy(
+            f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            lines = [_SIGNATURE]
             for row in rows:
-                stamp, second = instants[row.ts]
+                stamp, start, second = instants[row.ts]
+                if row.event_id is not None:
+                    start = _FIELD_COUNT + _binary_text(row.event_id) + stamp
+                product = products.get(row.product_id)
+                if product is None:
+                    product = products[row.product_id] = _binary_text(row.product_id)
                 slugs = tuple(row.categories)
-                array = arrays.get(slugs)
-                if array is None:
-                    array = arrays[slugs] = _copy_array(row.categories)
-                event_id = "\\N" if row.event_id is None else _copy_text(row.event_id)
-                lines.append(f"{event_id}\t{stamp}\t{row.product_id}\t{row.kind}\t{array}\n")
+                tail = tails.get((row.kind, slugs))
+                if tail is None:
+                    tail = tails[row.kind, slugs] = _binary_text(row.kind) + _binary_slugs(slugs)
+                lines.append(start + product + tail)
                 if len(lines) == COPY_LINES:
-                    copy.write("".join(lines))
+                    copy.write(b"".join(lines))
                     lines.clear()
                 key = (row.product_id, second, slugs)
                 counts = groups.get(key)
                 if counts is None:
                     counts = groups[key] = [0, 0, row]
                 counts[row.kind == "wish"] += 1
-            copy.write("".join(lines))
+            lines.append(_TRAILER)
+            copy.write(b"".join(lines))
         # Each list of categories, by the shards and boards it is queued for (with split boards, a
         # product's too) and as named: numbered from 1 in the order first met.
         lists: dict[tuple[str, str], int] = {}
