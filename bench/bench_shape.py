@@ -284,7 +284,7 @@ def _catalogue_ready(cursor, rows: list, *, then: str = ""):
 
     cursor.execute(f"SELECT pg_advisory_xact_lock_shared({LAYOUT_NAMESPACE}, 0); {then}")
     number, layout = layout_checked()
-    _ensure_categories(rows)
+    _ensure_categories({slug for row in rows for slug in row.categories})
     _placeholders_create(cursor, rows)
     return layout, version_tree(number)
 
@@ -627,7 +627,7 @@ def views_trial(body: bytes) -> int:
             tree = version_tree(number)
             engagement_partitions_ensure(stamps)
             rows = list(kept.values())
-            _ensure_categories(rows)
+            _ensure_categories({slug for row in rows for slug in row.categories})
             _placeholders_create(cursor, rows)
             with cursor.copy(
                 "COPY shape_trial.engagement (event_id, ts, product_id, kind, categories, received_at)"

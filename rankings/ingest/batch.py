@@ -204,6 +204,10 @@ def catalogue_of(product_ids: set[str]) -> dict[str, tuple[int, list[str]]]:
         return {pid: (price, slugs) for pid, price, slugs in cursor.fetchall()}
 
 
+_CATEGORIES_KNOWN = (
+    f"SELECT slug, has_sales FROM {Category._meta.db_table} WHERE slug IN (SELECT unnest(%s::text[]))"
+)
+
 # Rows are locked in slug order, so that two batches marking the same categories never wait on each other.
 _MARK_CATEGORIES = f"""
 UPDATE {Category._meta.db_table} SET has_sales = true
@@ -214,28 +218,32 @@ RETURNING slug
 """
 
 
-def _ensure_categories(rows: list) -> None:
-    """Create placeholders for unknown categories (no event is lost for want of them) and mark every
-    category the events name as having sales, which keeps it from being deleted.
+def _ensure_categories(slugs: set[str]) -> None:
+    """Create placeholders for the unknown of `slugs`, the categories a batch's events count in (no
+    event is lost for want of them), and mark every one as having sales, which keeps it from being
+    deleted.
 
     Only a category's first events write its row. Marking takes the row lock,
     so a delete running meanwhile either sees the mark or goes first, and then
     the category is created again below.
     """
-    slugs = set(chain.from_iterable(map(attrgetter("categories"), rows)))
     if not slugs:
         return
-    known = dict(Category.objects.filter(slug__in=slugs).values_list("slug", "has_sales"))
-    present = {slug for slug, has_sales in known.items() if has_sales}
-    unmarked = sorted(slug for slug, has_sales in known.items() if not has_sales)
-    if unmarked:
-        with connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        # A statement of its own, not the ORM's: every batch asks, and building the query cost more
+        # than answering it.
+        cursor.execute(_CATEGORIES_KNOWN, [list(slugs)])
+        known = dict(cursor.fetchall())
+        present = {slug for slug, has_sales in known.items() if has_sales}
+        unmarked = sorted(slug for slug, has_sales in known.items() if not has_sales)
+        if unmarked:
             cursor.execute(_MARK_CATEGORIES, [unmarked])
             present.update(slug for (slug,) in cursor.fetchall())
-    Category.objects.bulk_create(
-        [Category(slug=s, name=s, is_placeholder=True, has_sales=True) for s in sorted(slugs - present)],
-        ignore_conflicts=True,
-    )
+    if new := sorted(slugs - present):
+        Category.objects.bulk_create(
+            [Category(slug=s, name=s, is_placeholder=True, has_sales=True) for s in new],
+            ignore_conflicts=True,
+        )
 
 
 def _slugs_named(valid: list[tuple[int, dict]]) -> set[str]:
@@ -465,16 +473,19 @@ class BatchIngest:
         with connection.cursor() as cursor:
             chosen = self.claimed(cursor, rows)
         stored: set[int] = set()
+        counted_in: set[tuple[str, ...]] = set()  # the lists of categories of the rows to store
         if chosen:
+            counted_in = _lists_of(chosen)
             # Only what is to be stored makes categories and placeholders: never an event whose id
             # another event holds.
-            _ensure_categories(chosen)
+            _ensure_categories(set(chain.from_iterable(counted_in)))
             with connection.cursor() as cursor:
                 _placeholders_create(cursor, chosen)
                 stored = self.write(cursor, chosen, _queue_of(layout, tree))
         # Once committed, these events wake their shards' ticks rather than wait for the beat.
         written, raced = _parted(rows, stored)
-        counted_in = set(map(tuple, map(attrgetter("categories"), written)))
+        if len(written) < len(chosen):
+            counted_in = _lists_of(written)
         tick_wake_on_commit(layout, {tree.expand(categories) for categories in counted_in})
         return stored, self._late_duplicates(raced, result)
 
@@ -490,6 +501,11 @@ class BatchIngest:
                 else:
                     result.rejected.append({"index": row.index, "id": row.event_id, "error": DUPLICATE_ID})
         return late_duplicates
+
+
+def _lists_of(rows: list) -> set[tuple[str, ...]]:
+    """The rows' lists of categories, each once: a batch's few, found in C."""
+    return set(map(tuple, map(attrgetter("categories"), rows)))
 
 
 def _parted(rows: list, stored: set[int]) -> tuple[list, list]:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import cast
 
 from rankings.conf import engagement_retention_seconds
@@ -305,7 +305,7 @@ class EngagementIngest(BatchIngest):
                 ",".join(str(counts[1]) for counts in groups.values()),
             ],
         )
-        return {row.index for row in rows}
+        return set(map(attrgetter("index"), rows))
 
 
 _ingest = EngagementIngest()
