@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, transaction
 
 from rankings import tasks
-from rankings.engine import recompute
+from rankings.engine import partitions, recompute
 from rankings.engine.partitions import partition_name, sale_partitions
 from rankings.engine.tree import EXPAND_SQL, NAMED_SQL, Tree
 from rankings.ingest.sales import DUPLICATE_ID, sales_ingest
@@ -18,6 +18,21 @@ from rankings.operations import backfill
 from .rankings_helpers import Shop
 
 NOW = dt.datetime(2026, 6, 15, 12, 0, tzinfo=dt.UTC)
+
+
+@pytest.mark.django_db
+def test_a_batch_within_known_months_asks_nothing_and_one_across_an_unknown_month_makes_it(
+    monkeypatch, django_assert_num_queries
+):
+    """A batch's least and greatest instants tell when every month between them is known; a month
+    between two known ones that is not is still made."""
+    january, february, march = (dt.datetime(2031, month, 1, tzinfo=dt.UTC) for month in (1, 2, 3))
+    monkeypatch.setattr(partitions, "_known", {january, march})
+    within = [january + dt.timedelta(days=day, hours=hour) for day in range(31) for hour in (0, 23)]
+    with django_assert_num_queries(0):
+        assert partitions.sale_partitions_ensure(within) == []
+    across = [january + dt.timedelta(days=4), march + dt.timedelta(days=2), february + dt.timedelta(days=9)]
+    assert partitions.sale_partitions_ensure(across) == [partition_name(february)]
 
 
 def _partition_of(event_id: str) -> str:

@@ -39,6 +39,24 @@ def month_of(instant: dt.datetime) -> dt.datetime:
     return dt.datetime(utc.year, utc.month, 1, tzinfo=dt.UTC)
 
 
+def _months_known(instants: list[dt.datetime]) -> bool:
+    """Whether every month from the least of `instants` to the greatest (at most three, none before
+    FLOOR) is known to have its partition: a batch's usual case, told without a look at each."""
+    if not instants:
+        return True
+    least, greatest = min(instants), max(instants)
+    if least < FLOOR:
+        return False
+    month, last = month_of(least), month_of(greatest)
+    for _ in range(3):
+        if month not in _known:
+            return False
+        if month == last:
+            return True
+        month = next_month(month)
+    return False
+
+
 def next_month(month: dt.datetime) -> dt.datetime:
     return dt.datetime(month.year + month.month // 12, month.month % 12 + 1, 1, tzinfo=dt.UTC)
 
@@ -49,6 +67,9 @@ def partition_name(month: dt.datetime) -> str:
 
 def sale_partitions_ensure(instants: Iterable[dt.datetime]) -> list[str]:
     """Make sure a partition holds each instant's month; return the names of those created."""
+    instants = list(instants)
+    if _months_known(instants):
+        return []
     months = {month_of(t) for t in instants if t >= FLOOR} - _known
     if not months:
         return []
