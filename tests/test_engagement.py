@@ -247,6 +247,25 @@ def test_each_field_of_a_view_is_stored_as_sent(engage_api):
     assert again.json() == {"accepted": 0, "duplicates": 2, "rejected": []}
 
 
+def test_a_view_too_far_ahead_in_a_batch_of_usual_views_is_rejected_alone():
+    """A batch read a field at a time whose latest view is past the future limit is read again one
+    view at a time: that view is rejected at its index, the others stored."""
+    now = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+    at = now.timestamp()
+    events = [view(ts=at - 60), view(ts=at + 301, kind="wish"), view(ts=at, categories=["games"])]
+
+    result = engagement.engagements_ingest(events=events, now=now)
+
+    assert (result.accepted, result.rejected) == (
+        2,
+        [{"index": 1, "id": None, "error": "ts is more than 5 minutes in the future"}],
+    )
+    assert sorted(Engagement.objects.values_list("kind", "categories")) == [
+        ("view", ["games"]),
+        ("view", ["toys"]),
+    ]
+
+
 # --- the boards --------------------------------------------------------------------------
 
 
