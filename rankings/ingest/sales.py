@@ -150,12 +150,14 @@ WITH claimed AS (
            return_of, counted_at, now(), digest
     FROM claimed JOIN ingest_stage USING (event_id)
     RETURNING id, event_id, counted_at
+), lists AS MATERIALIZED (  -- a batch's few distinct queue texts, each split once
+    SELECT queue, split_part(entry, ':', 1)::smallint AS shard, string_to_array(split_part(entry, ':', 2), ',') AS slugs
+    FROM (SELECT DISTINCT queue FROM ingest_stage) AS distinct_queues,
+         unnest(string_to_array(distinct_queues.queue, ';')) AS entry
 ), queued AS (
     INSERT INTO {PendingSale._meta.db_table} (shard, sale_id, counted_at, categories)
-    SELECT split_part(entry, ':', 1)::smallint, inserted.id, inserted.counted_at,  -- distinct shards
-           string_to_array(split_part(entry, ':', 2), ',')
-    FROM inserted JOIN ingest_stage USING (event_id),
-         unnest(string_to_array(ingest_stage.queue, ';')) AS entry
+    SELECT lists.shard, inserted.id, inserted.counted_at, lists.slugs  -- distinct shards
+    FROM inserted JOIN ingest_stage USING (event_id) JOIN lists USING (queue)
 )
 SELECT ord FROM inserted JOIN ingest_stage USING (event_id)
 """
