@@ -169,7 +169,7 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 _VARCHAR = 1043  # the type of the categories' elements
 # Rows handed to PostgreSQL at a time, so that it stores them while Python makes the next: 250,
 # 1,000 and 4,000 stored 10,000 views alike, a fifth faster than one piece at the end (bench ladder).
-COPY_LINES = 250
+COPY_ROWS = 250
 
 
 def _binary_text(value: str) -> bytes:
@@ -254,12 +254,12 @@ class EngagementIngest(BatchIngest):
         groups: dict[tuple, list] = {}  # (product, second, categories) -> [views, wishes, a row of them]
         products: dict[str, bytes] = {}  # a product -> its field
         tails: dict[tuple, bytes] = {}  # (kind, categories) -> the row's last two fields
-        # Sent as they are made, COPY_LINES rows at a time, so that PostgreSQL stores rows while Python
+        # Sent as they are made, COPY_ROWS rows at a time, so that PostgreSQL stores rows while Python
         # makes the next ones.
         with cursor.copy(
             f"COPY {Engagement._meta.db_table} ({_RAW_COLUMNS}) FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            lines = [_SIGNATURE]
+            pending = [_SIGNATURE]  # what is made and not yet handed over
             for row in rows:
                 stamp, start, second = instants[row.ts]
                 if row.event_id is not None:
@@ -271,17 +271,17 @@ class EngagementIngest(BatchIngest):
                 tail = tails.get((row.kind, slugs))
                 if tail is None:
                     tail = tails[row.kind, slugs] = _binary_text(row.kind) + _binary_slugs(slugs)
-                lines.append(start + product + tail)
-                if len(lines) == COPY_LINES:
-                    copy.write(b"".join(lines))
-                    lines.clear()
+                pending.append(start + product + tail)
+                if len(pending) >= COPY_ROWS:
+                    copy.write(b"".join(pending))
+                    pending.clear()
                 key = (row.product_id, second, slugs)
                 counts = groups.get(key)
                 if counts is None:
                     counts = groups[key] = [0, 0, row]
                 counts[row.kind == "wish"] += 1
-            lines.append(_TRAILER)
-            copy.write(b"".join(lines))
+            pending.append(_TRAILER)
+            copy.write(b"".join(pending))
         # Each list of categories, by the shards and boards it is queued for (with split boards, a
         # product's too) and as named: numbered from 1 in the order first met.
         lists: dict[tuple[str, str], int] = {}
