@@ -386,7 +386,7 @@ SALES = {
 VIEWS = {
     "1": ("the floor: 200,000 views, one binary COPY into the raw table", _views_floor, ""),
     "2": ("the batch's rows, 10,000 a transaction", lambda b, _: _views_copied(b), "1"),
-    "3": ("today's rows, text lines made by Python", lambda b, _: _views_written(b, queued=False), "2"),
+    "3": ("today's rows, made by Python", lambda b, _: _views_written(b, queued=False), "2"),
     "4": ("the queue rows, grouped", lambda b, _: _views_written(b, queued=True), "3"),
     "5": ("today's whole batch, in process", lambda _, bodies: _views_today(bodies), "4"),
 }

@@ -269,10 +269,10 @@ def test_a_view_too_far_ahead_in_a_batch_of_usual_views_is_rejected_alone():
 # --- the boards --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("events", [9, 10])
+@pytest.mark.parametrize("events", [8, 9, 10])
 def test_a_batch_sent_to_postgresql_in_pieces_is_stored_whole_and_once(monkeypatch, events):
     """A batch's raw rows go to PostgreSQL a few at a time as they are made: every piece, the last
-    one whole or short, is stored, none twice."""
+    one whole, short or only the format's end, is stored, none twice."""
     monkeypatch.setattr(engagement, "COPY_ROWS", 3)
     shop = Shop()
     shop.engage(*[shop.engagement(f"p{i % 4}", kind="wish" if i % 5 == 0 else "view") for i in range(events)])
