@@ -180,19 +180,6 @@ CREATE TABLE shape_trial.cursor (shard integer PRIMARY KEY, xid bigint NOT NULL)
 _PARTITIONS = 8
 
 
-def _copy_text(value: str | None) -> str:
-    """`value` as a field of COPY's text format (product ids, slugs and kinds need no escaping; an
-    event id holds no control character, but may hold a backslash)."""
-    if value is None:
-        return "\\N"
-    return value.replace("\\", "\\\\") if "\\" in value else value
-
-
-def _copy_array(slugs: list[str]) -> str:
-    """Category slugs as an array field of COPY's text format: each quoted, as a slug may read NULL."""
-    return '{"' + '","'.join(slugs) + '"}' if slugs else "{}"
-
-
 def _schema_create() -> None:
     from django.db import connection
 
@@ -476,6 +463,7 @@ def sales_trial_streamed(body: bytes) -> int:
     from psycopg.copy import QueuedLibpqWriter
     from psycopg.errors import UniqueViolation
 
+    from rankings.engine.history import _array, _copy_text
     from rankings.ingest.batch import collector_paused
     from rankings.ingest.wake import tick_wake_on_commit
 
@@ -503,7 +491,7 @@ def sales_trial_streamed(body: bytes) -> int:
                             stamp = stamps[instant] = instant.isoformat()
                         digest = md5(_digest_text(event, instant, named, cents).encode()).hexdigest()
                         lines.append(
-                            f"{_copy_text(event.id)}\t{stamp}\t{event.productId}\t{_copy_array(named)}"
+                            f"{_copy_text(event.id)}\t{stamp}\t{event.productId}\t{_array(named)}"
                             f"\t{event.qty}\t{cents}\t{stamp}\t{received}\t{digest}\n"
                         )
                         if len(lines) == STREAMED_LINES:
@@ -594,6 +582,7 @@ def views_trial(body: bytes) -> int:
     from django.db import connection, transaction
 
     from rankings.engine import locks
+    from rankings.engine.history import _array
     from rankings.engine.partitions import engagement_partitions_ensure
     from rankings.engine.shards import layout_checked
     from rankings.engine.tree import version_tree
@@ -613,9 +602,7 @@ def views_trial(body: bytes) -> int:
             if stamp is None:
                 stamp = stamps[instant] = instant.isoformat()
             kinds[event.kind] += 1
-            lines.append(
-                f"\\N\t{stamp}\t{event.productId}\t{event.kind}\t{_copy_array(categories)}\t{received}\n"
-            )
+            lines.append(f"\\N\t{stamp}\t{event.productId}\t{event.kind}\t{_array(categories)}\t{received}\n")
             kept.setdefault((event.productId, tuple(categories)), _Row(event.productId, categories))
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SELECT pg_advisory_xact_lock_shared({locks.LAYOUT_NAMESPACE}, 0)")

@@ -162,7 +162,7 @@ _SECOND = dt.timedelta(seconds=1)
 _RAW_COLUMNS = "event_id, ts, product_id, kind, categories"  # received_at: the database's
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # no flags, no header extension
 _TRAILER = b"\xff\xff"
-_FIELD_COUNT = struct.pack(">h", 5)
+_FIELD_COUNT = struct.pack(">h", len(_RAW_COLUMNS.split(", ")))
 _NULL = struct.pack(">i", -1)
 _POSTGRES_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)

@@ -493,12 +493,7 @@ class EngagementEventSerializer(ItemSerializer):
             data["ts"] = instants[event["ts"]]
             data["productId"] = event["productId"]
             if "categories" in event:
-                categories = event["categories"]
-                if categories is None:
-                    categories = []
-                elif len(categories) > 1:
-                    categories = list(dict.fromkeys(categories))
-                data["categories"] = categories
+                data["categories"] = _listed(event["categories"])
             data["kind"] = event["kind"]
             every.append(data)
         return every
@@ -618,18 +613,24 @@ def _plain_common(event: dict, seen: Seen, *, id_required: bool = True) -> dict 
     data["productId"] = product_id
     if "categories" in event:
         categories = event["categories"]
-        if categories is None:
-            data["categories"] = []
-        elif type(categories) is list and len(categories) <= seen.categories_most:
-            if not _known(seen.slugs, categories):
-                for slug in categories:
-                    if not seen.slug(slug):
-                        return None
-            # Listed once each, as the field makes them; a list of one is the event's own.
-            data["categories"] = categories if len(categories) < 2 else list(dict.fromkeys(categories))
-        else:
+        if categories is not None and not (
+            type(categories) is list and len(categories) <= seen.categories_most
+        ):
             return None
+        if categories and not _known(seen.slugs, categories):
+            for slug in categories:
+                if not seen.slug(slug):
+                    return None
+        data["categories"] = _listed(categories)
     return data
+
+
+def _listed(categories: list | None) -> list:
+    """A valid event's categories as the field makes them: each listed once (a list of one is the
+    event's own), none for null."""
+    if categories is None:
+        return []
+    return categories if len(categories) < 2 else list(dict.fromkeys(categories))
 
 
 def _known(strings: set[str], values: list) -> bool:
