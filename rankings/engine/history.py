@@ -494,6 +494,11 @@ class _Leaders:
         self.held = np.zeros(0, dtype=np.int64)  # columns, in order
         self.holds = np.zeros(width, dtype=bool)
         self.set_with = 2 * depth  # how many were held when the floor was last set
+        # A score below keyed_below fits beside a column in one int64 (first); revenue in cents may
+        # not, and is then sorted by score and column apart.
+        self.column_bits = max(width - 1, 1).bit_length()
+        self.column_mask = (1 << self.column_bits) - 1
+        self.keyed_below = 1 << (62 - self.column_bits)
 
     def change(self, columns: np.ndarray, changes: np.ndarray) -> None:
         """Add `changes` to the scores of `columns` (a column may come more than once)."""
@@ -522,12 +527,20 @@ class _Leaders:
                 self.floor = floor
                 values = self._keep(values >= floor, values)
             self.set_with = self.held.size
+        if values.size and values.max() < self.keyed_below:
+            # Score and column as one number, the column less the score shifted above the column's
+            # bits: the least `depth` numbers are the first ranks, ties by column, with no argsort;
+            # the column is the number's low bits (two's complement).
+            keys = self.held - (values << self.column_bits)
+            if keys.size > depth:
+                keys = np.partition(keys, depth - 1)[:depth]
+            keys.sort()
+            return keys & self.column_mask
         above = self.held
         if above.size > depth:
             kept = values >= np.partition(values, above.size - depth)[above.size - depth]
             above, values = above[kept], values[kept]
-        # Held in column order, which a stable sort by score keeps among ties: half the time a sort
-        # by score and column took (the columns, sorted again each hour, were in no order).
+        # Held in column order, which a stable sort by score keeps among ties.
         return above[np.argsort(-values, kind="stable")][:depth]
 
     def _keep(self, kept: np.ndarray, values: np.ndarray) -> np.ndarray:
