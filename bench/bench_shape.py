@@ -453,6 +453,15 @@ def _digest_text(event, instant: dt.datetime, categories: list[str], cents: int)
     return f'[{quoted}, {round(instant.timestamp(), 6)!r}, "{event.productId}", ["{slugs}"], {event.qty}, {cents}, null]'
 
 
+def _array(items: list[str]) -> str:
+    """The array literal of `items`, every element quoted (an element `NULL` is the string, not
+    null), before COPY's own escapes."""
+    body = '","'.join(items)
+    if "\\" in body or body.count('"') != 2 * (len(items) - 1):
+        body = '","'.join(item.replace("\\", "\\\\").replace('"', '\\"') for item in items)
+    return '{"' + body + '"}' if items else "{}"
+
+
 def sales_trial_streamed(body: bytes) -> int:
     """Store a batch of sales in the trial shape by one COPY straight into the sales table, its rows
     sent by psycopg's writer thread as Python makes them, so that PostgreSQL can insert (the unique
@@ -463,7 +472,7 @@ def sales_trial_streamed(body: bytes) -> int:
     from psycopg.copy import QueuedLibpqWriter
     from psycopg.errors import UniqueViolation
 
-    from rankings.engine.history import _array, _copy_text
+    from rankings.engine.history import _copy_text
     from rankings.ingest.batch import collector_paused
     from rankings.ingest.wake import tick_wake_on_commit
 
@@ -582,7 +591,6 @@ def views_trial(body: bytes) -> int:
     from django.db import connection, transaction
 
     from rankings.engine import locks
-    from rankings.engine.history import _array
     from rankings.engine.partitions import engagement_partitions_ensure
     from rankings.engine.shards import layout_checked
     from rankings.engine.tree import version_tree

@@ -57,7 +57,7 @@ def snapshots(db):
     with connection.cursor() as cursor:
         cursor.execute(
             f'INSERT INTO {Snapshot._meta.db_table} (version, at, "window", metric, category, products)'
-            " SELECT 1, at, '1d', 'units', 'other' || k, ARRAY['p1'] FROM unnest(%s::timestamptz[]) AS at,"
+            " SELECT 1, at, '1d', 'units', 'other' || k, 'p1' FROM unnest(%s::timestamptz[]) AS at,"
             " generate_series(1, 30) AS k",
             [[_hour(i) for i in range(HOURS)]],
         )

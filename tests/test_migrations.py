@@ -349,3 +349,41 @@ def test_going_back_before_unstored_shards_is_refused_without_an_active_version(
         connection.schema_editor() as editor,
     ):
         going_back(None, editor)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_snapshot_s_ranks_keep_their_order_from_an_array_to_text_and_back():
+    """0031 stores a snapshot's ranks as one text of ids, no longer an array: rows written before it
+    read the same ids in the same order after it, compressed with LZ4 still, and going back gives
+    the array again."""
+    latest = list(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    before = [("rankings", "0030_engagement_received_at_by_database")]
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    ids = [f"product-{n:06d}" for n in range(1000, 0, -1)]  # 15 kB: compressed, not kept inline
+    try:
+        # given a snapshot written as an array, before 0031
+        _migrate(before)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                'INSERT INTO rankings_snapshot (version, at, "window", metric, category, products)'
+                " VALUES (1, %s, '1d', 'units', 'toys', %s), (1, %s, '1d', 'units', 'games', %s)",
+                [hour, ids, hour, ["p:1", "p.2", "p-3"]],
+            )
+        # when migrating forward, then its ids are read in their order, and stored with LZ4
+        _migrate(latest)
+        assert dict(Snapshot.objects.values_list("category", "products")) == {
+            "toys": ids,
+            "games": ["p:1", "p.2", "p-3"],
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_column_compression(products) FROM rankings_snapshot WHERE category = 'toys'"
+            )
+            assert cursor.fetchone() == ("lz4",)
+        # and when going back, then they are an array again
+        _migrate(before)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT category, products FROM rankings_snapshot")
+            assert dict(cursor.fetchall()) == {"toys": ids, "games": ["p:1", "p.2", "p-3"]}
+    finally:
+        _migrate(latest)

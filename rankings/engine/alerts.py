@@ -51,7 +51,8 @@ WITH hours (at) AS (
 ), boards AS (
     SELECT DISTINCT category, "window", metric FROM alerts
 ), rows_ AS MATERIALIZED (
-    SELECT b.category, b."window", b.metric, extract(epoch FROM s.at)::bigint AS at, s.products
+    SELECT b.category, b."window", b.metric, extract(epoch FROM s.at)::bigint AS at,
+           string_to_array(s.products, ' ') AS ids
     FROM boards b
     -- Each alerted board's rows looked up by the board's own index entries (OFFSET 0 keeps the planner
     -- from turning this into a scan of every board's rows of those hours, then a join).
@@ -64,8 +65,8 @@ WITH hours (at) AS (
 ), judged AS (
     -- Each alert's product looked for in its board's two rows: a search of at most SNAPSHOT_DEPTH ids
     -- in memory, after one hash join per hour (a board has one row an hour at most).
-    SELECT a.id, h.at, a.rule, a.number, array_position(now_.products, a.product_id) AS rank,
-           array_position(before.products, a.product_id) AS rank_before
+    SELECT a.id, h.at, a.rule, a.number, array_position(now_.ids, a.product_id::text) AS rank,
+           array_position(before.ids, a.product_id::text) AS rank_before
     FROM alerts a CROSS JOIN hours h
     LEFT JOIN rows_ now_
       ON now_.category = a.category AND now_."window" = a."window" AND now_.metric = a.metric

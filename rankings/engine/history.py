@@ -178,7 +178,7 @@ def history_record(
                         for at, metric, products in _ranked(board, first, len(hours), span):
                             lines.append(
                                 head.format(instant(at).isoformat(), _copy_text(metric))
-                                + _copy_text(_array(products))
+                                + _copy_text(" ".join(products))
                             )
                             report.boards += 1
                             report.products += len(products)
@@ -218,14 +218,6 @@ _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\
 
 def _copy_text(value: str) -> str:
     return value.translate(_COPY_ESCAPES)
-
-
-def _array(items: list[str]) -> str:
-    """The array literal of `items`, every element quoted (a product id `NULL` is the string, not null)."""
-    body = '","'.join(items)
-    if "\\" in body or body.count('"') != 2 * (len(items) - 1):
-        body = '","'.join(item.replace("\\", "\\\\").replace('"', '\\"') for item in items)
-    return '{"' + body + '"}' if items else "{}"
 
 
 def _numbered(names: list[str], places: dict[str, int]) -> np.ndarray:

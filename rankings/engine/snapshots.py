@@ -129,7 +129,7 @@ ranked AS (
     FROM scored WHERE score > 0
 )
 INSERT INTO {table} (version, at, "window", metric, category, products)
-SELECT %s, to_timestamp(at), name, metric, category, array_agg(product_id ORDER BY n) FROM ranked WHERE n <= %s
+SELECT %s, to_timestamp(at), name, metric, category, string_agg(product_id, ' ' ORDER BY n) FROM ranked WHERE n <= %s
 GROUP BY name, at, metric, category
 ON CONFLICT (version, category, "window", metric, at) DO UPDATE SET products = excluded.products
 """

@@ -199,7 +199,8 @@ SELECT at FROM {SnapshotHour._meta.db_table} WHERE version = %s AND at > %s AND 
 # A product's place in each of the boards' snapshots of the period: one row per board and hour,
 # through the snapshots' (version, category, window, metric, at) index.
 _PLACES = f"""
-SELECT at, category, array_position(products, %(product)s::varchar) FROM {Snapshot._meta.db_table}
+SELECT at, category, array_position(string_to_array(products, ' '), %(product)s::text)
+FROM {Snapshot._meta.db_table}
 WHERE version = %(version)s AND category = ANY(%(categories)s) AND "window" = %(window)s
   AND metric = %(metric)s AND at > %(since)s AND at <= %(latest)s
 """
