@@ -30,7 +30,7 @@ def units_per_period(
     """
     from django.db.models import F, Sum
 
-    from rankings.models import Bucket
+    from rankings.models import ALL_BOARDS, Bucket
 
     size = chart_bucket_seconds()
     if period % size:
@@ -41,8 +41,15 @@ def units_per_period(
         categories = active().layout.boards_of(ALL)
     except DatabaseError:
         return UnitsPerPeriod(periods=[], stale=True)
+    # Within ALL_BOARDS, said in so many words: PostgreSQL then reads through the index by product,
+    # which holds those buckets only, where it cannot tell on its own that named parts of a split
+    # `all` are among them.
     rows = Bucket.objects.filter(
-        size=size, category__in=categories, start__gte=start * period, start__lt=(start + count) * period
+        ALL_BOARDS,
+        size=size,
+        category__in=categories,
+        start__gte=start * period,
+        start__lt=(start + count) * period,
     )
     if product_id is not None:
         rows = rows.filter(product_id=product_id)
