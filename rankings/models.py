@@ -184,7 +184,7 @@ class Bucket(models.Model):
             models.Index(fields=["shard", "size", "start"]),
             # A product page's daily chart: one product's buckets of `all`, without scanning every
             # product's. Only `all`'s: a sale's categories' buckets, most of what a tick writes, are
-            # never read by product, and writing them here cost a seventh of the fold.
+            # never read by product (their entries were a seventh of the fold statement's time).
             models.Index(
                 fields=["product_id", "size", "start"], name="bucket_product_all", condition=ALL_BOARDS
             ),

@@ -1,6 +1,7 @@
 """The buckets' index by product holds `all`'s buckets only (of its parts, when it is split): the
-product page's chart reads no other, and a tick over a million categories wrote two index entries
-for each it needs, a seventh of the fold's time. Built and dropped without locking out ticks."""
+product page's chart reads no other, and a tick over a million categories wrote as many entries it
+never reads as entries it needs, a seventh of the fold statement's time. Built and dropped without
+locking out ticks."""
 
 from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
 from django.db import migrations, models
