@@ -16,6 +16,8 @@ from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
+from catalogue.models import RESERVED_SLUG
+
 
 class Sale(models.Model):
     """One accepted sale event (docs/api.md, POST /v1/sales). Never updated, never deleted.
@@ -158,9 +160,9 @@ class PendingSale(models.Model):
 
 
 # The buckets of the board of every sale: `all`, or its parts when it is split (`all#0`, `all#1`, …,
-# as rankings.engine.split names them; no slug holds a `#`). A read that filters by this very
-# condition may use the index it bounds (rankings.serving.sales_periods), in any collation.
-ALL_BOARDS = models.Q(category="all") | models.Q(category__startswith="all#")
+# the mark as rankings.engine.split's PART_MARK; no slug holds a `#`). A read that filters by this
+# very condition may use the index it bounds (rankings.serving.sales_periods), in any collation.
+ALL_BOARDS = models.Q(category=RESERVED_SLUG) | models.Q(category__startswith=f"{RESERVED_SLUG}#")
 
 
 class Bucket(models.Model):
