@@ -40,6 +40,8 @@ MEMBERS = int(os.environ.get("BENCH_SCALE_MEMBERS", "10000000"))
 CATEGORIES = int(os.environ.get("BENCH_SCALE_CATEGORIES", "1000000"))
 SAMPLED = min(CATEGORIES, 20_000)  # categories whose boards the engine writes for the memory figure
 CHUNK = 100_000  # members written per pipeline: Redis answers others between them
+# The million categories' tick is measured with `all` whole, then split this many ways.
+SPREAD_SPLIT = 4
 
 # The catalogue of the big board: product p<i> for i < MEMBERS (a read of a product the catalogue
 # does not know answers 404 without touching the board).
@@ -266,6 +268,49 @@ JOIN catalogue_category c ON c.slug = 'c' || lpad((substr(p.product_id, 2)::int 
 """
 
 
+def _spread_ticks(table: harness.Table, runs: int, now: dt.datetime, laid_out: str) -> dt.datetime:
+    """Ticks of 5,000 sales spread over the million categories: whole, its shards side by side in the
+    machine's threads, then shard by shard. A shard's tick is its worker's, PostgreSQL's and Redis's
+    work one after the other, so the longest shard's alone is what a tick would take with a core for
+    each shard (a worker each, Redis on a cluster's primaries). Returns the engine's instant after."""
+    from rankings.engine.shards import active
+    from rankings.engine.tick import tick
+    from rankings.ingest.sales import sales_ingest
+
+    def sold(name: str, seed: int) -> dt.datetime:
+        spread = random.Random(seed).sample(range(CATEGORIES), 5000)
+        sales_ingest(
+            events=[
+                {"id": f"{name}-{c}", "ts": now.isoformat(), "productId": f"q{5 * c}", "qty": 1}
+                for c in spread
+            ],
+            now=now,
+        )
+        return now + dt.timedelta(seconds=1)
+
+    shards = active().layout.shards
+    whole, alone = [], {shard: [] for shard in range(shards)}
+    for run in range(runs):
+        now = sold(f"w{shards}-{run}", run)
+        started = time.perf_counter()
+        tick(now=now)
+        whole.append(time.perf_counter() - started)
+    for run in range(runs):
+        now = sold(f"s{shards}-{run}", runs + run)
+        for shard in alone:
+            started = time.perf_counter()
+            tick(now=now, shards=[shard])
+            alone[shard].append(time.perf_counter() - started)
+    tick_seconds = harness.median(whole)
+    longest = max(harness.median(seconds) for seconds in alone.values())
+    table.add(
+        f"tick of 5,000 sales over {CATEGORIES:,} categories, {laid_out} ({shards} shards)",
+        f"{tick_seconds:.2f} s = {5000 / tick_seconds:,.0f} sales/s",
+        note=f"its longest shard alone {longest:.3f} s = {5000 / longest:,.0f} sales/s (a core a shard)",
+    )
+    return now
+
+
 def _slug(n: int) -> str:
     """The slug _CATEGORIES_SQL gives category n."""
     return f"c{n:07d}"
@@ -293,10 +338,12 @@ def _million_categories(table: harness.Table, runs: int) -> None:
     from django.utils import timezone
 
     from rankings.conf import MAX_DEPTH
+    from rankings.engine.shards import ALL, active, layout_plan
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
+    from rankings.operations.backfill import version_build
 
-    harness.reset()
+    _fresh()  # `all` whole: a split version of an earlier run is not kept
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(_CATEGORIES_SQL, {"n": CATEGORIES})
@@ -322,21 +369,7 @@ def _million_categories(table: harness.Table, runs: int) -> None:
         f"{memory / SAMPLED:,.0f} bytes in {keys / SAMPLED:.0f} keys (measured over {SAMPLED:,} categories)",
         note=f"projected for {CATEGORIES:,}: {memory / SAMPLED * CATEGORIES / 2**30:.2f} GiB",
     )
-    seconds = []
-    for run in range(runs):
-        spread = random.Random(run).sample(range(CATEGORIES), 5000)
-        batch = [
-            {"id": f"t{run}-{c}", "ts": now.isoformat(), "productId": f"q{5 * c}", "qty": 1} for c in spread
-        ]
-        sales_ingest(events=batch, now=now)
-        now += dt.timedelta(seconds=1)
-        started = time.perf_counter()
-        tick(now=now)
-        seconds.append(time.perf_counter() - started)
-    table.add(
-        f"tick of 5,000 sales over {CATEGORIES:,} categories",
-        f"{harness.median(seconds):.2f} s = {5000 / harness.median(seconds):,.0f} sales/s",
-    )
+    now = _spread_ticks(table, runs, now, "`all` whole")
     with harness.services(worker=False) as url:
         for label, path in (
             ("home page, first page", "/"),
@@ -357,7 +390,10 @@ def _million_categories(table: harness.Table, runs: int) -> None:
                 f"{CATEGORIES:,} categories: {label}",
                 f"p50 {statistics.median(latencies):.1f} ms, p99 {harness.percentile(latencies, 99):.1f} ms",
             )
-    harness.reset()
+    # Then `all` split, each part a shard of its own (a rebuild with the split, switched to).
+    version_build(layout=layout_plan(active().layout, split={ALL: SPREAD_SPLIT}), activate=True)
+    _spread_ticks(table, runs, now, f"`all` split {SPREAD_SPLIT} ways")
+    _fresh()
 
 
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
