@@ -142,7 +142,7 @@ browser:
 prometheus:
 	command -v promtool >/dev/null && command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
 
-# Benchmarks use a database and key prefix of their own; wrk drives the read benchmarks.
+# Benchmarks use a database, a Redis database and a key prefix of their own; wrk drives the read benchmarks.
 bench: install-dev
 	command -v wrk >/dev/null || (apt-get update -q && apt-get install -y -q wrk)
 	$(PY) -m bench $(BENCH_ARGS)

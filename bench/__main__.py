@@ -1,6 +1,6 @@
-"""`make bench`: every benchmark, against a database and Redis prefix of its own; one table at the end.
+"""`make bench`: every benchmark, against a database, Redis database and key prefix of its own; one table at the end.
 
-python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|history|scale|metrics|alerts|shape|ladder|horizon|small_boards|rollup]
+python -m bench [--runs 3] [--only ingest|engine|ticks|read|rebuild|cluster|reshard|flash|engage|tree|moves|split|history|scale|metrics|alerts|shape|ladder|horizon|small_boards|rollup|halves]
 
 `history` (a rebuild's hourly history at up to 20,000 categories, minutes), `scale` (ten million
 products in a board, a million categories), `metrics` (one scrape of /metrics at 20,000
@@ -8,9 +8,10 @@ categories), `alerts` (judging 100,000 rank alerts at 20,000 categories, and the
 `shape` (the storage shape ingest would take next, tried beside today's), `ladder` (what each
 difference between the ingest's floor and a stored sale costs), `horizon` (which open
 transactions hold back a claim by transaction id), `small_boards` (what a tick over a million
-categories costs Redis, as the engine writes it and as one hash a category would) and `rollup` (a
+categories costs Redis, as the engine writes it and as one hash a category would), `rollup` (a
 rebuild that reads the sales' sums by product, list and hour, beside one that reads the raw sales)
-run only when asked for.
+and `halves` (one client's batches of sales stored in two halves side by side, beside whole) run
+only when asked for.
 """
 
 import argparse
@@ -18,7 +19,7 @@ import argparse
 from bench import harness
 
 # Every group in the order `make bench` runs them; `history`, `scale`, `metrics`, `alerts`, `shape`,
-# `ladder`, `horizon`, `small_boards` and `rollup` run only when asked for.
+# `ladder`, `horizon`, `small_boards`, `rollup` and `halves` run only when asked for.
 GROUPS = [
     "ingest",
     "engine",
@@ -51,6 +52,7 @@ def main() -> None:
             "horizon",
             "small_boards",
             "rollup",
+            "halves",
         ],
         help="run one group",
     )

@@ -45,6 +45,7 @@ def _redis_benchmark(*command: str) -> float:
     from django.conf import settings
 
     url = urllib.parse.urlsplit(settings.REDIS_URL)
+    password = ["-a", urllib.parse.unquote(url.password)] if url.password else []
     out = subprocess.run(
         [
             "redis-benchmark",
@@ -52,6 +53,10 @@ def _redis_benchmark(*command: str) -> float:
             url.hostname or "127.0.0.1",
             "-p",
             str(url.port or 6379),
+            # The boards' database, where _demo_board's keys are.
+            "--dbnum",
+            url.path.strip("/") or "0",
+            *password,
             "-c",
             "16",
             "-n",

@@ -6,17 +6,20 @@ sales (default 10,000,000) as `--only rebuild` does, gathers them into such a ta
 halves of a rebuild at it: the boards' aggregation (`backfill._AGGREGATE`) and the history's read
 (`history._HOURLY`).
 
-Every window's bound must fall between two rows of the rollup. A row holds an hour, or a minute in the
-last three hours, where the 1-hour window's minute bounds lie. A sale exactly on a boundary keeps
-its own instant; every other sale takes its bucket's start plus a microsecond. That way a sale
-exactly on an hour stays apart, as the history keeps it, and every window's test reads each row as
-it would read the row's sales.
+Every window's bound must fall between two rows of the rollup. A row holds an hour, or a minute from
+two hours before the shards' last hour on, where the 1-hour window's minute bounds lie. A sale
+exactly on a boundary keeps its own instant; every other sale takes its bucket's start plus a
+microsecond. That way a sale exactly on an hour stays apart, as the history keeps it, and every
+window's test reads each row as it would read the row's sales. Some of the generated sales are moved
+onto such boundaries first (hours, minutes, the 1-hour window's first minute), since random instants
+almost never fall on one.
 
-The rebuilds alternate, today's first. Each reports its time. The first pair must agree exactly: the
-same boards in Redis and the same snapshots, row for row. The queue is empty here, so nothing is
-owed to the shards.
+Each run rebuilds from the raw sales, then from the rollup. Each reports its time. The first pair must
+agree exactly: the same boards in Redis and the same snapshots, row for row. The queue is empty here,
+so nothing is owed to the shards (checked: the rollup's rebuild does not read the queue).
 """
 
+import datetime as dt
 import os
 import time
 from unittest import mock
@@ -25,6 +28,16 @@ from bench import harness
 from bench.bench_rebuild import _generate
 
 SALES = int(os.environ.get("BENCH_ROLLUP_SALES", "10000000"))
+
+# Sales on the boundaries that matter: the hour, the minute (in the last hours, where rows are by
+# minute), and the 1-hour window's first minute.
+_ON_BOUNDARIES = """
+UPDATE rankings_sale SET counted_at = date_bin('1 hour', counted_at, 'epoch') WHERE id %% 1000 = 0;
+UPDATE rankings_sale SET counted_at = date_bin('1 minute', counted_at, 'epoch')
+WHERE id %% 100 = 1 AND counted_at >= %(by_minute)s;
+UPDATE rankings_sale SET counted_at = %(window_first)s WHERE id %% 100 = 2 AND counted_at >= %(by_minute)s;
+UPDATE rankings_sale SET ts = counted_at WHERE id %% 1000 = 0 OR (id %% 100 IN (1, 2) AND counted_at >= %(by_minute)s);
+"""
 
 _ROLLUP = """
 DROP TABLE IF EXISTS bench_rollup;
@@ -35,7 +48,7 @@ FROM (
     SELECT product_id, categories, qty, amount_cents,
            CASE WHEN counted_at = bucket THEN counted_at ELSE bucket + interval '1 microsecond' END AS t
     FROM (
-        SELECT s.*, date_bin(CASE WHEN s.counted_at >= now() - interval '3 hours' THEN interval '1 minute'
+        SELECT s.*, date_bin(CASE WHEN s.counted_at >= %(by_minute)s THEN interval '1 minute'
                                   ELSE interval '1 hour' END, s.counted_at, 'epoch') AS bucket
         FROM rankings_sale s
     ) AS bucketed
@@ -55,19 +68,31 @@ _ROLLUP_FACTS = """SELECT s.product_id, array_to_string(s.categories, ','), s.co
 def _rollup_read():
     """Both halves of a rebuild pointed at the rollup."""
     from rankings.engine import history
+    from rankings.models import PendingSale
     from rankings.operations import backfill
 
-    aggregate = backfill._AGGREGATE.replace("SELECT count(*)", "SELECT sum(s.n)::bigint").replace(
-        "FROM rankings_sale s", "FROM bench_rollup s"
-    )
-    hourly = history._HOURLY.replace(_RAW_FACTS, _ROLLUP_FACTS)
-    if aggregate == backfill._AGGREGATE or hourly == history._HOURLY:
-        raise RuntimeError("the rebuild's statements changed: this trial no longer reads the rollup")
+    def replaced(statement: str, old: str, new: str) -> str:
+        if old not in statement:
+            raise RuntimeError(
+                f"the rebuild's statements changed: {old!r} is gone, the trial would read raw sales"
+            )
+        return statement.replace(old, new)
+
+    aggregate = replaced(backfill._AGGREGATE, "SELECT count(*)", "SELECT sum(s.n)::bigint")
+    aggregate = replaced(aggregate, "FROM rankings_sale s", "FROM bench_rollup s")
+
+    def nothing_owed(*args) -> dict:
+        # Today's statement would read the rollup's columns from the raw sales; with an empty queue
+        # it owes nothing either way.
+        if PendingSale.objects.exists():
+            raise RuntimeError("sales are queued: the rollup's rebuild would not subtract them")
+        return {}
+
     return [
         mock.patch.object(backfill, "_AGGREGATE", aggregate),
         mock.patch.object(backfill, "_REVENUE", "s.revenue::float8"),
-        mock.patch.object(history, "_HOURLY", hourly),
-        mock.patch.object(backfill, "_pending_sales", lambda *args: {}),
+        mock.patch.object(history, "_HOURLY", replaced(history._HOURLY, _RAW_FACTS, _ROLLUP_FACTS)),
+        mock.patch.object(backfill, "_pending_sales", nothing_owed),
     ]
 
 
@@ -111,36 +136,57 @@ def _forget(number: int) -> None:
     RankingVersion.objects.filter(number=number).delete()
 
 
+def _boundaries() -> dict:
+    """From when the rollup's rows are by minute, and the 1-hour window's first minute, at the shards'
+    instant."""
+    from rankings.engine.windows import configured_windows
+    from rankings.models import ShardState
+
+    as_of = min(ShardState.objects.values_list("as_of", flat=True))
+    first, _ = configured_windows()["1h"].bounds(int(as_of.timestamp()))
+    hour = as_of.replace(minute=0, second=0, microsecond=0)
+    return {
+        "by_minute": hour - dt.timedelta(hours=2),
+        "window_first": dt.datetime.fromtimestamp(first, tz=dt.UTC),
+    }
+
+
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from django.db import connection
 
     table = table or harness.Table()
     print(f"rollup: {SALES:,} raw sales…", flush=True)
     _generate(SALES)
+    bounds = _boundaries()
     with connection.cursor() as cursor:
-        cursor.execute(_ROLLUP)
-        cursor.execute("SELECT count(*) FROM bench_rollup")
-        (rows,) = cursor.fetchone()
+        cursor.execute(_ON_BOUNDARIES, bounds)
+        cursor.execute(_ROLLUP, bounds)
+        cursor.execute("SELECT count(*), pg_total_relation_size('bench_rollup') FROM bench_rollup")
+        rows, size = cursor.fetchone()
     seconds: dict[bool, list[float]] = {False: [], True: []}
-    for run in range(runs):
-        built = {}
-        for rolled_up in (False, True):
-            built[rolled_up], s = _build(rolled_up)
-            seconds[rolled_up].append(s)
-        if run == 0 and _written(built[False]) != _written(built[True]):
-            raise AssertionError("the rebuild from the rollup differs from the rebuild from the raw sales")
-        for number in built.values():
-            _forget(number)
+    try:
+        for run_ in range(runs):
+            built = {}
+            for rolled_up in (False, True):
+                built[rolled_up], s = _build(rolled_up)
+                seconds[rolled_up].append(s)
+            if run_ == 0 and _written(built[False]) != _written(built[True]):
+                raise AssertionError(
+                    "the rebuild from the rollup differs from the rebuild from the raw sales"
+                )
+            for number in built.values():
+                _forget(number)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE bench_rollup")
     raw, rolled = harness.median(seconds[False]), harness.median(seconds[True])
     table.add(
         f"rebuild of {SALES:,} sales from a rollup by product, list and hour",
         f"{rolled:.2f} s = {SALES / rolled:,.0f} sales/s",
         f"from the raw sales: {raw:.2f} s",
         f"{raw / rolled:.2f}x",
-        f"{rows:,} rows, {SALES / rows:.2f} sales a row; equal boards and snapshots",
+        f"{rows:,} rows ({size / 2**20:,.0f} MiB), {SALES / rows:.2f} sales a row; equal boards and snapshots",
     )
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE bench_rollup")
     harness.reset()
     return table
 

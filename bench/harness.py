@@ -4,7 +4,8 @@ Benchmarks run against a database, a Redis database and a key prefix of their ow
 (`salesrank_bench`, Redis database 4, `salesrank-bench`; BENCH_DATABASE,
 BENCH_REDIS_DATABASE, BENCH_KEY_PREFIX and BENCH_PORT name others), so they never
 touch the data of `make run`, and the millions of keys a large run can leave
-behind never lengthen the key scans of `make run` or `make test` (database 0).
+behind never lengthen the key scans of `make run` or `make test` (database 0; on a Redis
+Cluster, which has no other database, only the prefix keeps them apart).
 Each figure is the median of several runs.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import environ
 
@@ -30,19 +31,28 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "salesrank_bench")
 BENCH_PREFIX = os.environ.get("BENCH_KEY_PREFIX", "salesrank-bench")
 PORT = int(os.environ.get("BENCH_PORT", "8011"))
-# Celery's broker takes the next one (salesrank_site.settings).
+# Celery's broker takes the next one (salesrank_site.settings), so at most 14.
 BENCH_REDIS_DATABASE = int(os.environ.get("BENCH_REDIS_DATABASE", "4"))
+if not 0 <= BENCH_REDIS_DATABASE <= 14:
+    raise SystemExit(
+        f"BENCH_REDIS_DATABASE must be 0 to 14 (got {BENCH_REDIS_DATABASE}): the broker takes the next"
+    )
 
 
 def _redis_url() -> str:
-    """The environment's Redis with the benchmarks' database number; a cluster's node as it is (a
-    cluster has database 0 only)."""
+    """The environment's Redis (REDIS_URL, and a developer's .env unless READ_DOT_ENV=0, read as the
+    settings read them) with the benchmarks' database number in place of its own; a cluster's node
+    as it is (a cluster has database 0 only)."""
     env = environ.Env()
-    environ.Env.read_env(ROOT / ".env", overwrite=False)  # as the settings read it
-    url = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+    if env.bool("READ_DOT_ENV", default=True):
+        environ.Env.read_env(ROOT / ".env", overwrite=False)
+    url = urlsplit(env.str("REDIS_URL", default="redis://127.0.0.1:6379/0"))
     if env.bool("REDIS_CLUSTER", default=False):
-        return url
-    return urlunsplit(urlsplit(url)._replace(path=f"/{BENCH_REDIS_DATABASE}"))
+        return urlunsplit(url)
+    query = [(name, value) for name, value in parse_qsl(url.query) if name != "db"]
+    if url.scheme == "unix":  # a socket's path is its own: the number goes in the query
+        return f"unix://{url.netloc}{url.path}?{urlencode([*query, ('db', BENCH_REDIS_DATABASE)])}"
+    return urlunsplit(url._replace(path=f"/{BENCH_REDIS_DATABASE}", query=urlencode(query)))
 
 
 def environment() -> dict:
