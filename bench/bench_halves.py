@@ -6,15 +6,21 @@ the event id, so that an id's events stay together, and stores the halves side b
 `sales_ingest` on two threads, each with a database connection of its own. One half's Python then
 runs while the other's statements run in PostgreSQL.
 
-The two ways take turns, each on fresh batches, and are set against the COPY floor of `--only ingest`,
-measured in the same round. What the halves would change besides is in docs/architecture.md ("One
-client's batch in two halves, tried").
+Each round measures the COPY floor of `--only ingest`, then both ways on fresh batches, which of them
+goes first alternating from round to round. The collector is paused over both, as a request pauses it
+over its own batch (one thread's batch would otherwise turn it on while the other's runs), and both
+threads' connections are open before the clock starts. What the halves would change besides is in
+docs/architecture.md ("One client's batch in two halves, tried").
 """
 
+import functools
+import gc
 import random
+import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from bench import harness
@@ -51,8 +57,20 @@ def _halves(batches: list[list[dict]], pool: ThreadPoolExecutor) -> float:
     return len(batches) * BATCH / (time.perf_counter() - started)
 
 
+def _on_both_threads(pool: ThreadPoolExecutor, step: Callable[[], None]) -> None:
+    """`step` once on each of the pool's two threads (each waits for the other before it is done)."""
+    both = threading.Barrier(2)
+
+    def once(_: int) -> None:
+        step()
+        both.wait()
+
+    list(pool.map(once, range(2)))
+
+
 def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     from django.core.management import call_command
+    from django.db import connection
 
     table = table or harness.Table()
     harness.reset()
@@ -60,12 +78,24 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
     rng = random.Random(0)
     rates: dict[str, list[float]] = {"whole": [], "halves": []}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for _ in range(runs):
+        _on_both_threads(pool, lambda: connection.ensure_connection())
+        for round_ in range(runs):
             floor = _copy_floor()
-            batches = [_events(BATCH, uuid.uuid4().hex[:12], rng) for _ in range(BATCHES)]
-            rates["whole"].append(_whole(batches) / floor)
-            batches = [_events(BATCH, uuid.uuid4().hex[:12], rng) for _ in range(BATCHES)]
-            rates["halves"].append(_halves(batches, pool) / floor)
+            ways: list[tuple[str, Callable[[list[list[dict]]], float]]] = [
+                ("whole", _whole),
+                ("halves", functools.partial(_halves, pool=pool)),
+            ]
+            for way, store in ways if round_ % 2 == 0 else reversed(ways):
+                batches = [_events(BATCH, uuid.uuid4().hex[:12], rng) for _ in range(BATCHES)]
+                gc.disable()
+                try:
+                    rates[way].append(store(batches) / floor)
+                finally:
+                    gc.enable()
+                print(
+                    f"  round {round_ + 1}, {way}: {rates[way][-1]:.3f}x of {floor:,.0f} rows/s", flush=True
+                )
+        _on_both_threads(pool, lambda: connection.close())
     whole, halves = harness.median(rates["whole"]), harness.median(rates["halves"])
     table.add(
         "sales_ingest, batches of 1,000 in two halves side by side, one client",

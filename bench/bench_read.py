@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import tempfile
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -42,21 +41,29 @@ def _latency(out: str, label: str) -> float:
 
 
 def _redis_benchmark(*command: str) -> float:
+    """Requests/s of redis-benchmark running `command` on the boards' server and database, read from
+    REDIS_URL as redis-py reads it (host and port or socket, database, user, password, TLS)."""
     from django.conf import settings
+    from redis.connection import SSLConnection, parse_url
 
-    url = urllib.parse.urlsplit(settings.REDIS_URL)
-    password = ["-a", urllib.parse.unquote(url.password)] if url.password else []
+    given = parse_url(settings.REDIS_URL)
+    server = (
+        ["-s", given["path"]]
+        if "path" in given
+        else ["-h", given.get("host", "127.0.0.1"), "-p", str(given.get("port", 6379))]
+    )
+    if given.get("connection_class") is SSLConnection:
+        server.append("--tls")
+    if given.get("username"):
+        server += ["--user", given["username"]]
+    if given.get("password"):
+        server += ["-a", given["password"]]
     out = subprocess.run(
         [
             "redis-benchmark",
-            "-h",
-            url.hostname or "127.0.0.1",
-            "-p",
-            str(url.port or 6379),
-            # The boards' database, where _demo_board's keys are.
-            "--dbnum",
-            url.path.strip("/") or "0",
-            *password,
+            *server,
+            "--dbnum",  # the boards' database, where _demo_board's keys are
+            str(given.get("db", 0)),
             "-c",
             "16",
             "-n",
