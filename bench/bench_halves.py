@@ -13,7 +13,6 @@ threads' connections are open before the clock starts. What the halves would cha
 docs/architecture.md ("One client's batch in two halves, tried").
 """
 
-import functools
 import gc
 import random
 import threading
@@ -24,29 +23,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from bench import harness
-from bench.bench_ingest import _copy_floor, _events
+from bench.bench_ingest import _copy_floor, _events, bench_service
 
 BATCHES = 20
 BATCH = 1000
 
 
-def _whole(batches: list[list[dict]]) -> float:
-    from rankings.ingest.sales import sales_ingest
-
-    started = time.perf_counter()
-    for events in batches:
-        if sales_ingest(events=events, source="bench").accepted != len(events):
-            raise RuntimeError("a batch was not accepted whole")
-    return len(batches) * BATCH / (time.perf_counter() - started)
-
-
-def _halves(batches: list[list[dict]], pool: ThreadPoolExecutor) -> float:
+def _halves(pool: ThreadPoolExecutor, rng: random.Random) -> float:
+    """Sales/s of BATCHES fresh batches of BATCH, each stored in two halves side by side on the pool's
+    two threads (made first, as bench_ingest.bench_service makes its batches before its clock)."""
     from rankings.ingest.sales import sales_ingest
 
     split = []
-    for events in batches:
+    for _ in range(BATCHES):
         halves: tuple[list[dict], list[dict]] = ([], [])
-        for event in events:
+        for event in _events(BATCH, uuid.uuid4().hex[:12], rng):
             halves[zlib.crc32(event["id"].encode()) & 1].append(event)
         split.append(halves)
     started = time.perf_counter()
@@ -54,7 +45,7 @@ def _halves(batches: list[list[dict]], pool: ThreadPoolExecutor) -> float:
         stored = pool.map(lambda half: sales_ingest(events=half, source="bench"), halves)
         if sum(result.accepted for result in stored) != BATCH:
             raise RuntimeError("a batch was not accepted whole")
-    return len(batches) * BATCH / (time.perf_counter() - started)
+    return BATCHES * BATCH / (time.perf_counter() - started)
 
 
 def _on_both_threads(pool: ThreadPoolExecutor, step: Callable[[], None]) -> None:
@@ -81,15 +72,17 @@ def run(table: harness.Table | None = None, runs: int = 3) -> harness.Table:
         _on_both_threads(pool, lambda: connection.ensure_connection())
         for round_ in range(runs):
             floor = _copy_floor()
-            ways: list[tuple[str, Callable[[list[list[dict]]], float]]] = [
-                ("whole", _whole),
-                ("halves", functools.partial(_halves, pool=pool)),
+            ways: list[tuple[str, Callable[[], float]]] = [
+                (
+                    "whole",
+                    lambda: BATCHES * BATCH / bench_service(batches=BATCHES, batch_size=BATCH, rng=rng),
+                ),
+                ("halves", lambda: _halves(pool, rng)),
             ]
-            for way, store in ways if round_ % 2 == 0 else reversed(ways):
-                batches = [_events(BATCH, uuid.uuid4().hex[:12], rng) for _ in range(BATCHES)]
+            for way, stored in ways if round_ % 2 == 0 else reversed(ways):
                 gc.disable()
                 try:
-                    rates[way].append(store(batches) / floor)
+                    rates[way].append(stored() / floor)
                 finally:
                     gc.enable()
                 print(

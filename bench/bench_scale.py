@@ -89,6 +89,14 @@ def _load(boards: list[tuple[str, str]], layout, slug: str) -> None:
         pipe.execute()
 
 
+def _all_split(parts: int) -> None:
+    """`all` split `parts` ways, as an operator splits it: a rebuild with the split, switched to."""
+    from rankings.engine.shards import ALL, active, layout_plan
+    from rankings.operations.backfill import version_build
+
+    version_build(layout=layout_plan(active().layout, split={ALL: parts}), activate=True)
+
+
 def _big_board(split: int) -> tuple[int, int]:
     """The `all` 7d boards of MEMBERS products in Redis, whole or split `split` ways (a rebuild with
     the split, switched to, as an operator would), and their names copied to Redis; the bytes the
@@ -98,10 +106,9 @@ def _big_board(split: int) -> tuple[int, int]:
 
     from rankings.engine import store
     from rankings.engine.names_copy import names_copy
-    from rankings.engine.shards import ALL, active, layout_plan
+    from rankings.engine.shards import ALL, active
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
-    from rankings.operations.backfill import version_build
 
     _fresh()
     started = time.perf_counter()
@@ -111,7 +118,7 @@ def _big_board(split: int) -> tuple[int, int]:
     now = timezone.now().replace(microsecond=0)
     tick(now=now)  # the version, its layout and every shard's state
     if split > 1:
-        version_build(layout=layout_plan(active().layout, split={ALL: split}), activate=True)
+        _all_split(split)
     version, layout = store.served_version(fresh=True), active().layout
     boards = [
         tuple(
@@ -342,10 +349,8 @@ def _million_categories(table: harness.Table, runs: int) -> None:
     from django.utils import timezone
 
     from rankings.conf import MAX_DEPTH
-    from rankings.engine.shards import ALL, active, layout_plan
     from rankings.engine.tick import tick
     from rankings.ingest.sales import sales_ingest
-    from rankings.operations.backfill import version_build
 
     _fresh()  # `all` whole: a split version of an earlier run is not kept
     started = time.perf_counter()
@@ -394,8 +399,7 @@ def _million_categories(table: harness.Table, runs: int) -> None:
                 f"{CATEGORIES:,} categories: {label}",
                 f"p50 {statistics.median(latencies):.1f} ms, p99 {harness.percentile(latencies, 99):.1f} ms",
             )
-    # Then `all` split, each part a shard of its own (a rebuild with the split, switched to).
-    version_build(layout=layout_plan(active().layout, split={ALL: SPREAD_SPLIT}), activate=True)
+    _all_split(SPREAD_SPLIT)  # then `all` split, each part a shard of its own
     _spread_ticks(table, runs, now, "split", f"`all` split {SPREAD_SPLIT} ways")
     _fresh()
 
