@@ -155,8 +155,8 @@ def test_a_rebuild_over_the_last_30_days_reads_only_the_recent_partitions():
     # when the rebuild's queries are planned for the 30-day window (a category tree's too)
     tree = Tree({"board-games": "toys"}).sql_params()
     for query in (
-        backfill._AGGREGATE.format(sums="count(*)", expand=NAMED_SQL),
-        backfill._AGGREGATE.format(sums="count(*)", expand=EXPAND_SQL),
+        backfill._aggregate_statement(["count(*)"], NAMED_SQL),
+        backfill._aggregate_statement(["count(*)"], EXPAND_SQL),
         backfill._PENDING.format(sums="count(*)"),
     ):
         params = {"all": "all", "oldest": oldest, "stop": stop, "parts": 2, "part": 0, **tree}
