@@ -13,11 +13,17 @@ from rankings.engine.split import base_of
 from rankings.engine.tree import EMPTY, EXPAND_SQL, Tree
 from rankings.engine.windows import Window
 
-# Each event once in every category it names and every ancestor of them, under the version's tree.
+# Each event once in every category it names and every ancestor of them, under the version's tree:
+# the events are first added up by product and list of categories (a product is seen in few lists),
+# then each group is counted in its categories, as a rebuild adds up the sales (backfill._AGGREGATE).
 _TOTALS = f"""
-SELECT u.category, s.product_id, {{sums}}
-FROM rankings_engagement s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS u(category)
-WHERE s.ts >= %(oldest)s AND s.ts < %(stop)s
+SELECT u.category, s.product_id, {{totals}}
+FROM (
+    SELECT s.product_id, s.categories, {{sums}}
+    FROM rankings_engagement s
+    WHERE s.ts >= %(oldest)s AND s.ts < %(stop)s
+    GROUP BY s.product_id, s.categories
+) AS s CROSS JOIN LATERAL (SELECT %(all)s::text UNION ALL ({EXPAND_SQL})) AS u(category)
 GROUP BY 1, 2
 """
 
@@ -31,9 +37,10 @@ GROUP BY 1, 2, 3
 """
 
 
-def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, str, dict]:
-    """The select lists of every window's views and wishes as of `as_of` (views first), of raw
-    events and of queue rows, and their parameters, with `oldest` and `stop` bounding all windows."""
+def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[list[str], str, dict]:
+    """Every window's views and wishes as of `as_of` (views first), counted from raw events, and the
+    select list of the same summed from queue rows, and their parameters, with `oldest` and `stop`
+    bounding all windows."""
     t = int(as_of.timestamp())
     sums, queued, starts, stops = [], [], [], []
     params: dict = {"all": ALL}
@@ -48,14 +55,18 @@ def _window_counts(windows: list[Window], as_of: dt.datetime) -> tuple[str, str,
             sums.append(f"count(*) FILTER (WHERE s.{inside} AND s.kind = '{kind}')")
             queued.append(f"coalesce(sum(e.{column}) FILTER (WHERE e.{inside}), 0)")
     params.update(oldest=min(starts), stop=max(stops))
-    return ", ".join(sums), ", ".join(queued), params
+    return sums, ", ".join(queued), params
 
 
 def engagement_query(windows: list[Window], as_of: dt.datetime, tree: Tree = EMPTY) -> tuple[str, dict]:
     """The aggregate of every (category, product id)'s views and wishes of each window in turn as of
     `as_of`, counted with `tree`, and its parameters."""
     sums, _, params = _window_counts(windows, as_of)
-    return _TOTALS.format(sums=sums), {**params, **tree.sql_params()}
+    statement = _TOTALS.format(
+        sums=", ".join(f"{each} AS w{i}" for i, each in enumerate(sums)),
+        totals=", ".join(f"sum(s.w{i})::bigint" for i in range(len(sums))),
+    )
+    return statement, {**params, **tree.sql_params()}
 
 
 def engagement_pending(
