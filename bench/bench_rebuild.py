@@ -48,6 +48,8 @@ FROM (
     ) AS drawn
 ) AS generated
 """
+# The demo catalogue's seed: the sales' second categories are those it gives each product.
+_SEED = 0
 
 
 def _generate(total: int) -> None:
@@ -61,12 +63,12 @@ def _generate(total: int) -> None:
     from rankings.operations.demo import DemoShape, demo_catalogue
 
     harness.reset()
-    call_command("seed_demo", "--sales", "0", "--no-progress", verbosity=0)
+    call_command("seed_demo", "--sales", "0", "--seed", str(_SEED), "--no-progress", verbosity=0)
     # Written past the ingest, so the months' partitions are made here.
     sale_partitions_ensure([timezone.now() - dt.timedelta(days=14), timezone.now()])
     # Each product's other category, as the demo's catalogue has it (seed_demo's shape and seed).
     shape = DemoShape()
-    catalogue = demo_catalogue(shape=shape, seed=0)
+    catalogue = demo_catalogue(shape=shape, seed=_SEED)
     others = [int(catalogue[f"p{i}"][1][1].removeprefix("cat")) for i in range(shape.products)]
     drawn = {
         "categories": shape.categories,
