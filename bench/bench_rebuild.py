@@ -8,9 +8,13 @@ at least make.
 The sales have the demo's shape (rankings.operations.demo): product i is in
 category i mod 50 and one other, as the demo's catalogue has it, 40% of the sales are in the hot
 category, products are skewed within a category, 20% of the sales count in the
-product's two categories, over 14 days. They are written straight into the
-raw-sales table with one INSERT … SELECT: pushing ten million events through
-the API first would measure ingestion, not the rebuild. The table is then
+product's two categories, over 14 days, written in time order as a shop's sales
+arrive (sale g of n at g / n of the 14 days, less a random fraction of one
+such step). They are written straight into the raw-sales table with one
+INSERT … SELECT: pushing ten million events through the API first would
+measure ingestion, not the rebuild. In random time order, each of the
+history's spans of hours scans every page of the others' (the history's read
+of 10,000,000 such sales took 7.3 to 7.9 s, against 6.5 to 6.8 s in time order). The table is then
 vacuumed, as autovacuum would after such an insert, so that no run pays for
 setting its rows' hint bits. The shards are then marked as
 having aggregated them, so the rebuild replays every one.
@@ -37,7 +41,7 @@ FROM (
     SELECT g, t, p, (%(others)s::int[])[p + 1] AS other, two, q
     FROM (
         SELECT g,
-               now() - random() * interval '14 days' AS t,
+               now() - (1 - (g - random()) / %(total)s) * interval '14 days' AS t,
                home + %(categories)s * floor(power(random(), 4) * %(per_category)s)::int AS p,
                random() < 0.2 AS two,
                1 + floor(power(random(), 3) * 3)::int AS q
@@ -80,7 +84,7 @@ def _generate(total: int) -> None:
         for first in range(1, total + 1, step):
             cursor.execute(
                 _GENERATE,
-                {"first": first, "last": min(total, first + step - 1), **drawn},
+                {"first": first, "last": min(total, first + step - 1), "total": total, **drawn},
             )
             print(f"  generated {min(total, first + step - 1):,} sales", flush=True)
         cursor.execute("VACUUM (ANALYZE) rankings_sale")
