@@ -53,7 +53,9 @@ log = logging.getLogger(__name__)
 
 # The facts are read by READERS connections side by side, in SPANS spans of hours taken in turn.
 # More spans overlap more of PostgreSQL's grouping with Python's adding up, but each scans pages of
-# the others' (at 10 million sales, the read took 13.4 s in 4 spans, 14.5 s in 2, 16.0 s in 8).
+# the others' where sales are not in time order (at 10 million sales in random order, the read took
+# 13.4 s in 4 spans, 14.5 s in 2, 16.0 s in 8). In time order, 8 read a little faster (6.2 s against
+# 6.5 s), but whole rebuilds were no faster (17.7 and 18.5 s against 17.3 and 18.1 s, in turn).
 READERS = 2
 SPANS = 4
 # Memory for _HOURLY's strings, for each statement: a span's are kept whole until its scan ends, not
@@ -63,16 +65,17 @@ WORK_MEM = "1GB"
 # Every sale and engagement event from `lo` up to `hi` (and no later than the last hour), by its
 # hour bucket: keyed `b`, the first hour boundary at or after the fact, and `exact`, whether the
 # fact lies on it. The facts of half an hour of a bucket come back as one row: each fact's product
-# and list of categories (as the fact counts in them) as one text, comma-joined (neither a product id
-# nor a slug holds a comma or a space), the facts' texts space-separated, and each metric as one
-# string of big-endian numbers. So millions of facts are read as a few thousand rows, and Python
-# adds up the facts of each pair of a product and a list of a row with numpy: grouping them by text
-# in PostgreSQL took twice as long as the scan, the strings and the sums. One text a fact, not a
-# product's and a list's apart: Python numbers each fact once, not twice, and PostgreSQL builds one
-# string the less (a span of 2.5 million sales: 2.4 s, against 2.9 s for the two texts). Half an
-# hour, not the hour: a row's strings reach PostgreSQL's gigabyte a value only past some 40 million
-# facts in one half hour (a bucket in two rows is added up later, as any board's buckets are); ten
-# minutes took twice as long, PostgreSQL keeping six times as many strings.
+# and list of categories (as the fact counts in them) as one text, comma-joined (neither a product
+# id nor a slug holds a comma or a space: every ingest path checks both, though the tables do not),
+# the facts' texts space-separated, and each metric as one string of big-endian numbers. So millions
+# of facts are read as a few thousand rows, and Python adds up the facts of each pair of a product
+# and a list of a row with numpy: grouping them by text in PostgreSQL took twice as long as the
+# scan, the strings and the sums. One text a fact, not a product's and a list's apart: Python
+# numbers each fact once, not twice, and PostgreSQL builds one string the less (a span of 2.5
+# million sales: 2.4 s, against 2.9 s for the two texts). Half an hour, not the hour: a row's
+# strings reach PostgreSQL's gigabyte a value only past some 40 million facts in one half hour (a
+# bucket in two rows is added up later, as any board's buckets are); ten minutes took twice as long,
+# PostgreSQL keeping six times as many strings.
 # `t` is when a fact counts: a sale's counted_at, an event's whole second.
 _HOURLY = """
 WITH facts (product_id, categories, t, units, revenue, views, wishes) AS (
