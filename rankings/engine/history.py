@@ -226,11 +226,18 @@ def _copy_text(value: str) -> str:
     return value.translate(_COPY_ESCAPES)
 
 
-def _numbered(names: list[str], places: dict[str, int]) -> np.ndarray:
-    """Each of `names` by its place in `places`, where a name not seen before is given the next."""
-    for name in set(names).difference(places):
-        places[name] = len(places)
-    return np.fromiter(map(places.__getitem__, names), np.int64, count=len(names))
+class _Numbering(dict[str, int]):
+    """Names numbered in the order they are first met: a name not seen before is given the next."""
+
+    def __missing__(self, name: str) -> int:
+        number = self[name] = len(self)
+        return number
+
+
+def _numbered(names: list[str], numbering: _Numbering) -> np.ndarray:
+    """Each of `names` by its number in `numbering`, in one pass (a set of the names not seen before,
+    then a lookup of each, took a third longer)."""
+    return np.fromiter(map(numbering.__getitem__, names), np.int64, count=len(names))
 
 
 def _spans_read(snapshot: str, spans: list[dict]) -> Iterator[list[tuple]]:
@@ -299,7 +306,7 @@ def _cancelled(reader: psycopg.Connection) -> None:
         log.warning("a history reader could not be cancelled: %r", error)
 
 
-def _added(row: tuple, pairs: dict[str, int]) -> tuple[int, bool, tuple[np.ndarray, ...]]:
+def _added(row: tuple, pairs: _Numbering) -> tuple[int, bool, tuple[np.ndarray, ...]]:
     """A row of _HOURLY as (its bucket key, whether it is exact, its columns): its pairs of a product
     and a list numbered in `pairs`, and the facts of each pair added up: sorted by pair, each run of a
     pair summed (np.unique and np.add.at, fact by fact, took three times as long)."""
@@ -348,7 +355,7 @@ class _Hourly:
         """The buckets of _HOURLY's facts in `spans`, read by connections that see `snapshot`
         (_spans_read), each span's rows added up here as soon as it is read, while PostgreSQL groups
         the next spans' facts."""
-        pairs: dict[str, int] = {}  # "product,list" -> its number
+        pairs = _Numbering()  # "product,list" -> its number
         # Each row's bucket key, whether it is exact, and its columns, in any order.
         rows: list[tuple[int, bool, tuple[np.ndarray, ...]]] = []
         for read in _spans_read(snapshot, spans):
@@ -367,8 +374,7 @@ class _Hourly:
         columns = [empty, *(row[2] for row in rows)]
         pair, b, exact, sums = (np.concatenate(column) for column in zip(*columns, strict=True))
         # Each pair's product and list, numbered once a pair, not once a fact.
-        places: dict[str, int] = {}
-        lists: dict[str, int] = {}
+        places, lists = _Numbering(), _Numbering()
         split = [text.split(",", 1) for text in pairs]
         product = _numbered([product_id for product_id, _ in split], places)[pair]
         listed = _numbered([text for _, text in split], lists)[pair]
