@@ -81,7 +81,7 @@ def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalo
         listed=np.zeros(len(product), dtype=np.int64),
         b=np.zeros(len(product), dtype=np.int64),
         exact=np.zeros(len(product), dtype=bool),
-        sums=np.zeros((len(product), 4), dtype=np.int64),
+        sums=[np.zeros(len(product), dtype=np.int64)] * 4,
         scratch=np.zeros(width, dtype=np.int64),
     )
     first = 0

@@ -334,7 +334,7 @@ class _Board:
     column: np.ndarray  # each bucket's product (its place in `products`)
     b: np.ndarray  # each bucket's key (epoch seconds)
     exact: np.ndarray
-    sums: np.ndarray  # buckets × METRICS
+    sums: list[np.ndarray]  # each metric's, as _Hourly's
 
 
 @dataclass
@@ -347,7 +347,9 @@ class _Hourly:
     listed: np.ndarray  # each bucket's list (its place in `lists`)
     b: np.ndarray
     exact: np.ndarray
-    sums: np.ndarray  # buckets × METRICS
+    # Each metric's sums (in METRICS' order), one a bucket; none at all where no fact has the metric
+    # (a shop without views and wishes), so that no board gathers them.
+    sums: list[np.ndarray]
     scratch: np.ndarray  # one slot a product, for _board
 
     @classmethod
@@ -389,7 +391,10 @@ class _Hourly:
             listed=listed,
             b=b,
             exact=exact,
-            sums=sums,
+            sums=[
+                np.ascontiguousarray(sums[:, m]) if sums[:, m].any() else np.zeros(0, np.int64)
+                for m in range(len(METRICS))
+            ],
             scratch=np.zeros(len(names), dtype=np.int64),
         )
 
@@ -444,7 +449,7 @@ class _Hourly:
             column=self.scratch[product],
             b=self.b[rows],
             exact=self.exact[rows],
-            sums=self.sums[rows],
+            sums=[column[rows] if column.size else column for column in self.sums],
         )
 
 
@@ -461,7 +466,7 @@ def _ranked(board: _Board, first: int, hours: int, span: int):
     enter, leave = np.searchsorted(enters, every).tolist(), np.searchsorted(leaves, every).tolist()
     column = board.column
     for m, metric in enumerate(METRICS):
-        values = np.ascontiguousarray(board.sums[:, m])
+        values = board.sums[m]
         if not values.any():
             continue  # no fact of this metric: every hour's board is empty
         leaders = _Leaders(len(board.products), depth)
