@@ -14,10 +14,10 @@ such step). They are written straight into the raw-sales table with one
 INSERT … SELECT: pushing ten million events through the API first would
 measure ingestion, not the rebuild. In random time order, each of the
 history's spans of hours scans every page of the others' (the history's read
-of 10,000,000 such sales took 7.3 to 7.9 s, against 6.5 to 6.8 s in time order). The table is then
-vacuumed, as autovacuum would after such an insert, so that no run pays for
-setting its rows' hint bits. The shards are then marked as
-having aggregated them, so the rebuild replays every one.
+of 10,000,000 such sales took 7.3 to 7.9 s, against 6.5 to 6.8 s in time
+order). The table is then vacuumed, as autovacuum would after such an insert,
+so that no run pays for setting its rows' hint bits. The shards are then
+marked as having aggregated them, so the rebuild replays every one.
 """
 
 import datetime as dt

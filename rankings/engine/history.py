@@ -347,8 +347,8 @@ class _Hourly:
     listed: np.ndarray  # each bucket's list (its place in `lists`)
     b: np.ndarray
     exact: np.ndarray
-    # Each metric's sums (in METRICS' order), one a bucket; none at all where no fact has the metric
-    # (a shop without views and wishes), so that no board gathers them.
+    # Each metric's sums (in METRICS' order), one a bucket; an empty array where no fact has the
+    # metric (a shop without views and wishes), so that no board gathers it.
     sums: list[np.ndarray]
     scratch: np.ndarray  # one slot a product, for _board
 
