@@ -3,8 +3,8 @@
 The ticks could keep, beside the raw sales, their sums by product, list of categories and hour, and
 a rebuild could read those. This trial measures what that would give. It writes BENCH_ROLLUP_SALES
 sales (default 10,000,000) as `--only rebuild` does, gathers them into such a table, and points both
-halves of a rebuild at it: the boards' aggregation (`backfill._AGGREGATE`) and the history's read
-(`history._HOURLY`).
+reads of a rebuild at it: the hour buckets' (`hourly._HOURLY`), which give the boards of the windows of
+whole hours and the history, and the aggregation of the others' boards (`backfill._AGGREGATE`).
 
 Every window's bound must fall between two rows of the rollup. A row holds an hour, or a minute from
 two hours before the start of the hour that holds the shards' instant on, where the 1-hour window's
@@ -70,7 +70,7 @@ _ROLLUP_FACTS = """SELECT s.product_id, array_to_string(s.categories, ','), s.co
 
 def _rollup_read():
     """Both halves of a rebuild pointed at the rollup."""
-    from rankings.engine import history
+    from rankings.engine import hourly
     from rankings.models import PendingSale
     from rankings.operations import backfill
 
@@ -96,7 +96,7 @@ def _rollup_read():
     return [
         mock.patch.object(backfill, "_AGGREGATE", aggregate),
         mock.patch.object(backfill, "_REVENUE", "s.revenue::float8"),
-        mock.patch.object(history, "_HOURLY", replaced(history._HOURLY, _RAW_FACTS, _ROLLUP_FACTS)),
+        mock.patch.object(hourly, "_HOURLY", replaced(hourly._HOURLY, _RAW_FACTS, _ROLLUP_FACTS)),
         mock.patch.object(backfill, "_pending_sales", nothing_owed),
     ]
 

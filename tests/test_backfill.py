@@ -34,6 +34,71 @@ def _history(shop: Shop, n: int, tag: str):
     )
 
 
+def test_a_rebuild_sums_windows_of_hours_and_days_from_the_hour_buckets_exact_at_every_bound(settings):
+    """Sales, returns, views and wishes exactly on and just off each bound of a window of minutes, of
+    hours and of days, and exactly on hours between them; some still queued: every board the
+    rebuild writes equals the batch recompute (windows of whole hours are summed from the hour
+    buckets, the others by PostgreSQL)."""
+    settings.RANKINGS = {
+        **settings.RANKINGS,
+        "WINDOWS": {"1h": (60, 60), "1d": (3600, 24), "3d": (86400, 3)},
+        "SNAPSHOT_WINDOWS": ("1d",),
+    }
+    shop = Shop(now=dt.datetime(2026, 3, 4, 12, 20, 30, tzinfo=dt.UTC))
+    day_start = dt.datetime(2026, 3, 2, tzinfo=dt.UTC)  # the 3-day window's first instant
+    bounds = [
+        shop.now.replace(minute=0, second=0),  # the hour of the instant: its bucket's start
+        shop.now.replace(minute=0, second=0) - dt.timedelta(hours=23),  # the 1-day window's start
+        day_start,
+        shop.now.replace(second=0) - dt.timedelta(minutes=59),  # the 1-hour window's start
+        dt.datetime(2026, 3, 3, 7, tzinfo=dt.UTC),  # an hour in the middle
+    ]
+    instants = [
+        t + d
+        for t in bounds
+        for d in (dt.timedelta(0), -dt.timedelta(microseconds=1), dt.timedelta(seconds=1))
+    ]
+    events = []
+    for i, t in enumerate(instants):
+        ago = shop.now - t
+        events.append(
+            shop.sale(
+                f"p{i % 5}",
+                categories=["c1"] if i % 2 else ["c1", "c2"],
+                qty=1 + i % 3,
+                ago=ago,
+                event_id=f"b{i}",
+            )
+        )
+    shop.send(*events)
+    shop.send(
+        *[
+            shop.sale(
+                "p0", categories=["c1", "c2"], qty=-1, ago=shop.now - t, returnOf="b0", event_id=f"r{i}"
+            )
+            for i, t in enumerate(instants[:1])
+        ]
+    )
+    shop.engage(
+        *[
+            shop.engagement(
+                f"p{i % 4}", kind="wish" if i % 3 else "view", categories=["c2"], ago=shop.now - t
+            )
+            for i, t in enumerate(instants)
+        ]
+    )
+    shop.tick()
+    shop.send(shop.sale("p3", categories=["c2"], qty=2, event_id="queued"))  # not claimed yet
+    shop.advance(minutes=39, seconds=30)  # counted exactly at the end of the hour the boards are at
+    shop.send(shop.sale("p4", categories=["c2"], qty=3, event_id="queued-on-the-hour"))
+    # when the rebuild is switched to
+    backfill.version_build(activate=True)
+    # then every board of every window equals the recompute, before and after the queued sale counts
+    shop.assert_exact()
+    shop.tick()
+    shop.assert_exact()
+
+
 def test_a_rebuild_during_ingestion_and_ticks_equals_the_live_version_after_switch_over():
     # given a live version with history
     shop = Shop()

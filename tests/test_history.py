@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from catalogue.models import Category, Product
 from rankings.conf import rankings_settings
-from rankings.engine import history
+from rankings.engine import hourly
 from rankings.engine.prune import prune
 from rankings.engine.readers import own_transaction, snapshot_export
 from rankings.engine.recompute import boards_recompute, snapshots_recompute
@@ -398,12 +398,12 @@ def test_the_facts_are_read_in_spans_that_cover_the_hours_once_and_share_the_sal
     no span holds more than its share of the hours and one, so no reader waits on a span three times
     another's."""
     start, begin, end = (first - widest) * HOUR, (first - before) * HOUR, (first + hours) * HOUR + 1
-    spans = history._spans(start, begin, end)
+    spans = hourly.spans(start, begin, end)
     assert spans[0][0] == start and spans[-1][1] == end
     assert all(lo < hi and hi == next_lo for (lo, hi), (next_lo, _) in zip(spans, spans[1:], strict=False))
     assert all(lo % HOUR == 0 for lo, _ in spans[1:])
     sales_from = max(start, begin)
-    share = (end - sales_from) / history.SPANS + HOUR
+    share = (end - sales_from) / hourly.SPANS + HOUR
     assert all(hi - max(lo, sales_from) <= share for lo, hi in spans)
 
 
@@ -412,18 +412,18 @@ def test_a_span_that_fails_ends_the_read_at_once_with_its_own_error_and_no_query
     """One reader's query fails while the other's sleeps, two spans still to read: the read raises
     that failure, not what a span on its aborted connection would, at once, the sleeping query
     cancelled rather than waited for, and no other span begun."""
-    monkeypatch.setattr(history, "_HOURLY", "SELECT pg_sleep(%(sleep)s), 1 / %(divisor)s")
-    spans = [
-        {"sleep": 20, "divisor": 1},
-        {"sleep": 0.2, "divisor": 0},
-        {"sleep": 20, "divisor": 1},
-        {"sleep": 20, "divisor": 1},
-    ]
+    # The second of four spans of an hour each fails after 0.2 s; the others sleep 20 s.
+    monkeypatch.setattr(
+        hourly,
+        "_HOURLY",
+        "SELECT pg_sleep(CASE WHEN %(lo)s::bigint = 3600 THEN 0.2 ELSE 20 END),"
+        " 1 / (CASE WHEN %(lo)s::bigint = 3600 THEN 0 ELSE 1 END)",
+    )
     with own_transaction() as own, own.cursor() as cursor:
         snapshot = snapshot_export(cursor)
         started = time.monotonic()
         with pytest.raises(psycopg.errors.DivisionByZero):
-            history._Hourly.read(snapshot, spans)
+            hourly.Hourly.read(snapshot, 0, 4 * HOUR, earliest=None)
         assert time.monotonic() - started < 10
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"

@@ -5,7 +5,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankings.engine.history import _Hourly, _Leaders
+from rankings.engine.history import _Leaders
+from rankings.engine.hourly import Hourly
 
 
 def _sorted_first(scores: list[int], depth: int) -> list[int]:
@@ -74,7 +75,7 @@ def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalo
     width, boards = catalogue
     names = np.array([f"p{i:03d}" for i in range(width)], dtype=object)
     product = np.array([p for board in boards for p in board], dtype=np.int64)
-    hourly = _Hourly(
+    hourly = Hourly(
         products=names,
         product=product,
         lists=[""],
@@ -83,6 +84,10 @@ def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalo
         exact=np.zeros(len(product), dtype=bool),
         sums=[np.zeros(len(product), dtype=np.int64)] * 4,
         scratch=np.zeros(width, dtype=np.int64),
+        pair=product,
+        pair_product=np.arange(width, dtype=np.int64),
+        pair_listed=np.zeros(width, dtype=np.int64),
+        tallies=(np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int64)),
     )
     first = 0
     for board in boards:

@@ -104,6 +104,16 @@ def test_a_parameter_given_without_a_value_is_a_400(api, path):
     assert "may not be empty" in response.json()["error"]
 
 
+@pytest.mark.parametrize(
+    "path", ["/v1/categories?offset=0.0", "/v1/categories/all/top?limit=5.0", "/v1/categories?limit=%202"]
+)
+def test_an_integer_parameter_given_as_anything_but_digits_is_a_400(api, path):
+    """The schema says integer: `0.0` and ` 2`, which DRF's field would read as 0 and 2, are refused."""
+    response = api.get(path)
+    assert response.status_code == 400
+    assert "valid integer" in response.json()["error"]
+
+
 # What a reply says besides its body: an anonymous GET of a board read is answered without DRF's
 # request (BoardReadApi.dispatch), and must say all that DRF's dispatch would have said.
 _HEADERS = ("Content-Type", "Cache-Control", "Allow", "Vary", "ETag", "Warning", "Retry-After")

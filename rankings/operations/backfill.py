@@ -2,11 +2,14 @@
 
 A rebuild never writes the active version. It takes one consistent snapshot
 (REPEATABLE READ, begun while every shard's tick lock is held, so the
-snapshot sits exactly between two batches of each shard), lets PostgreSQL
-aggregate the raw sales (by product and list of categories, then by category,
-`all` among them, and product; split by product into parts that run side by
-side on two connections), streams the sums into the new version's boards as they
-come (rankings.operations.board_stream), puts each shard's in place, then
+snapshot sits exactly between two batches of each shard) and reads in it, once,
+the raw sales and events by hour bucket (rankings.engine.hourly), which give
+the sums of every board of the windows whose buckets are whole hours, and later
+the version's history. The other windows' (a window of minutes: the last hour's
+sales) PostgreSQL aggregates (by product and list of categories, then by
+category, `all` among them, and product; split by product into parts that run
+side by side on two connections). Both stream into the new version's boards
+(rankings.operations.board_stream); it puts each shard's in place, then
 catches up by replaying the batches the ticks committed since the snapshot.
 Those batches are the very changes the active version received, so the new
 version reaches the same sequence number with the same content.
@@ -39,15 +42,24 @@ from django.db.models import Q
 from django.utils import timezone
 
 from catalogue.models import TREE_LOCK_SQL, Category, Product
-from rankings.conf import rankings_settings
+from rankings.conf import ENGAGEMENT_METRICS, SALES_METRICS, rankings_settings
 from rankings.engine import locks, store
 from rankings.engine.batches import shard_rebuild, shards_settle
-from rankings.engine.history import history_carry, history_delete, history_record
+from rankings.engine.history import (
+    HistoryFacts,
+    earliest_sale,
+    history_carry,
+    history_delete,
+    history_reach,
+    history_record,
+)
+from rankings.engine.hourly import Hourly
 from rankings.engine.names_copy import names_parts_fill
 from rankings.engine.readers import snapshot_export, snapshot_reader
 from rankings.engine.relayout import state_rekey
 from rankings.engine.retree import tree_recount
 from rankings.engine.shards import ALL, Layout, active, version_layout
+from rankings.engine.snapshots import HOUR
 from rankings.engine.tree import EXPAND_SQL, Tree, catalogue_tree, tree_affected, version_tree
 from rankings.engine.windows import Window, configured_windows
 from rankings.models import RankingVersion, ShardState
@@ -100,6 +112,8 @@ class _Snapshot:
     sources: dict[int, int] | None
     # the earliest instant of the shards that have ticked: the version's history goes up to it
     clock: dt.datetime | None = None
+    # the hour buckets read in the snapshot, for the history too
+    facts: HistoryFacts | None = None
 
 
 class _BuildProgress:
@@ -165,7 +179,7 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     report.sales = snapshot.sales
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; putting the boards in place")
     _swap_boards(number, layout, snapshot, load, report)
-    _history(number, snapshot.clock, report)
+    _history(number, snapshot, report)
     _names(number, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
@@ -194,17 +208,18 @@ def _swap_boards(
         report(placed, f"put shard {shard + 1} of {shards} in place")
 
 
-def _history(number: int, clock: dt.datetime | None, report: _BuildProgress) -> None:
-    """Record the version's hourly snapshots from the sales, up to the clock of the snapshot; the
-    progress through the categories is on the version's row as it goes (the history's transaction
-    is on a connection of its own)."""
+def _history(number: int, snapshot: _Snapshot, report: _BuildProgress) -> None:
+    """Record the version's hourly snapshots from the hour buckets read in the snapshot, up to its
+    clock; the progress through the categories is on the version's row as it goes (the history's
+    transaction is on a connection of its own)."""
     categories = Category.objects.count() + 1  # and `all`
     report(PROGRESS_HISTORY, "recording the hourly history of every board from the sales")
     recorded = history_record(
         version=number,
         tree=version_tree(number),
         layout=version_layout(number),
-        clock=clock,
+        clock=snapshot.clock,
+        facts=snapshot.facts,
         progress=lambda done: report(
             PROGRESS_HISTORY + (PROGRESS_NAMES - PROGRESS_HISTORY) * min(done / categories, 1.0),
             f"recorded the hourly history of {done:,} categories",
@@ -274,31 +289,78 @@ GROUP BY 1, 2, 3
 
 def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _Snapshot:
     """Write with `load` every board of the `target` layout, counted with `tree`, as of the snapshot,
-    each as of its shard's instant in the active layout; the positions the new shards start from."""
+    each as of its shard's instant in the active layout; the positions the new shards start from,
+    and the hour buckets read for the history."""
     sales = 0
     with _snapshot_begun() as (live, states, era):
         with connection.cursor() as cursor:
             snapshot = snapshot_export(cursor)
+        clock = min((as_of for _, as_of in states.values() if as_of is not None), default=None)
+        groups = _shards_by_bounds(states)
+        facts = _facts_read(snapshot, groups, clock)
         with (
             snapshot_reader(snapshot, work_mem=AGGREGATE_WORK_MEM) as first,
             snapshot_reader(snapshot, work_mem=AGGREGATE_WORK_MEM) as second,
         ):
             for reader in (first, second):
                 reader.execute(HASHED_SQL)
-            for as_of, shards in _shards_by_bounds(states).items():
-                sales = max(sales, _aggregate_into((first, second), load, as_of, shards, live, target, tree))
+            for as_of, shards in groups.items():
+                hourly = facts.hourly if facts is not None else None
+                sales = max(
+                    sales, _aggregate_into((first, second), load, as_of, shards, live, target, tree, hourly)
+                )
     live_positions = {}
     for shard in range(live.shards):
         seq, as_of = states.get(shard, (0, None))
         live_positions[shard] = (seq, as_of.timestamp() if as_of else 0.0)
-    clock = min((as_of for _, as_of in states.values() if as_of is not None), default=None)
     if target == live:
-        return _Snapshot(positions=live_positions, sales=sales, era=era, sources=None, clock=clock)
+        return _Snapshot(
+            positions=live_positions, sales=sales, era=era, sources=None, clock=clock, facts=facts
+        )
     # Laid out otherwise: each shard counts its own batches from 0 and remembers each live shard's.
     latest = max((as_of for _, as_of in live_positions.values()), default=0.0)
     positions = {shard: (0, latest) for shard in range(target.shards)}
     sources = {shard: seq for shard, (seq, _) in live_positions.items()}
-    return _Snapshot(positions=positions, sales=sales, era=era, sources=sources, clock=clock)
+    return _Snapshot(positions=positions, sales=sales, era=era, sources=sources, clock=clock, facts=facts)
+
+
+def _facts_read(
+    snapshot: str, groups: dict[dt.datetime, list[int]], clock: dt.datetime | None
+) -> HistoryFacts | None:
+    """The hour buckets of every sale and event that a board of a window of whole hours holds as of
+    any instant of `groups`, or that the history up to `clock` reads, read once in `snapshot`; None
+    where neither needs any."""
+    earliest = earliest_sale()
+    reaches = [_whole_reach(bounds) for bounds in map(_whole_bounds, groups) if bounds]
+    history = history_reach(clock, earliest)
+    if history is not None:
+        reaches.append(history)
+    if not reaches:
+        return None
+    lo, hi = _whole_reach(reaches)
+    return HistoryFacts(earliest=earliest, hourly=Hourly.read(snapshot, lo, hi, earliest=earliest))
+
+
+def _whole_windows() -> list[Window]:
+    """The windows whose buckets are whole hours (a day's, a week's: any bucket aligned on hours):
+    the hour buckets hold their sums."""
+    return [w for w in configured_windows().values() if w.bucket_seconds % HOUR == 0]
+
+
+def _whole_bounds(as_of: dt.datetime) -> list[tuple[int, int]]:
+    """Each window of _whole_windows as of `as_of`: the instants from its first bucket's start up to
+    its last bucket's end (epoch seconds, on hours)."""
+    t = int(as_of.timestamp())
+    bounds = []
+    for w in _whole_windows():
+        first, last = w.bounds(t)
+        bounds.append((first, last + w.bucket_seconds))
+    return bounds
+
+
+def _whole_reach(bounds: list[tuple[int, int]]) -> tuple[int, int]:
+    """From the first of `bounds`' starts up to the last of their stops."""
+    return min(start for start, _ in bounds), max(stop for _, stop in bounds)
 
 
 @contextmanager
@@ -334,34 +396,66 @@ def _shards_by_bounds(states: dict[int, tuple[int, dt.datetime | None]]) -> dict
 
 
 def _aggregate_into(
-    connections, load: store.BoardsLoad, as_of, shards: list[int], live: Layout, target: Layout, tree: Tree
+    connections,
+    load: store.BoardsLoad,
+    as_of,
+    shards: list[int],
+    live: Layout,
+    target: Layout,
+    tree: Tree,
+    hourly: Hourly | None,
 ) -> int:
     """Write with `load` the boards of the categories of the active layout's `shards` as of `as_of`:
     each window's sales and engagement in the snapshot, less what is pending, counted with `tree`,
-    placed by the `target` layout. The aggregates stream on the two `connections` side by side,
-    each taking the next one left. Returns how many sales were aggregated."""
-    windows = list(configured_windows().values())
+    placed by the `target` layout. The windows of whole hours are summed from `hourly`, the hour
+    buckets read in the snapshot; the others (a window of minutes) are aggregated by PostgreSQL,
+    streamed on the two `connections` side by side, each taking the next one left. Returns how many
+    sales were aggregated."""
+    whole = _whole_windows()
+    fine = [w for w in configured_windows().values() if w not in whole]
+    with ThreadPoolExecutor(max_workers=2) as writer, ThreadPoolExecutor(max_workers=1) as side:
+        into = functools.partial(BoardStream, load, writer, wanted=set(shards), live=live, target=target)
+        streams, sales = [], 0
+        if whole and hourly is not None:
+            sums, params = _window_sums(whole, as_of)
+            owed = {
+                SALES_METRICS: _pending_sales(connections[0], sums, {**params, **tree.sql_params()}, live),
+                ENGAGEMENT_METRICS: engagement_pending(connections[1], whole, as_of, live),
+            }
+            bounds = _whole_bounds(as_of)
+            totals = hourly.totals(bounds, tree)
+            for metrics, owing in owed.items():
+                streams.append(into(windows=whole, metrics=metrics, owed=owing))
+                streams[-1].take(totals.rows(metrics))
+            sales = hourly.sales(*_whole_reach(bounds))
+        if fine:
+            sales = max(sales, _fine_aggregate(connections, side, into, as_of, live, tree, fine))
+        for stream in streams:
+            stream.written()
+    return sales
+
+
+def _fine_aggregate(connections, side, into, as_of, live: Layout, tree: Tree, windows: list[Window]) -> int:
+    """The boards of `windows` (whose buckets are not whole hours) aggregated by PostgreSQL from the
+    raw sales and events, streamed `into` the boards on both `connections`, one in the `side`
+    thread; how many sales."""
     sums, params = _window_sums(windows, as_of)
     params.update(tree.sql_params(), parts=PARTS)
     by_part = _aggregate_statement(sums, tree.categories_sql())
     owed = _pending_sales(connections[0], sums, params, live)
     engagement_owed = engagement_pending(connections[1], windows, as_of, live)
-    with ThreadPoolExecutor(max_workers=2) as writer, ThreadPoolExecutor(max_workers=1) as side:
-        into = functools.partial(
-            BoardStream, load, writer, windows=windows, wanted=set(shards), live=live, target=target
-        )
-        sales = functools.partial(into, metrics=("units", "revenue"), owed=owed)
-        engaged = into(metrics=("views", "wishes"), owed=engagement_owed)
-        aggregates = [
-            *(_Aggregate(sales(), by_part, {**params, "part": part}, counts=True) for part in range(PARTS)),
-            _Aggregate(engaged, *engagement_query(windows, as_of, tree)),
-        ]
-        left = list(aggregates)
-        other = side.submit(_aggregates_run, left, connections[1])
-        _aggregates_run(left, connections[0])
-        other.result()  # re-raises, here, what failed in the other thread
-        for aggregate in aggregates:
-            aggregate.into.written()
+    sales = functools.partial(into, windows=windows, metrics=SALES_METRICS, owed=owed)
+    engaged = into(windows=windows, metrics=ENGAGEMENT_METRICS, owed=engagement_owed)
+    aggregates = [
+        *(_Aggregate(sales(), by_part, {**params, "part": part}, counts=True) for part in range(PARTS)),
+        _Aggregate(engaged, *engagement_query(windows, as_of, tree)),
+    ]
+    left = list(aggregates)
+    other = side.submit(_aggregates_run, left, connections[1])
+    _aggregates_run(left, connections[0])
+    other.result()  # re-raises, here, what failed in the other thread
+    for aggregate in aggregates:
+        aggregate.into.written()
     return sum(aggregate.sales for aggregate in aggregates)
 
 

@@ -4,6 +4,7 @@ import datetime as dt
 import functools
 import io
 import logging
+import re
 import threading
 from decimal import Decimal
 from typing import ClassVar
@@ -263,6 +264,9 @@ _valid_params = WeighedLRU(
 _valid_params_lock = threading.Lock()
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def _params(serializer_class, request) -> dict:
     key = (serializer_class, request.META.get("QUERY_STRING", ""))
     with _valid_params_lock:
@@ -275,6 +279,15 @@ def _params(serializer_class, request) -> dict:
     empty = sorted(name for name in serializer.fields if request.GET.get(name) == "")
     if empty:
         raise exceptions.ValidationError({empty[0]: f"{empty[0]} may not be empty"})
+    # DRF's IntegerField also takes `1.0` and ` 1`, which the schema's integer does not: only digits.
+    for name, field in serializer.fields.items():
+        given = request.GET.get(name)
+        if (
+            given is not None
+            and isinstance(field, serializers.IntegerField)
+            and not _INTEGER.fullmatch(given)
+        ):
+            raise exceptions.ValidationError({name: field.error_messages["invalid"]})
     serializer.is_valid(raise_exception=True)
     params = dict(serializer.validated_data)
     with _valid_params_lock:
