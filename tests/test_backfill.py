@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from rankings.conf import rankings_settings
-from rankings.engine import store
+from rankings.engine import hourly, store
 from rankings.engine.shards import active, shard_count
 from rankings.models import RankingVersion
 from rankings.operations import backfill, board_stream, compare
@@ -97,6 +97,26 @@ def test_a_rebuild_sums_windows_of_hours_and_days_from_the_hour_buckets_exact_at
     shop.assert_exact()
     shop.tick()
     shop.assert_exact()
+
+
+def test_a_rebuild_keeps_a_sale_whose_queued_return_nets_its_product_to_nothing():
+    """A sale claimed and its return still queued at the snapshot: the product nets to nothing in
+    the sales, but the live board holds it until the return is claimed, and so must the rebuild's;
+    a tick that then claims the return with another sale of it (net nothing) leaves it there."""
+    shop = Shop()
+    shop.send(shop.sale("p1", categories=["c1"], qty=1, event_id="sold"))
+    shop.send(shop.sale("p2", categories=["c1"], qty=2, event_id="other"))
+    shop.tick()
+    shop.advance(minutes=5)
+    shop.send(shop.sale("p1", categories=["c1"], qty=-1, returnOf="sold", event_id="returned"))
+    # when a rebuild whose snapshot holds the return unclaimed is switched to
+    backfill.version_build(activate=True)
+    # then it holds the sale, as the live version did, before and after a tick that nets nothing
+    shop.assert_exact()
+    shop.send(shop.sale("p1", categories=["c1"], qty=1, event_id="again"))
+    shop.tick()
+    shop.assert_exact()
+    assert ("p1", 1.0) in shop.top("c1", window="1d")
 
 
 def test_a_rebuild_during_ingestion_and_ticks_equals_the_live_version_after_switch_over():
@@ -195,7 +215,7 @@ import os, django
 django.setup()
 from rankings.operations import backfill
 from rankings.conf import rankings_settings
-from rankings.engine import store
+from rankings.engine import hourly, store
 real = store.boards_swap
 done = []
 def swap_then_die(load, **kwargs):
@@ -336,10 +356,11 @@ def test_a_rebuild_written_in_many_small_pieces_from_both_connections_is_exact(m
     _history(shop, 120, "old")
     shop.tick()
     _history(shop, 15, "pending")
-    # when the rebuild splits the categories' sums in many parts by product and writes every
-    # few rows, so that each board arrives in several pieces, some of them side by side
+    # when the rebuild splits the categories' sums in many parts by product, adds up and writes
+    # every few rows, so that each board arrives in several pieces, some of them side by side
     monkeypatch.setattr(backfill, "PARTS", 5)
     monkeypatch.setattr(board_stream, "WRITE_ROWS", 3)
+    monkeypatch.setattr(hourly, "TOTALS_ROWS", 2)  # the boards of whole hours added up two rows at a time
     version = backfill.version_build(activate=True)
     # then it counted every sale stored, and after the switch every board equals the recompute
     assert version.sales == 135

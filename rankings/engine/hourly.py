@@ -16,7 +16,7 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -43,6 +43,8 @@ SPANS = 4
 # Memory for _HOURLY's strings, for each statement: a span's are kept whole until its scan ends, not
 # written to disk in between (those of all 10 million sales make about half a gigabyte).
 WORK_MEM = "1GB"
+# Rows of a rebuild's boards of whole hours added up at a time (Totals.rows).
+TOTALS_ROWS = 25_000
 
 # Every sale and engagement event from `lo` up to `hi`, by its hour bucket: keyed `b`, the first hour boundary at or after the fact, and `exact`, whether the
 # fact lies on it. The facts of half an hour of a bucket come back as one row: each fact's product
@@ -324,9 +326,10 @@ class Hourly:
         return Totals(
             categories=list(categories),
             products=self.products,
-            category=key[firsts] // max(len(self.products), 1),
-            product=key[firsts] % max(len(self.products), 1),
-            sums=np.add.reduceat(sums[of[order]], firsts, axis=0) if key.size else sums[:0],
+            key=key[firsts],
+            entries=of[order],
+            firsts=firsts,
+            sums=sums,
         )
 
     def boards(self, tree: Tree, layout: Layout) -> Iterator[list[tuple[str, "Board"]]]:
@@ -393,22 +396,49 @@ def _inside(b: np.ndarray, exact: np.ndarray, start: int, stop: int) -> np.ndarr
 @dataclass
 class Totals:
     """A rebuild's sums of every board of the windows of whole hours (Hourly.totals), one row a
-    category and product."""
+    category and product, added up from its pairs' as they are asked for, TOTALS_ROWS rows at a
+    time: a catalogue of millions holds tens of millions."""
 
     categories: list[str]
     products: np.ndarray  # the product ids
-    category: np.ndarray  # each row's (its place in `categories`)
-    product: np.ndarray  # each row's (its place in `products`)
-    sums: np.ndarray  # each row's, by window, then metric (METRICS' order)
+    key: np.ndarray  # each row's category (its place in `categories`) × len(products) + product, ascending
+    entries: np.ndarray  # the pairs each row adds up, row after row
+    firsts: np.ndarray  # where each row's begin in `entries`
+    sums: np.ndarray  # each pair's, by window, then metric (METRICS' order)
 
-    def rows(self, metrics: tuple[str, ...]) -> Iterator[list]:
+    def rows(self, metrics: tuple[str, ...], owed: Iterable[tuple[str, str]] = ()) -> Iterator[list]:
         """[category, product id, the sums of `metrics` of each window in turn] of every row with any,
-        as board_stream.BoardStream takes a rebuild's aggregate."""
-        values = self.sums[:, :, [METRICS.index(metric) for metric in metrics]]
-        values = values.reshape(len(values), values.shape[1] * values.shape[2])
-        kept = np.flatnonzero(values.any(axis=1))
-        categories, products = self.categories, self.products
-        for c, p, row in zip(
-            self.category[kept].tolist(), self.product[kept].tolist(), values[kept].tolist(), strict=True
-        ):
-            yield [categories[c], products[p], *row]
+        and of every row `owed` names (category, product id), as board_stream.BoardStream takes a
+        rebuild's aggregate: where a claimed sale and its queued return net to nothing, the board
+        holds the sale until the return is claimed, and the stream takes what is owed off the row."""
+        columns = [METRICS.index(metric) for metric in metrics]
+        named = self._named(owed)
+        width = max(len(self.products), 1)
+        for start in range(0, len(self.key), TOTALS_ROWS):
+            stop = min(start + TOTALS_ROWS, len(self.key))
+            begin, end = self.firsts[start], self.firsts[stop] if stop < len(self.key) else len(self.entries)
+            values = self.sums[self.entries[begin:end]][:, :, columns]
+            values = np.add.reduceat(values, self.firsts[start:stop] - begin, axis=0).reshape(
+                stop - start, -1
+            )
+            kept = np.flatnonzero(values.any(axis=1) | named[start:stop])
+            key = self.key[start:stop][kept]
+            categories, products = self.categories, self.products
+            for c, p, row in zip(
+                (key // width).tolist(), (key % width).tolist(), values[kept].tolist(), strict=True
+            ):
+                yield [categories[c], products[p], *row]
+
+    def _named(self, owed: Iterable[tuple[str, str]]) -> np.ndarray:
+        """Whether each row is one of `owed` (category, product id)."""
+        named = np.zeros(len(self.key), dtype=bool)
+        place = {name: i for i, name in enumerate(self.categories)}
+        for category, product_id in owed:
+            p = int(np.searchsorted(self.products, product_id))  # in byte order, as ASCII ids sort
+            if category not in place or p == len(self.products) or self.products[p] != product_id:
+                continue
+            key = place[category] * max(len(self.products), 1) + p
+            row = int(np.searchsorted(self.key, key))
+            if row < len(self.key) and self.key[row] == key:
+                named[row] = True
+        return named

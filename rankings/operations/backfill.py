@@ -180,6 +180,7 @@ def _build(number: int, layout: Layout, report: _BuildProgress) -> None:
     report(PROGRESS_WRITE, f"aggregated {snapshot.sales:,} raw sales; putting the boards in place")
     _swap_boards(number, layout, snapshot, load, report)
     _history(number, snapshot, report)
+    snapshot.facts = None  # the hour buckets, let go
     _names(number, report)
     report(PROGRESS_CATCH_UP, "catching up with the batches ticked since the snapshot")
     with locks.version_change_lock():
@@ -426,7 +427,7 @@ def _aggregate_into(
             totals = hourly.totals(bounds, tree)
             for metrics, owing in owed.items():
                 streams.append(into(windows=whole, metrics=metrics, owed=owing))
-                streams[-1].take(totals.rows(metrics))
+                streams[-1].take(totals.rows(metrics, owing))
             sales = hourly.sales(*_whole_reach(bounds))
         if fine:
             sales = max(sales, _fine_aggregate(connections, side, into, as_of, live, tree, fine))
