@@ -46,8 +46,8 @@ WORK_MEM = "1GB"
 # Rows of a rebuild's boards of whole hours added up at a time (Totals.rows).
 TOTALS_ROWS = 25_000
 
-# Every sale and engagement event from `lo` up to `hi`, by its hour bucket: keyed `b`, the first hour boundary at or after the fact, and `exact`, whether the
-# fact lies on it. The facts of half an hour of a bucket come back as one row: each fact's product
+# Every sale and engagement event from `lo` up to `hi`, by its hour bucket: keyed `b`, the first hour
+# boundary at or after the fact, and `exact`, whether the fact lies on it. The facts of half an hour of a bucket come back as one row: each fact's product
 # and list of categories (as the fact counts in them) as one text, comma-joined (neither a product
 # id nor a slug holds a comma or a space: every ingest path checks both, though the tables do not),
 # the facts' texts space-separated, and each metric as one string of big-endian numbers. So millions
@@ -170,7 +170,7 @@ def _cancelled(reader: psycopg.Connection) -> None:
     try:
         reader.cancel_safe(timeout=5)
     except psycopg.Error as error:
-        log.warning("a history reader could not be cancelled: %r", error)
+        log.warning("a reader of the hour buckets could not be cancelled: %r", error)
 
 
 def _added(row: tuple, pairs: _Numbering) -> tuple[int, bool, int, tuple[np.ndarray, ...]]:

@@ -1,4 +1,6 @@
-"""A rebuild's part of the engagement boards: views and wishes of every window, from raw events.
+"""A rebuild's part of the engagement boards: views and wishes of the windows not of whole hours (a
+window of minutes), from raw events; the others are summed from the hour buckets
+(rankings.engine.hourly).
 
 Read in the rebuild's snapshot (rankings.operations.backfill) and streamed into
 the boards like the sales (rankings.operations.board_stream): the raw events the
