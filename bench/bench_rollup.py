@@ -60,11 +60,11 @@ GROUP BY 1, 2, 3;
 ANALYZE bench_rollup;
 """
 
-_RAW_FACTS = """SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
-           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END, 0::bigint, 0::bigint
+_RAW_FACTS = """SELECT 0, s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
+           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END
     FROM rankings_sale s"""
-_ROLLUP_FACTS = """SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
-           s.revenue, 0::bigint, 0::bigint
+_ROLLUP_FACTS = """SELECT 0, s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
+           s.revenue
     FROM bench_rollup s"""
 
 

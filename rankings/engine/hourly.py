@@ -25,7 +25,7 @@ from itertools import islice
 import numpy as np
 import psycopg
 
-from rankings.conf import METRICS
+from rankings.conf import METRICS, SALES_METRICS
 from rankings.engine.readers import snapshot_reader
 from rankings.engine.shards import ALL, Layout
 from rankings.engine.snapshots import HOUR
@@ -47,37 +47,40 @@ WORK_MEM = "1GB"
 TOTALS_ROWS = 25_000
 
 # Every sale and engagement event from `lo` up to `hi`, by its hour bucket: keyed `b`, the first hour
-# boundary at or after the fact, and `exact`, whether the fact lies on it. The facts of half an hour of a bucket come back as one row: each fact's product
-# and list of categories (as the fact counts in them) as one text, comma-joined (neither a product
-# id nor a slug holds a comma or a space: every ingest path checks both, though the tables do not),
-# the facts' texts space-separated, and each metric as one string of big-endian numbers. So millions
-# of facts are read as a few thousand rows, and Python adds up the facts of each pair of a product
-# and a list of a row with numpy: grouping them by text in PostgreSQL took twice as long as the
-# scan, the strings and the sums. One text a fact, not a product's and a list's apart: Python
-# numbers each fact once, not twice, and PostgreSQL builds one string the less (a span of 2.5
-# million sales: 2.4 s, against 2.9 s for the two texts). Half an hour, not the hour: a row's
-# strings reach PostgreSQL's gigabyte a value only past some 40 million facts in one half hour (a
-# bucket in two rows is added up later, as any board's buckets are); ten minutes took twice as long,
-# PostgreSQL keeping six times as many strings.
+# boundary at or after the fact, and `exact`, whether the fact lies on it. The sales of half an hour
+# of a bucket come back as one row, and its events as another (`kind`): each fact's product and list
+# of categories (as the fact counts in them) as one text, comma-joined (neither a product id nor a
+# slug holds a comma or a space: every ingest path checks both, though the tables do not), the facts'
+# texts space-separated, and each of its kind's two metrics (units and revenue, or views and wishes)
+# as one string of big-endian numbers. So millions of facts are read as a few thousand rows, and
+# Python adds up the facts of each pair of a product and a list of a row with numpy: grouping them by
+# text in PostgreSQL took twice as long as the scan, the strings and the sums. One text a fact, not a
+# product's and a list's apart: Python numbers each fact once, not twice, and PostgreSQL builds one
+# string the less (a span of 2.5 million sales: 2.4 s, against 2.9 s for the two texts). A sale's two
+# metrics, not four, the views and wishes it never has: such a span 2.2–3.1 s against 2.6–3.5 s, in
+# six pairs taken in turn (whole reads moved more than that between runs, either way).
+# Half an hour, not the hour: a row's strings reach PostgreSQL's gigabyte a value only past some 40
+# million facts in one half hour (a bucket in several rows is added up later, as any board's buckets
+# are); ten minutes took twice as long, PostgreSQL keeping six times as many strings.
 # `t` is when a fact counts: a sale's counted_at, an event's whole second.
+_SALES = 0  # the kind of a row of sales; 1, of events
 _HOURLY = """
-WITH facts (product_id, categories, t, units, revenue, views, wishes) AS (
-    SELECT s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
-           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END, 0::bigint, 0::bigint
+WITH facts (kind, product_id, categories, t, a, b) AS (
+    SELECT 0, s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
+           CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END
     FROM rankings_sale s
     WHERE s.counted_at >= to_timestamp(%(lo)s) AND s.counted_at < to_timestamp(%(hi)s)
     UNION ALL
-    SELECT s.product_id, array_to_string(s.categories, ','), date_bin('1 second', s.ts, 'epoch'), 0, 0,
+    SELECT 1, s.product_id, array_to_string(s.categories, ','), date_bin('1 second', s.ts, 'epoch'),
            (s.kind = 'view')::int::bigint, (s.kind = 'wish')::int::bigint
     FROM rankings_engagement s
     WHERE s.ts >= to_timestamp(%(lo)s) AND s.ts < to_timestamp(%(hi)s)
 )
 SELECT date_part('epoch', date_bin('1 hour', slice, 'epoch'))::bigint + CASE WHEN exact THEN 0 ELSE %(hour)s END,
-       exact, string_agg(product_id || ',' || categories, ' '),
-       string_agg(int8send(units), ''), string_agg(int8send(revenue), ''),
-       string_agg(int8send(views), ''), string_agg(int8send(wishes), '')
+       exact, kind, string_agg(product_id || ',' || categories, ' '),
+       string_agg(int8send(a), ''), string_agg(int8send(b), '')
 FROM (SELECT *, date_bin('30 minutes', t, 'epoch') AS slice, t = date_bin('1 hour', t, 'epoch') AS exact FROM facts) AS f
-GROUP BY slice, exact
+GROUP BY slice, exact, kind
 """
 
 
@@ -174,25 +177,27 @@ def _cancelled(reader: psycopg.Connection) -> None:
 
 
 def _added(row: tuple, pairs: _Numbering) -> tuple[int, bool, int, tuple[np.ndarray, ...]]:
-    """A row of _HOURLY as (its bucket key, whether it is exact, its sales, its columns): its pairs of a product
-    and a list numbered in `pairs`, and the facts of each pair added up: sorted by pair, each run of a
-    pair summed (np.unique and np.add.at, fact by fact, took three times as long)."""
-    key, on_boundary, texts, *metrics = row
+    """A row of _HOURLY as (its bucket key, whether it is exact, its sales, its columns): its pairs of
+    a product and a list numbered in `pairs`, and the facts of each pair added up: sorted by pair,
+    each run of a pair summed (np.unique and np.add.at, fact by fact, took three times as long)."""
+    key, on_boundary, kind, texts, *metrics = row
     facts = _numbered(texts.split(" "), pairs)
     by_pair = np.argsort(facts)
     ordered = facts[by_pair]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    values = [np.frombuffer(v, dtype=">i8") for v in metrics]
-    added = np.stack([np.add.reduceat(v[by_pair], starts) for v in values])
+    added = np.zeros((len(starts), len(METRICS)), dtype=np.int64)
+    first = 0 if kind == _SALES else len(SALES_METRICS)  # a row's two metrics: its kind's
+    for m, v in enumerate(metrics, first):
+        added[:, m] = np.add.reduceat(np.frombuffer(v, dtype=">i8")[by_pair], starts)
     return (
         key,
         on_boundary,
-        int(np.count_nonzero(values[0])),  # a sale's units are never 0, an event's always
+        len(facts) if kind == _SALES else 0,
         (
             ordered[starts],
             np.full(len(starts), key, dtype=np.int64),
             np.full(len(starts), on_boundary, dtype=bool),
-            added.astype(np.int64).T,
+            added,
         ),
     )
 
