@@ -205,6 +205,7 @@ def _added(row: tuple, pairs: _Numbering) -> tuple[int, bool, int, tuple[np.ndar
 @dataclass
 class Board:
     products: np.ndarray  # the product ids, in byte order
+    places: np.ndarray  # each one's place in Hourly.products
     column: np.ndarray  # each bucket's product (its place in `products`)
     b: np.ndarray  # each bucket's key (epoch seconds)
     exact: np.ndarray
@@ -385,6 +386,7 @@ class Hourly:
         self.scratch[present] = np.arange(len(present))
         return Board(
             products=self.products[present],
+            places=present,
             column=self.scratch[product],
             b=self.b[rows],
             exact=self.exact[rows],
