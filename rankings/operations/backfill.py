@@ -305,8 +305,8 @@ def _snapshot_aggregate(target: Layout, tree: Tree, load: store.BoardsLoad) -> _
         ):
             for reader in (first, second):
                 reader.execute(HASHED_SQL)
+            hourly = facts.hourly if facts is not None else None
             for as_of, shards in groups.items():
-                hourly = facts.hourly if facts is not None else None
                 sales = max(
                     sales, _aggregate_into((first, second), load, as_of, shards, live, target, tree, hourly)
                 )
@@ -332,13 +332,13 @@ def _facts_read(
     any instant of `groups`, or that the history up to `clock` reads, read once in `snapshot`; None
     where neither needs any."""
     earliest = earliest_sale()
-    reaches = [_whole_reach(bounds) for bounds in map(_whole_bounds, groups) if bounds]
+    reaches = [_reach(bounds) for bounds in map(_whole_bounds, groups) if bounds]
     history = history_reach(clock, earliest)
     if history is not None:
         reaches.append(history)
     if not reaches:
         return None
-    lo, hi = _whole_reach(reaches)
+    lo, hi = _reach(reaches)
     return HistoryFacts(earliest=earliest, hourly=Hourly.read(snapshot, lo, hi, earliest=earliest))
 
 
@@ -359,7 +359,7 @@ def _whole_bounds(as_of: dt.datetime) -> list[tuple[int, int]]:
     return bounds
 
 
-def _whole_reach(bounds: list[tuple[int, int]]) -> tuple[int, int]:
+def _reach(bounds: list[tuple[int, int]]) -> tuple[int, int]:
     """From the first of `bounds`' starts up to the last of their stops."""
     return min(start for start, _ in bounds), max(stop for _, stop in bounds)
 
@@ -428,7 +428,7 @@ def _aggregate_into(
             for metrics, owing in owed.items():
                 streams.append(into(windows=whole, metrics=metrics, owed=owing))
                 streams[-1].take(totals.rows(metrics, owing))
-            sales = hourly.sales(*_whole_reach(bounds))
+            sales = hourly.sales(*_reach(bounds))
         if fine:
             sales = max(sales, _fine_aggregate(connections, side, into, as_of, live, tree, fine))
         for stream in streams:
