@@ -95,4 +95,5 @@ def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalo
         first += len(board)
         made = hourly._board(rows)
         assert made.products.tolist() == [names[p] for p in sorted(set(board))]
+        assert made.places.tolist() == sorted(set(board))
         assert made.products[made.column].tolist() == [names[p] for p in board]

@@ -23,6 +23,7 @@ while Python ranks on.
 import datetime as dt
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -147,8 +148,14 @@ def history_record(
         # One COPY for every board, its data sent by psycopg's writer thread: PostgreSQL stores one
         # category's ranks while Python ranks the next (a COPY a category waited for each in turn).
         # Each product id as COPY's text writes it, made once a product, not once a rank (68 million
-        # ranks of 20,000 products at 10,000,000 sales).
-        copy_ids = np.array([_copy_text(product_id) for product_id in hourly.products.tolist()], dtype=object)
+        # ranks of 20,000 products at 10,000,000 sales); an id that needs no escape is kept, not copied.
+        copy_ids = np.array(
+            [
+                _copy_text(product_id) if _COPY_ESCAPED.search(product_id) else product_id
+                for product_id in hourly.products.tolist()
+            ],
+            dtype=object,
+        )
         with writer.copy(_COPY, writer=QueuedLibpqWriter(writer)) as copy:
             boards_of = tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False)
             for done, boards in enumerate(boards_of, 1):
@@ -185,6 +192,9 @@ _COPY = (
 COPY_LINES = 2_000  # snapshot rows sent to PostgreSQL at a time
 # COPY's text format: a backslash, tab, newline or carriage return in a value is escaped.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+_COPY_ESCAPED = re.compile(r"[\\\t\n\r]")
 
 
 def _copy_text(value: str) -> str:

@@ -65,7 +65,7 @@ TOTALS_ROWS = 25_000
 # `t` is when a fact counts: a sale's counted_at, an event's whole second.
 _SALES = 0  # the kind of a row of sales; 1, of events
 _HOURLY = """
-WITH facts (kind, product_id, categories, t, a, b) AS (
+WITH facts (kind, product_id, categories, t, m1, m2) AS (
     SELECT 0, s.product_id, array_to_string(s.categories, ','), s.counted_at, s.qty::bigint,
            CASE WHEN s.qty < 0 THEN -s.amount_cents ELSE s.amount_cents END
     FROM rankings_sale s
@@ -78,7 +78,7 @@ WITH facts (kind, product_id, categories, t, a, b) AS (
 )
 SELECT date_part('epoch', date_bin('1 hour', slice, 'epoch'))::bigint + CASE WHEN exact THEN 0 ELSE %(hour)s END,
        exact, kind, string_agg(product_id || ',' || categories, ' '),
-       string_agg(int8send(a), ''), string_agg(int8send(b), '')
+       string_agg(int8send(m1), ''), string_agg(int8send(m2), '')
 FROM (SELECT *, date_bin('30 minutes', t, 'epoch') AS slice, t = date_bin('1 hour', t, 'epoch') AS exact FROM facts) AS f
 GROUP BY slice, exact, kind
 """
