@@ -77,9 +77,7 @@ def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalo
     product = np.array([p for board in boards for p in board], dtype=np.int64)
     hourly = Hourly(
         products=names,
-        product=product,
         lists=[""],
-        listed=np.zeros(len(product), dtype=np.int64),
         b=np.zeros(len(product), dtype=np.int64),
         exact=np.zeros(len(product), dtype=bool),
         sums=[np.zeros(len(product), dtype=np.int64)] * 4,

@@ -55,7 +55,8 @@ class HistoryReport:
 @dataclass
 class HistoryFacts:
     """The hour buckets a rebuild read in its snapshot for its boards, handed to its history: read
-    over at least history_reach(clock, earliest) for the clock the history goes up to."""
+    over at least history_reach(history_hours(clock, earliest)) for the clock the history goes up
+    to."""
 
     earliest: float | None  # the earliest sale the rebuild found (earliest_sale)
     hourly: Hourly
@@ -86,11 +87,10 @@ def _hour_windows() -> list[tuple[str, Window]]:
     return [(name, w) for name, w in windows if w.bucket_seconds == HOUR]
 
 
-def history_reach(clock: dt.datetime | None, earliest: float | None) -> tuple[int, int] | None:
-    """The instants (epoch seconds, on hours) whose facts a history up to `clock` reads: from a
-    widest window's length before its first hour up to its last hour, that included; None where it
-    records no hour."""
-    hours = history_hours(clock, earliest)
+def history_reach(hours: list[int]) -> tuple[int, int] | None:
+    """The instants (epoch seconds, on hours) whose facts a history of `hours` (history_hours)
+    reads: from a widest window's length before its first hour up to its last hour, that included;
+    None where it records no hour."""
     if not hours:
         return None
     widest = max(((w.buckets - 1) * HOUR for _, w in _hour_windows()), default=0)
@@ -126,7 +126,7 @@ def history_record(
     earliest = facts.earliest if facts is not None else earliest_sale()
     hours = history_hours(clock, earliest)
     report = HistoryReport(hours=len(hours))
-    reach = history_reach(clock, earliest)
+    reach = history_reach(hours)
     if reach is None:
         return report
     first, last = hours[0], hours[-1]
@@ -148,14 +148,8 @@ def history_record(
         # One COPY for every board, its data sent by psycopg's writer thread: PostgreSQL stores one
         # category's ranks while Python ranks the next (a COPY a category waited for each in turn).
         # Each product id as COPY's text writes it, made once a product, not once a rank (68 million
-        # ranks of 20,000 products at 10,000,000 sales); an id that needs no escape is kept, not copied.
-        copy_ids = np.array(
-            [
-                _copy_text(product_id) if _COPY_ESCAPED.search(product_id) else product_id
-                for product_id in hourly.products.tolist()
-            ],
-            dtype=object,
-        )
+        # ranks of 20,000 products at 10,000,000 sales).
+        copy_ids = np.array([_copy_text(product_id) for product_id in hourly.products.tolist()], dtype=object)
         with writer.copy(_COPY, writer=QueuedLibpqWriter(writer)) as copy:
             boards_of = tqdm(hourly.boards(tree, layout), desc="history", unit=" categories", leave=False)
             for done, boards in enumerate(boards_of, 1):
@@ -198,7 +192,8 @@ _COPY_ESCAPED = re.compile(r"[\\\t\n\r]")
 
 
 def _copy_text(value: str) -> str:
-    return value.translate(_COPY_ESCAPES)
+    """`value` as COPY's text writes it: itself where nothing needs an escape (no copy made)."""
+    return value.translate(_COPY_ESCAPES) if _COPY_ESCAPED.search(value) else value
 
 
 def _ranked(board: Board, first: int, hours: int, span: int):

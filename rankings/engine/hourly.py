@@ -217,19 +217,16 @@ class Hourly:
     """The hour buckets of _HOURLY as arrays, one entry a bucket."""
 
     products: np.ndarray  # the product ids, in byte order
-    product: np.ndarray  # each bucket's product (its place in `products`)
     lists: list[str]  # the lists of categories, comma-joined
-    listed: np.ndarray  # each bucket's list (its place in `lists`)
     b: np.ndarray
     exact: np.ndarray
     # Each metric's sums (in METRICS' order), one a bucket; an empty array where no fact has the
     # metric (a shop without views and wishes), so that no board gathers it.
     sums: list[np.ndarray]
     scratch: np.ndarray  # one slot a product, for _board
-    # Each bucket's pair of a product and a list, and each pair's product and list, as above.
-    pair: np.ndarray
-    pair_product: np.ndarray
-    pair_listed: np.ndarray
+    pair: np.ndarray  # each bucket's pair of a product and a list
+    pair_product: np.ndarray  # each pair's product (its place in `products`)
+    pair_listed: np.ndarray  # each pair's list (its place in `lists`)
     # The sales of each row _HOURLY gave (half an hour of a bucket): its bucket's key, whether it is
     # exact, and how many sales it holds.
     tallies: tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -271,9 +268,7 @@ class Hourly:
         pair_product = rank[pair_product]
         return cls(
             products=np.array([names[i] for i in order], dtype=object),
-            product=pair_product[pair],
             lists=list(lists),
-            listed=pair_listed[pair],
             b=b,
             exact=exact,
             sums=[
@@ -312,12 +307,9 @@ class Hourly:
                     # within 2^53 - 1 (rankings.ingest.sales.MAX_PRODUCT_TOTAL), a refund within its
                     # sale, so every partial sum is an integer a double holds exactly.
                     sums[:, i, m] = np.bincount(pair, weights=column[inside], minlength=pairs)
-        # Each pair once in each category of its list: `all`, then the list's under the tree.
+        # Each pair once in each category of its list.
         categories = _Numbering()
-        expanded = [
-            [categories[c] for c in (ALL, *tree.expand(text.split(",") if text else ()))]
-            for text in self.lists
-        ]
+        expanded = [[categories[c] for c in each] for each in self._categories(tree)]
         widths = np.array([len(each) for each in expanded], dtype=np.int64)
         flat = np.array([c for each in expanded for c in each], dtype=np.int64)
         width = widths[self.pair_listed]
@@ -338,16 +330,21 @@ class Hourly:
             sums=sums,
         )
 
+    def _categories(self, tree: Tree) -> list[tuple[str, ...]]:
+        """The categories each list counts in under `tree`: `all`, then its own with their ancestors."""
+        return [(ALL, *tree.expand(text.split(",") if text else ())) for text in self.lists]
+
     def boards(self, tree: Tree, layout: Layout) -> Iterator[list[tuple[str, "Board"]]]:
         """[(board, Board)] of each category a bucket counts in under `tree` (`all`, and its list's
         categories with their ancestors): the category's own board, or each of its parts' if
         `layout` splits it."""
-        counts = np.bincount(self.listed, minlength=len(self.lists))
+        listed = self.pair_listed[self.pair]  # each bucket's list
+        counts = np.bincount(listed, minlength=len(self.lists))
         ends = np.cumsum(counts)
-        by_list = np.argsort(self.listed, kind="stable")
+        by_list = np.argsort(listed, kind="stable")
         members: dict[str, list[int]] = {}
-        for j, text in enumerate(self.lists):
-            for category in (ALL, *tree.expand(text.split(",") if text else ())):
+        for j, categories in enumerate(self._categories(tree)):
+            for category in categories:
                 members.setdefault(category, []).append(j)
         for category in sorted(members):
             # Runs already in order, one a list: merged by the stable sort (timsort), in a third of
@@ -362,13 +359,14 @@ class Hourly:
         if category not in layout.split:
             yield category, self._board(rows)
             return
-        present = np.unique(self.product[rows])
+        product = self.pair_product[self.pair[rows]]
+        present = np.unique(product)
         names = [layout.board_of(category, self.products[p]) for p in present.tolist()]
         parts = sorted(set(names))
         place = {name: i for i, name in enumerate(parts)}
         # The part of each product present, then of each row.
         number = np.array([place[name] for name in names], dtype=np.int64)
-        part = number[np.searchsorted(present, self.product[rows])]
+        part = number[np.searchsorted(present, product)]
         order = np.argsort(part, kind="stable")
         ends = np.cumsum(np.bincount(part, minlength=len(parts)))
         for i, name in enumerate(parts):
@@ -379,7 +377,7 @@ class Hourly:
         # board's buckets (np.unique sorted them all: a second for `all`'s millions): each product's
         # slot of the scratch array takes the place of one of its buckets (whichever write lands),
         # so the buckets found in their product's slot are one of each product.
-        product = self.product[rows]
+        product = self.pair_product[self.pair[rows]]
         places = np.arange(len(product))
         self.scratch[product] = places
         present = np.sort(product[self.scratch[product] == places])

@@ -50,6 +50,7 @@ from rankings.engine.history import (
     earliest_sale,
     history_carry,
     history_delete,
+    history_hours,
     history_reach,
     history_record,
 )
@@ -333,7 +334,7 @@ def _facts_read(
     where neither needs any."""
     earliest = earliest_sale()
     reaches = [_reach(bounds) for bounds in map(_whole_bounds, groups) if bounds]
-    history = history_reach(clock, earliest)
+    history = history_reach(history_hours(clock, earliest))
     if history is not None:
         reaches.append(history)
     if not reaches:
@@ -349,11 +350,16 @@ def _whole_windows() -> list[Window]:
 
 
 def _whole_bounds(as_of: dt.datetime) -> list[tuple[int, int]]:
-    """Each window of _whole_windows as of `as_of`: the instants from its first bucket's start up to
-    its last bucket's end (epoch seconds, on hours)."""
+    """Each window of _whole_windows as of `as_of`, as _bounds gives it (on hours)."""
+    return _bounds(_whole_windows(), as_of)
+
+
+def _bounds(windows: list[Window], as_of: dt.datetime) -> list[tuple[int, int]]:
+    """Each of `windows` as of `as_of`: the instants from its first bucket's start up to its last
+    bucket's end (epoch seconds)."""
     t = int(as_of.timestamp())
     bounds = []
-    for w in _whole_windows():
+    for w in windows:
         first, last = w.bounds(t)
         bounds.append((first, last + w.bucket_seconds))
     return bounds
@@ -510,16 +516,10 @@ def _window_sums(windows: list[Window], as_of: dt.datetime) -> tuple[list[str], 
     that is one of those is not tested again: the widest window's sums are plain sums, and the
     windows of hour buckets, which all end with the current hour, test their start only. Every test
     left is one a sale of the window passes and a sale outside it fails."""
-    t = int(as_of.timestamp())
-    bounds = []
-    for w in windows:
-        first, last = w.bounds(t)
-        bounds.append(
-            (
-                dt.datetime.fromtimestamp(first, tz=dt.UTC),
-                dt.datetime.fromtimestamp(last + w.bucket_seconds, tz=dt.UTC),
-            )
-        )
+    bounds = [
+        (dt.datetime.fromtimestamp(first, tz=dt.UTC), dt.datetime.fromtimestamp(end, tz=dt.UTC))
+        for first, end in _bounds(windows, as_of)
+    ]
     oldest, stop = min(start for start, _ in bounds), max(end for _, end in bounds)
     sums = []
     params: dict = {"all": ALL, "oldest": oldest, "stop": stop}
