@@ -453,6 +453,15 @@ def _digest_text(event, instant: dt.datetime, categories: list[str], cents: int)
     return f'[{quoted}, {round(instant.timestamp(), 6)!r}, "{event.productId}", ["{slugs}"], {event.qty}, {cents}, null]'
 
 
+# COPY's text format: a backslash, tab, newline or carriage return in a value is escaped.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str) -> str:
+    """`value` as COPY's text writes it."""
+    return value.translate(_COPY_ESCAPES)
+
+
 def _array(items: list[str]) -> str:
     """The array literal of `items`, every element quoted (an element `NULL` is the string, not
     null), before COPY's own escapes."""
@@ -472,7 +481,6 @@ def sales_trial_streamed(body: bytes) -> int:
     from psycopg.copy import QueuedLibpqWriter
     from psycopg.errors import UniqueViolation
 
-    from rankings.engine.history import _copy_text
     from rankings.ingest.batch import collector_paused
     from rankings.ingest.wake import tick_wake_on_commit
 

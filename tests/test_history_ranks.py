@@ -1,12 +1,18 @@
-"""The history's ranking of an hour's board from the last hour's: the first ranks it keeps track of,
-hour after hour, are those of sorting every score again."""
+"""The history's ranking of a board hour after hour: the first ranks it keeps track of from the last
+hour's, and those it makes of every hour at once, are those of sorting every score again."""
+
+from unittest import mock
 
 import numpy as np
+from django.test import override_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankings.engine.history import _Leaders
-from rankings.engine.hourly import Hourly
+from rankings.conf import METRICS
+from rankings.engine import history
+from rankings.engine.history import _Leaders, _ranked
+from rankings.engine.hourly import Board, Hourly
+from rankings.engine.snapshots import HOUR
 
 
 def _sorted_first(scores: list[int], depth: int) -> list[int]:
@@ -95,3 +101,79 @@ def test_a_board_s_products_are_those_its_buckets_name_each_once_in_order(catalo
         assert made.products.tolist() == [names[p] for p in sorted(set(board))]
         assert made.places.tolist() == sorted(set(board))
         assert made.products[made.column].tolist() == [names[p] for p in board]
+
+
+_FIRST = 480_000 * HOUR  # the first hour a history records
+
+
+_NARROW = st.integers(1, 40)
+
+
+@st.composite
+def _windows(draw, widths=_NARROW, values=_SMALL, buckets=60, a_product_once=False):
+    """A board's buckets (hour from _FIRST, exact, column, value), in the order Hourly.read gives
+    them, some before the first hour and some after the last; its width, hours, span and depth."""
+    width, hours = draw(widths), draw(st.integers(1, 30))
+    span = draw(st.integers(0, 6)) * HOUR
+    bucket = st.tuples(st.integers(-8, hours + 2), st.booleans(), st.integers(0, width - 1), values)
+    unique_by = (lambda b: b[2]) if a_product_once else None
+    drawn = sorted(draw(st.lists(bucket, max_size=buckets, unique_by=unique_by)), key=lambda b: b[:2])
+    return drawn, width, hours, span, draw(st.integers(1, 4))
+
+
+def _each_hour_sorted(buckets, width: int, hours: int, span: int, depth: int) -> list:
+    """The obvious way: as of each hour, the buckets in the window (keyed at or before it, and less
+    than the span before it, or just the span where exact), every positive score added up from them,
+    highest first, ties by column."""
+    ranked = []
+    for i in range(hours):
+        at, scores = _FIRST + i * HOUR, [0] * width
+        for hour, exact, column, value in buckets:
+            b = _FIRST + hour * HOUR
+            if b <= at and (at < b + span or (exact and at == b + span)):
+                scores[column] += value
+        if first := _sorted_first(scores, depth):
+            ranked.append((at, "units", first))
+    return ranked
+
+
+def _ranked_both_ways(buckets, width: int, hours: int, span: int, depth: int) -> None:
+    board = Board(
+        products=np.array([f"p{i:03d}" for i in range(width)], dtype=object),
+        places=np.arange(width),
+        column=np.array([c for _, _, c, _ in buckets], dtype=np.int64),
+        b=np.array([_FIRST + h * HOUR for h, _, _, _ in buckets], dtype=np.int64),
+        exact=np.array([e for _, e, _, _ in buckets], dtype=bool),
+        # Units only: the other metrics have no fact.
+        sums=[np.array([v for _, _, _, v in buckets], dtype=np.int64)]
+        + [np.zeros(0, np.int64)] * (len(METRICS) - 1),
+    )
+    expected = _each_hour_sorted(buckets, width, hours, span, depth)
+    with override_settings(RANKINGS={"SNAPSHOT_DEPTH": depth}):
+        for at_once_width in (0, width):  # hour by hour, then at once
+            with mock.patch.object(history, "AT_ONCE_WIDTH", at_once_width):
+                made = [
+                    (at, metric, first.tolist()) for at, metric, first in _ranked(board, _FIRST, hours, span)
+                ]
+            assert made == expected, f"at once up to {at_once_width} products"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_windows())
+def test_a_board_is_ranked_hour_after_hour_as_a_sort_of_the_buckets_in_its_window_each_hour(window):
+    """Buckets entering and leaving, exact ones a bucket later, before the first hour and past the
+    last; boards narrower and wider than the depth: ranked from the last hour's, or every hour at
+    once, the same ranks as sorting each hour's scores."""
+    _ranked_both_ways(*window)
+
+
+_LARGE = st.sampled_from([2**52, 2**53 - 1])  # a product's revenue in cents may reach 2^53 - 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(_windows(widths=st.integers(1025, 1200), values=_SMALL | _LARGE, buckets=24, a_product_once=True))
+def test_a_board_ranked_at_once_with_scores_too_large_to_share_a_number_with_their_column(window):
+    """On a board of more than 1,024 products, a score of 2^52 or more does not fit above its
+    column's bits: such hours are sorted by score and column apart, many products tied, and still
+    rank as the obvious sort (each product in one bucket: its sum stays within what ingest allows)."""
+    _ranked_both_ways(*window)
