@@ -334,15 +334,15 @@ def test_a_rebuild_s_history_ranks_tied_products_in_byte_order():
     ]
 
 
-@pytest.mark.parametrize("at_once_width", [0, history.AT_ONCE_WIDTH], ids=["hour_by_hour", "at_once"])
+@pytest.mark.parametrize("at_once_cells", [0, history.AT_ONCE_CELLS], ids=["hour_by_hour", "at_once"])
 def test_a_rebuild_s_history_fills_the_ranks_the_leaders_leave_with_products_below_them(
-    settings, monkeypatch, at_once_width
+    settings, monkeypatch, at_once_cells
 ):
     """Depth 2: the day's leader leaves the window while the second and a product far below it stay,
     sold no more: the hour's two ranks are those two, as the recompute has them, though only one
     product reaches the score the last hour was cut at; ranked hour by hour or every hour at once."""
     settings.RANKINGS = {**settings.RANKINGS, "SNAPSHOT_DEPTH": 2}
-    monkeypatch.setattr(history, "AT_ONCE_WIDTH", at_once_width)
+    monkeypatch.setattr(history, "AT_ONCE_CELLS", at_once_cells)
     shop = Shop()
     toys = Category.objects.create(slug="toys", name="Toys")
     for pid in "abc":

@@ -12,7 +12,9 @@ from rankings.conf import METRICS
 from rankings.engine import history
 from rankings.engine.history import _Leaders, _ranked
 from rankings.engine.hourly import Board, Hourly
+from rankings.engine.shards import ALL, Layout
 from rankings.engine.snapshots import HOUR
+from rankings.engine.tree import Tree
 
 
 def _sorted_first(scores: list[int], depth: int) -> list[int]:
@@ -150,12 +152,12 @@ def _ranked_both_ways(buckets, width: int, hours: int, span: int, depth: int) ->
     )
     expected = _each_hour_sorted(buckets, width, hours, span, depth)
     with override_settings(RANKINGS={"SNAPSHOT_DEPTH": depth}):
-        for at_once_width in (0, width):  # hour by hour, then at once
-            with mock.patch.object(history, "AT_ONCE_WIDTH", at_once_width):
+        for at_once_cells in (0, width * (hours + 1)):  # hour by hour, then at once
+            with mock.patch.object(history, "AT_ONCE_CELLS", at_once_cells):
                 made = [
                     (at, metric, first.tolist()) for at, metric, first in _ranked(board, _FIRST, hours, span)
                 ]
-            assert made == expected, f"at once up to {at_once_width} products"
+            assert made == expected, f"at once up to {at_once_cells} cells"
 
 
 @settings(max_examples=300, deadline=None)
@@ -165,6 +167,30 @@ def test_a_board_is_ranked_hour_after_hour_as_a_sort_of_the_buckets_in_its_windo
     last; boards narrower and wider than the depth: ranked from the last hour's, or every hour at
     once, the same ranks as sorting each hour's scores."""
     _ranked_both_ways(*window)
+
+
+_REVENUE = st.integers(2**25, 2**40)  # cents, beyond a 32-bit key on a board of even one product
+
+
+@settings(max_examples=200, deadline=None)
+@given(_windows(values=_SMALL | _REVENUE))
+def test_a_board_ranked_at_once_with_scores_too_large_for_a_32_bit_key(window):
+    """Revenue in cents: score and column as one 64-bit number, ties and the cut at 0 as before."""
+    _ranked_both_ways(*window)
+
+
+def test_a_product_s_buckets_of_one_hour_are_added_up_exactly_at_the_bound_of_its_lifetime_totals():
+    """One hour, a product's buckets of two lists added up in one cell as doubles: 2^52 and 2^52 - 1
+    make 2^53 - 1, ranked above another's 2^53 - 2; a third's sale of 2^53 - 1 less a refund of
+    2^53 - 3 leaves 2, ranked third (a sum a float of fewer bits would round)."""
+    buckets = [
+        (0, False, 0, 2**52),
+        (0, False, 0, 2**52 - 1),
+        (0, False, 1, 2**53 - 2),
+        (0, False, 2, 2**53 - 1),
+        (0, False, 2, -(2**53 - 3)),
+    ]
+    _ranked_both_ways(buckets, width=1100, hours=3, span=2 * HOUR, depth=4)
 
 
 _LARGE = st.sampled_from([2**52, 2**53 - 1])  # a product's revenue in cents may reach 2^53 - 1
@@ -177,3 +203,40 @@ def test_a_board_ranked_at_once_with_scores_too_large_to_share_a_number_with_the
     column's bits: such hours are sorted by score and column apart, many products tied, and still
     rank as the obvious sort (each product in one bucket: its sum stays within what ingest allows)."""
     _ranked_both_ways(*window)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(257, 300), st.randoms(use_true_random=False))
+def test_each_category_s_board_holds_the_buckets_of_the_lists_that_count_in_it_in_order(lists, rng):
+    """More lists than a byte numbers, each in a category of its own and one of 40 others, one a
+    parent of some, and a category every list counts in: each board holds exactly the buckets of the
+    lists counting in it, in the buckets' order, and `all` every bucket, after every category."""
+    named = [f"everywhere,c{rng.randrange(40):02d},own{j}" for j in range(lists)]
+    tree = Tree(parents={f"c{i:02d}": "c00" for i in range(1, 10)})
+    # A pair a list, each in a bucket at least, as every list read is some fact's.
+    listed = [*range(len(named)), *(rng.randrange(len(named)) for _ in range(rng.randint(0, 2000)))]
+    rng.shuffle(listed)
+    buckets = len(listed)
+    pair = np.array(listed, dtype=np.int64)
+    hourly = Hourly(
+        products=np.array(["p"], dtype=object),
+        lists=named,
+        b=np.arange(buckets, dtype=np.int64),  # each bucket's key its place: the order it must keep
+        exact=np.zeros(buckets, dtype=bool),
+        sums=[np.ones(buckets, dtype=np.int64)] + [np.zeros(0, np.int64)] * (len(METRICS) - 1),
+        scratch=np.zeros(1, dtype=np.int64),
+        pair=pair,
+        pair_product=np.zeros(len(named), dtype=np.int64),
+        pair_listed=np.arange(len(named), dtype=np.int64),
+        tallies=(np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int64)),
+    )
+    made = [
+        (name, board.b.tolist()) for boards in hourly.boards(tree, Layout(shards=1)) for name, board in boards
+    ]
+    counted_in = [{ALL, *tree.expand(text.split(","))} for text in named]
+    expected = {
+        category: [b for b in range(buckets) if category in counted_in[pair[b]]]
+        for category in set().union(*counted_in)
+    }
+    assert dict(made) == expected
+    assert made[-1][0] == ALL

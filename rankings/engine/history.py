@@ -183,11 +183,15 @@ _COPY = (
 _COPY_TYPES = ["int4", "timestamptz", "varchar", "varchar", "varchar", "text"]
 
 
-# A board of at most AT_ONCE_WIDTH products is ranked every hour at once (_at_once), one of more hour
-# by hour (_by_leaders): the one costs some 15 ns a product an hour, the other some 35 µs an hour
-# however few products change, and more where many do. On boards of the benchmark's busiest shape, a
-# board of 2,000 products took 0.046 s against 0.060 s, one of 4,000 0.092 s against 0.081 s.
-AT_ONCE_WIDTH = 2_048
+# A board whose products times hours (each with the hour past the last) are at most AT_ONCE_CELLS is
+# ranked every hour at once (_at_once), a larger one hour by hour (_by_leaders). At once costs some 15
+# to 20 ns a product an hour, however few change; hour by hour, tens of µs an hour that changes, and
+# more the more change in it. Over 337 hours (14 days): boards cut from the benchmark's `all`, 2,000
+# products, 0.046 s at once against 0.060 s; random boards of 800 products 2.4 to 3.6 ms against 8.1
+# to 8.6 ms. Over 769 hours (32 days), the sparsest boards, one bucket a product: 512 products 3.0
+# against 8.8 ms, 1,024 16.9 against 12.3 ms, 2,048 31.5 against 16.7 ms. At once holds a few
+# arrays of at most 4 MB, whatever the snapshots' keep.
+AT_ONCE_CELLS = 2**19
 
 
 def _ranked(board: Board, first: int, hours: int, span: int):
@@ -196,10 +200,10 @@ def _ranked(board: Board, first: int, hours: int, span: int):
     depth = rankings_settings.SNAPSHOT_DEPTH
     # The hour (an index from `first`) each bucket enters the window at, and the first it is out of
     # it: its value is added at the one and taken away at the other. Both in order, as the buckets
-    # are (Hourly.read). A change at `hours` is never made.
+    # are (Hourly.read). A change at `hours`, past the last hour, counts in none.
     enters = np.clip((board.b - first) // HOUR, 0, hours)
     leaves = np.clip((board.b + span + board.exact * HOUR - first) // HOUR, 0, hours)
-    ranking = _at_once if len(board.products) <= AT_ONCE_WIDTH else _by_leaders
+    ranking = _at_once if len(board.products) * (hours + 1) <= AT_ONCE_CELLS else _by_leaders
     for m, metric in enumerate(METRICS):
         values = board.sums[m]
         if not values.any():
@@ -250,8 +254,8 @@ def _at_once(
     bits = max(width - 1, 1).bit_length()
     if scores.max() < 1 << (62 - bits):
         # Score and column as one number, as _Leaders.first makes them: an unranked product's is its
-        # column, after every ranked one. As 32-bit numbers where they fit: sorted in a third of
-        # the time.
+        # column, after every ranked one. As 32-bit numbers where they fit: sorted in a half to a
+        # third of the time.
         keys = np.arange(width) - (scores << bits)
         if keys.min() >= -(2**31):
             keys = keys.astype(np.int32)
