@@ -34,12 +34,14 @@ from rankings.engine.tree import Tree
 log = logging.getLogger(__name__)
 
 # The facts are read by READERS connections side by side, in SPANS spans of hours taken in turn.
-# More spans overlap more of PostgreSQL's grouping with Python's adding up, but each scans pages of
-# the others' where sales are not in time order (at 10 million sales in random order, the read took
-# 13.4 s in 4 spans, 14.5 s in 2, 16.0 s in 8). In time order, 8 read a little faster (6.2 s against
-# 6.5 s), but whole rebuilds were no faster (17.7 and 18.5 s against 17.3 and 18.1 s, in turn).
+# More spans overlap more of PostgreSQL's grouping with Python's adding up, and leave less to add up
+# once PostgreSQL is done, but each scans pages of the others' where sales are not in time order (at
+# 10 million sales in random order, the read took 13.4 s in 4 spans, 14.5 s in 2, 16.0 s in 8). A
+# shop's sales are written about in time order: there, since the boards of whole hours come from
+# this read, a rebuild's boards took 6.9-8.2 s in 8 spans against 7.9-9.0 s in 4 (six pairs in turn,
+# 8 the faster in five).
 READERS = 2
-SPANS = 4
+SPANS = 8
 # Memory for _HOURLY's strings, for each statement: a span's are kept whole until its scan ends, not
 # written to disk in between (those of all 10 million sales make about half a gigabyte).
 WORK_MEM = "1GB"
