@@ -60,6 +60,27 @@ def test_a_deep_page_of_uneven_parts_reads_a_bounded_number_of_rows(redis_client
     _same(split, selectors.board_top(category=SINGLE, **args))
 
 
+def test_a_parts_size_read_apart_from_its_window_never_makes_a_deep_page_wrong(redis_client, monkeypatch):
+    """A part's window and its size are two commands, between which a tick may change the part: a
+    size that says the window reached the part's end, when it did not, lets no unread member by."""
+    # given: ranks 6,001-6,050 of 9,000 where part 0 holds ranks 1-3,000, far from the guess
+    _uneven(redis_client, 9000)
+    real = store.parts_rows
+
+    def sizes_stale(**kw):
+        read = real(**kw)
+        for found, (_, _, low, _) in zip(read, kw["ranges"], strict=True):
+            found.total = min(found.total, low + len(found.rows))  # as if it ended with the window
+        return read
+
+    monkeypatch.setattr(store, "parts_rows", sizes_stale)
+    args = {"window": WINDOW, "metric": "units", "limit": 50, "offset": 6000}
+    # when
+    split = selectors.board_top(category=SPLIT, **args)
+    # then
+    assert split.items == selectors.board_top(category=SINGLE, **args).items
+
+
 def test_thresholds_of_uneven_parts_read_a_bounded_number_of_rows(redis_client, rows_read):
     _uneven(redis_client, 9000)
     split = thresholds.board_thresholds(category=SPLIT, window=WINDOW, metric="units")

@@ -173,8 +173,8 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
     """A product's rank or neighbours on a split board: on one server, one call that reads every
     part; on a Redis Cluster, where no call reaches two parts, its own part's read (with the members
     either side of it there), then one read of every other part at once (the members ordered before
-    it, and either side of that place). On a whole board each is one read. A page, first or deep,
-    is one read of every part at once."""
+    it, and either side of that place). On a whole board each is one read. A first page is one read
+    of every part at once; a deep page two (the windows, then the page's other metric)."""
     from .redis_round_trips import RedisRoundTrips
 
     # given: 300 products with ties, split 3 ways under SPLIT, whole under SINGLE, their names in
@@ -218,7 +218,9 @@ def test_a_split_board_answers_a_rank_or_neighbours_in_one_round_trip_on_one_ser
         ("neighbours", SPLIT): split,
         ("neighbours", SINGLE): 1 + names if store.clustered() else 1,
         ("top", SPLIT): 1 + names,
-        ("deep page", SPLIT): 1 + names,  # each part's window with both metrics, in one pipeline
+        # each part's window in one pipeline, then the other metric of the page's rows in another,
+        # as a whole board's deep page
+        ("deep page", SPLIT): 2 + names,
     }
 
 
@@ -273,6 +275,24 @@ def test_a_deep_page_reads_a_window_around_each_parts_place_not_every_member_bef
     # past its share of the page: 2 · (16 + 2 · 44) + ⌈50 / 3⌉ ranks (docs/architecture.md's bound)
     assert all(stop - start + 1 <= 225 for _, _, start, stop in reads[0])
     _same(split, selectors.board_top(category=SINGLE, **args))
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_deep_page_is_the_one_sorted_sets_whichever_protocol_redis_speaks(
+    redis_client, catalogue, settings, request, protocol
+):
+    """The parts' windows are read as Redis sends them: their scores as texts (RESP2) or doubles
+    (RESP3), units and revenue up to 2^53 - 1 alike."""
+    board = {f"p{i:04}": (1 + i % 7, 2**53 - 1 - i % 11 * 2**40) for i in range(600)}
+    _write(redis_client, board, 3)
+    request.addfinalizer(store.reset_clients)
+    settings.REDIS_URL += f"{'&' if '?' in settings.REDIS_URL else '?'}protocol={protocol}"
+    store.reset_clients()
+    for metric in ("units", "revenue"):
+        args = {"window": WINDOW, "metric": metric, "limit": 50, "offset": 300}
+        split = selectors.board_top(category=SPLIT, **args)
+        assert len(split.items) == 50
+        _same(split, selectors.board_top(category=SINGLE, **args))
 
 
 @pytest.mark.parametrize("category", [SPLIT, SINGLE])

@@ -22,15 +22,16 @@ in one pipeline, which a cluster sends to each node at once), and
 O(K × (log n + limit)) work in Redis, K the number of parts; a rank or the neighbours one on one
 server (one call reads every part) and two on a cluster (the counts in the other parts need the
 product's score, which only its own part holds, and no call reaches two parts' slots); a deep page
-O(K × (sqrt(offset) + limit)), and when the parts are very uneven O(K log offset) round trips more
+two (the windows, then the other metric of the page's rows, as a whole board's deep page reads it)
+and O(K × sqrt(offset) + limit), and when the parts are very uneven O(K log offset) round trips more
 and O(K² log² n log offset) work (offset being at most 10,000); the thresholds, such a page of one
 rank for each of 1,000 and 10,000.
 """
 
 import heapq
 import math
-from itertools import chain
 
+from rankings.conf import other_metric
 from rankings.engine import store
 from rankings.engine.shards import Layout
 
@@ -68,9 +69,16 @@ def board_slice(
             read = store.parts_rows(
                 version=version, window=window, metric=metric, ranges=[(*parts[i], 0, stop) for i in missing]
             )
-            for i, found in zip(missing, read, strict=True):
+            rows = _figured(
+                version=version,
+                window=window,
+                metric=metric,
+                parts=[parts[i] for i in missing],
+                rows=_tagged(read),
+            )
+            for k, (i, found) in enumerate(zip(missing, read, strict=True)):
                 heads[i] = store.BoardSlice(
-                    as_of=found.as_of, total=found.total, rows=[_row(row) for row in found.rows]
+                    as_of=found.as_of, total=found.total, rows=[row for row, part in rows if part == k]
                 )
         rows = [row for _, row in _merged(heads)[start : stop + 1]]
         return store.BoardSlice(as_of=_as_of(heads), total=sum(f.total for f in heads), rows=rows)
@@ -80,10 +88,36 @@ def board_slice(
     return store.BoardSlice(as_of=_as_of(read), total=sum(f.total for f in read), rows=rows)
 
 
-def _row(row: tuple[int, bytes, bytes | None]) -> tuple[str, int, int]:
-    """A row of store.PartRows as a BoardSlice's: (product_id, this metric's score, the other's)."""
-    score, member, other = row
-    return member.decode(), -score, int(-float(other)) if other is not None else 0
+def _tagged(read: list[store.PartRows]) -> list[tuple[int, bytes, int]]:
+    """The rows of the parts' reads, each with the index of its part, as a merge orders them (score,
+    then member: a member is in one part only, so the index is never compared)."""
+    return [(score, member, i) for i, found in enumerate(read) for score, member in found.rows]
+
+
+def _figured(
+    *,
+    version: int,
+    window: str,
+    metric: str,
+    parts: list[tuple[int, str]],
+    rows: list[tuple[int, bytes, int]],
+) -> list[tuple[tuple[str, int, int], int]]:
+    """Each of `rows` (_tagged, of `parts`) as a BoardSlice's row (product id, this metric's score,
+    the other's), with the index of its part: the other metric read for these rows only, in one
+    round trip, as a whole board's deep page reads it (store.board_slice)."""
+    ids = [member.decode() for _, member, _ in rows]
+    wanted: list[list[str]] = [[] for _ in parts]
+    for pid, (_, _, i) in zip(ids, rows, strict=True):
+        wanted[i].append(pid)
+    other = other_metric(metric)
+    others = store.members_scores(
+        version=version,
+        lookups=[
+            (shard, window, other, part, members)
+            for (shard, part), members in zip(parts, wanted, strict=True)
+        ],
+    )
+    return [((pid, -score, others[i][pid]), i) for pid, (score, _, i) in zip(ids, rows, strict=True)]
 
 
 def _deep_page(
@@ -94,12 +128,13 @@ def _deep_page(
 
     A product lands in a part by a hash, so about start/K of the members before `start` lie in each
     part, and about 1/K of the page: each part is read from _deep_slack(start) ranks before that
-    guess to as many past its share of the page, with both metrics (store.parts_rows: one round
-    trip), and the merge of those windows is checked to hold the page exactly (see _window_holds).
-    Should it not (parts far from even), each part's place is found by halves (_places) and the
-    page read from there: never every member before the page. The windows are merged as Redis sent
-    them (tuples that order as the board does, sorted in C), and only the page's rows are turned
-    into ids and figures."""
+    guess to as many past its share of the page (store.parts_rows: one round trip), and the merge
+    of those windows is checked to hold the page exactly (see _window_holds). Should it not (parts
+    far from even), each part's place is found by halves (_places) and the page read from there:
+    never every member before the page. The windows are merged as Redis sent them (tuples that
+    order as the board does, sorted in C), and only the page's rows are turned into ids and given
+    their other metric (_figured: a second round trip; one script call a part that read every
+    window's other metric too took 3.4-3.5 ms a page, against 1.7-2.0 ms)."""
     guess, slack = start // len(parts), _deep_slack(start)
     share = -(-(stop - start + 1) // len(parts))  # a part's share of the page, as even as the hash
     ranges = [(*p, max(0, guess - slack), guess + slack + share - 1) for p in parts]
@@ -107,29 +142,27 @@ def _deep_page(
     total = sum(found.total for found in read)
     if start >= total:
         return [], read
-    merged = sorted(chain.from_iterable(found.rows for found in read))
+    merged = sorted(_tagged(read))
     first = start - sum(low for _, _, low, _ in ranges)
     page = merged[first : first + stop - start + 1] if first >= 0 else []
-    if first >= 0 and _window_holds(read, [low for _, _, low, _ in ranges], page, want=stop - start + 1):
-        return [_row(row) for row in page], read
-    places = _places(
-        version=version, window=window, metric=metric, parts=parts, sizes=[f.total for f in read], rank=start
-    )
-    ranges = [(*p, place, place + stop - start) for p, place in zip(parts, places, strict=True)]
-    read = store.parts_rows(version=version, window=window, metric=metric, ranges=ranges)
-    merged = sorted(chain.from_iterable(found.rows for found in read))
-    return [_row(row) for row in merged[: stop - start + 1]], read
+    if not (first >= 0 and _window_holds(read, ranges, page, want=stop - start + 1)):
+        places = _places(version=version, window=window, metric=metric, parts=parts, rank=start)
+        ranges = [(*p, place, place + stop - start) for p, place in zip(parts, places, strict=True)]
+        read = store.parts_rows(version=version, window=window, metric=metric, ranges=ranges)
+        page = sorted(_tagged(read))[: stop - start + 1]
+    rows = _figured(version=version, window=window, metric=metric, parts=parts, rows=page)
+    return [row for row, _ in rows], read
 
 
-def _places(
-    *, version: int, window: str, metric: str, parts: list[tuple[int, str]], sizes: list[int], rank: int
-) -> list[int]:
+def _places(*, version: int, window: str, metric: str, parts: list[tuple[int, str]], rank: int) -> list[int]:
     """Where the merged board's rank `rank` (0-based) begins in each part: how many of its members
     are ordered before it. Found by halves in every part at once: a member's merged rank is its
     place in its own part plus the members ordered before it in the others (store.parts_before), so
     each step is one read of a member per part and one count per part, and there are at most
-    log2(rank) steps: O(K² log² n × log rank) work, never a read of the members before `rank`."""
-    bounds = [[max(0, rank - (sum(sizes) - size)), min(size, rank)] for size in sizes]
+    log2(rank) steps: O(K² log² n × log rank) work, never a read of the members before `rank`. The
+    parts' sizes bound no search: read apart from the members, a tick between could have changed
+    them (a probe past a part's end finds no member, and its place is before it)."""
+    bounds = [[0, rank] for _ in parts]
     while any(low < high for low, high in bounds):
         probes = [(low + high) // 2 if low < high else None for low, high in bounds]
         read = store.parts_ranges(
@@ -168,22 +201,26 @@ def _deep_slack(start: int) -> int:
     return 16 + 2 * math.isqrt(start)
 
 
-def _window_holds(read: list[store.PartRows], lows: list[int], page: list, *, want: int) -> bool:
-    """Whether `page`, taken from the merge of the parts' windows (part i: ranks lows[i] onwards),
-    is exactly the merged board's ranks there: every member of every part ordered between the
-    page's first and last rows was read (no unread member below a window's first row comes after
-    the page's first, none past a window's last row comes before the page's last), and a short
-    page ends with every part read to its end. Then the page's first row is at rank
-    sum(lows) + its place in the merge, as the caller took it. Rows are store.PartRows's, which
-    order as the board does."""
+def _window_holds(
+    read: list[store.PartRows], ranges: list[tuple[int, str, int, int]], page: list, *, want: int
+) -> bool:
+    """Whether `page`, taken from the merge of the parts' windows (part i read in ranks
+    ranges[i]'s start to stop), is exactly the merged board's ranks there: every member of every
+    part ordered between the page's first and last rows was read (no unread member below a window's
+    first row comes after the page's first, none past a window's last row comes before the page's
+    last), and a short page ends with every part read to its end. Then the page's first row is at
+    rank the sum of the starts + its place in the merge, as the caller took it. A part was read to
+    its end when its window came back short: told by the read itself, not by the part's size, read
+    by another command (a tick between the two could have changed it). Rows are store.PartRows's,
+    which order as the board does."""
     if not page:
         return False
-    first, last = page[0], page[-1]
-    for found, low in zip(read, lows, strict=True):
+    first, last = page[0][:2], page[-1][:2]
+    for found, (_, _, low, high) in zip(read, ranges, strict=True):
         rows = found.rows
         if low > 0 and (not rows or rows[0] > first):
             return False
-        complete = low + len(rows) >= found.total
+        complete = len(rows) < high - low + 1
         if not complete and (len(page) < want or not rows or rows[-1] < last):
             return False
     return True

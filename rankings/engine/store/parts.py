@@ -176,14 +176,13 @@ def parts_ranges(
 
 @dataclass
 class PartRows:
-    """Ranks of a part as Redis sent them, for a merge: each row (its score as stored, negated, a
-    whole number; the member; the other metric's score as stored, None for none), in the board's
-    order, which is the order of these tuples (score, then member by bytes; a member is in one part
-    only, so the third item is never compared)."""
+    """Ranks of a part, for a merge: each row (its score as stored, negated, a whole number; the
+    member as Redis sent it), in the board's order, which is the order of these tuples (score, then
+    member by bytes)."""
 
     as_of: float | None
     total: int
-    rows: list[tuple[int, bytes, bytes | None]]
+    rows: list[tuple[int, bytes]]
 
 
 @translated
@@ -191,23 +190,36 @@ def parts_rows(
     *, version: int, window: str, metric: str, ranges: list[tuple[int, str, int, int]]
 ) -> list[PartRows]:
     """Ranks start..stop (0-based, inclusive) of several boards ((shard, category, start, stop)
-    each) with both metrics' scores, each board's size and its shard's as_of (lua/part_rows.lua):
-    one round trip, on one server or a Redis Cluster. The rows are left as sent (PartRows): a merge
-    orders them as they are, and only the rows it keeps are turned into ids and figures."""
-    replies = scripts_run(
-        [
-            ("part_rows", member_keys(version, shard, window, metric, category), [start, stop, *STATE_READ])
-            for shard, category, start, stop in ranges
-        ]
-    )
+    each) with this metric's scores, each board's size and its shard's as_of, in one round trip: a
+    ZRANGE, a ZCARD and an HMGET a board, as board_slice reads a whole board's, on one server or a
+    Redis Cluster. The members are left as sent: a merge orders the rows as they are, and only the
+    rows it keeps are turned into ids and given their other metric (members_scores)."""
+    pipe = fast().pipeline(transaction=False)
+    for shard, category, start, stop in ranges:
+        key = board_key(version, shard, window, metric, category)
+        # As Redis sends it: redis-py's own reading of the scores took most of a deep page's time.
+        pipe.execute_command("ZRANGE", key, start, stop, "WITHSCORES")
+        pipe.zcard(key)
+        pipe.hmget(state_key(version, shard), STATE_READ)
+    values = pipe.execute()
     return [
         PartRows(
             as_of=state_as_of(version, shard, state),
-            total=int(total),
-            rows=list(zip(scores, members, others, strict=True)),
+            total=total,
+            rows=_scored(rows),
         )
-        for (members, scores, others, total, state), (shard, _, _, _) in zip(replies, ranges, strict=True)
+        for (shard, _, _, _), rows, total, state in zip(
+            ranges, values[0::3], values[1::3], values[2::3], strict=True
+        )
     ]
+
+
+def _scored(reply: list) -> list[tuple[int, bytes]]:
+    """A ZRANGE … WITHSCORES reply as rows (score, member): pairs of a member and its score (a double)
+    in RESP3, members and scores (texts) in turn in RESP2."""
+    if reply and not isinstance(reply[0], list):
+        return [(int(float(score)), member) for member, score in zip(reply[0::2], reply[1::2], strict=True)]
+    return [(int(score), member) for member, score in reply]
 
 
 @translated
