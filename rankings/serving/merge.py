@@ -69,7 +69,7 @@ def board_slice(
             read = store.parts_rows(
                 version=version, window=window, metric=metric, ranges=[(*parts[i], 0, stop) for i in missing]
             )
-            rows = _figured(
+            figured = _figured(
                 version=version,
                 window=window,
                 metric=metric,
@@ -78,7 +78,7 @@ def board_slice(
             )
             for k, (i, found) in enumerate(zip(missing, read, strict=True)):
                 heads[i] = store.BoardSlice(
-                    as_of=found.as_of, total=found.total, rows=[row for row, part in rows if part == k]
+                    as_of=found.as_of, total=found.total, rows=[row for row, part in figured if part == k]
                 )
         rows = [row for _, row in _merged(heads)[start : stop + 1]]
         return store.BoardSlice(as_of=_as_of(heads), total=sum(f.total for f in heads), rows=rows)
