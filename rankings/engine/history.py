@@ -253,20 +253,27 @@ def _at_once(
     ranked = np.minimum(np.count_nonzero(scores, axis=1), depth).tolist()
     bits = max(width - 1, 1).bit_length()
     if scores.max() < 1 << (62 - bits):
-        # Score and column as one number, as _Leaders.first makes them: an unranked product's is its
-        # column, after every ranked one. As 32-bit numbers where they fit: sorted in a half to a
-        # third of the time.
-        keys = np.arange(width) - (scores << bits)
-        if keys.min() >= -(2**31):
-            keys = keys.astype(np.int32)
-        if width > depth:
-            keys = np.partition(keys, depth - 1, axis=1)[:, :depth]
-        keys.sort(axis=1)
-        firsts = keys & ((1 << bits) - 1)
+        firsts = _keyed_firsts(np.arange(width), scores, depth, bits)  # an unranked product's last
     else:
         firsts = np.argsort(-scores, axis=1, kind="stable")[:, :depth]  # ties in column order
     for i, count in enumerate(ranked):
         yield firsts[i, :count]
+
+
+def _keyed_firsts(columns: np.ndarray, scores: np.ndarray, depth: int, bits: int) -> np.ndarray:
+    """The columns of the first `depth` ranks along the last axis of `scores` (score descending,
+    then column; `columns`, below 2^bits, are each score's), every score below 2^(62 - bits): score
+    and column as one number, the column less the score shifted above the column's bits, so that the
+    least `depth` numbers are the first ranks, ties by column, with no argsort; the column is the
+    number's low bits (two's complement). As 32-bit numbers where they fit: sorted in a half to a
+    third of the time."""
+    keys = columns - (scores << bits)
+    if keys.min() >= -(2**31):
+        keys = keys.astype(np.int32)
+    if keys.shape[-1] > depth:
+        keys = np.partition(keys, depth - 1, axis=-1)[..., :depth]
+    keys.sort(axis=-1)
+    return keys & ((1 << bits) - 1)
 
 
 class _Leaders:
@@ -291,7 +298,6 @@ class _Leaders:
         # A score below keyed_below fits beside a column in one int64 (first); revenue in cents may
         # not, and is then sorted by score and column apart.
         self.column_bits = max(width - 1, 1).bit_length()
-        self.column_mask = (1 << self.column_bits) - 1
         self.keyed_below = 1 << (62 - self.column_bits)
 
     def change(self, columns: np.ndarray, changes: np.ndarray) -> None:
@@ -322,14 +328,7 @@ class _Leaders:
                 values = self._keep(values >= floor, values)
             self.set_with = self.held.size
         if values.size and values.max() < self.keyed_below:
-            # Score and column as one number, the column less the score shifted above the column's
-            # bits: the least `depth` numbers are the first ranks, ties by column, with no argsort;
-            # the column is the number's low bits (two's complement).
-            keys = self.held - (values << self.column_bits)
-            if keys.size > depth:
-                keys = np.partition(keys, depth - 1)[:depth]
-            keys.sort()
-            return keys & self.column_mask
+            return _keyed_firsts(self.held, values, depth, self.column_bits)
         above = self.held
         if above.size > depth:
             kept = values >= np.partition(values, above.size - depth)[above.size - depth]

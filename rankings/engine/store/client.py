@@ -285,3 +285,13 @@ def _on_nodes(r: RedisCluster, words: list[tuple]) -> list | None:
     if any(isinstance(reply, _RELAID) for reply in replies):
         return None
     return replies
+
+
+def score_pairs(reply: list | None) -> list[tuple[bytes, float]]:
+    """A raw `… WITHSCORES` reply (ZRANGE, ZRANDMEMBER; sent with execute_command, so that redis-py
+    reads none of it) as (member, score) pairs: flat under RESP2, pairs under RESP3."""
+    if not reply:
+        return []
+    if isinstance(reply[0], list | tuple):
+        return [(member, float(score)) for member, score in reply]
+    return [(reply[i], float(reply[i + 1])) for i in range(0, len(reply), 2)]

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from rankings.engine.store.client import clustered, fast, script, scripts_run, translated
+from rankings.engine.store.client import clustered, fast, score_pairs, script, scripts_run, translated
 from rankings.engine.store.keys import STATE_READ, board_key, member_keys, state_key
 from rankings.engine.store.names import NAMES_BUCKETS, rows_names_head
 from rankings.engine.store.reads import (
@@ -206,20 +206,12 @@ def parts_rows(
         PartRows(
             as_of=state_as_of(version, shard, state),
             total=total,
-            rows=_scored(rows),
+            rows=[(int(score), member) for member, score in score_pairs(rows)],
         )
         for (shard, _, _, _), rows, total, state in zip(
             ranges, values[0::3], values[1::3], values[2::3], strict=True
         )
     ]
-
-
-def _scored(reply: list) -> list[tuple[int, bytes]]:
-    """A ZRANGE … WITHSCORES reply as rows (score, member): pairs of a member and its score (a double)
-    in RESP3, members and scores (texts) in turn in RESP2."""
-    if reply and not isinstance(reply[0], list):
-        return [(int(float(score)), member) for member, score in zip(reply[0::2], reply[1::2], strict=True)]
-    return [(int(score), member) for member, score in reply]
 
 
 @translated

@@ -7,7 +7,7 @@ from typing import cast
 from redis.cluster import RedisCluster
 
 from rankings.engine.split import PART_MARK, is_part
-from rankings.engine.store.client import Client, clustered, fast, patient, script, translated
+from rankings.engine.store.client import Client, clustered, fast, patient, score_pairs, script, translated
 from rankings.engine.store.keys import (
     BLOB_SIZE,
     TEMP_MARK,
@@ -132,18 +132,9 @@ def boards_spot_read(
         values = pipe.execute() if boards else []
         values, heads = values[: 2 * len(boards)], values[2 * len(boards) :]
     return [
-        (size, _scored(_pairs(drawn)), _head(head))
+        (size, _scored(score_pairs(drawn)), _head(head))
         for size, drawn, head in zip(values[::2], values[1::2], heads, strict=True)
     ]
-
-
-def _pairs(drawn: list | None) -> list[tuple[bytes, float]]:
-    """ZRANDMEMBER … WITHSCORES as (member, score) pairs: flat under RESP2, pairs under RESP3."""
-    if not drawn:
-        return []
-    if isinstance(drawn[0], list | tuple):
-        return [(member, float(score)) for member, score in drawn]
-    return [(drawn[i], float(drawn[i + 1])) for i in range(0, len(drawn), 2)]
 
 
 @translated
