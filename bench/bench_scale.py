@@ -15,7 +15,8 @@ average; and a row of neighbours against rank, for each layout.
 The million categories are written with SQL (categories, five products each); a sample of
 them gets one sale per product through the ingest and a tick, to measure Redis's cost per
 category as the engine writes it; then a tick of 5,000 sales spread over all of them, and the
-home page and /v1/categories paged through the million.
+home page and /v1/categories paged through the million; then the tick again with `all` split 4
+ways, and with 8 hashed shards and `all` split 8 ways, each with its longest shard's tick alone.
 
     python -m bench --only scale            (BENCH_SCALE_MEMBERS, BENCH_SCALE_CATEGORIES to resize;
                                              BENCH_SCALE_MEMBERS=0: the categories alone;
@@ -40,8 +41,10 @@ MEMBERS = int(os.environ.get("BENCH_SCALE_MEMBERS", "10000000"))
 CATEGORIES = int(os.environ.get("BENCH_SCALE_CATEGORIES", "1000000"))
 SAMPLED = min(CATEGORIES, 20_000)  # categories whose boards the engine writes for the memory figure
 CHUNK = 100_000  # members written per pipeline: Redis answers others between them
-# The million categories' tick is measured with `all` whole, then split this many ways.
+# The million categories' tick is measured with `all` whole, then split this many ways; then with
+# twice the hashed shards and `all` split as many ways, each shard holding half as much of the tick.
 SPREAD_SPLIT = 4
+SPREAD_WIDE = 8
 
 # The catalogue of the big board: product p<i> for i < MEMBERS (a read of a product the catalogue
 # does not know answers 404 without touching the board).
@@ -89,12 +92,13 @@ def _load(boards: list[tuple[str, str]], layout, slug: str) -> None:
         pipe.execute()
 
 
-def _all_split(parts: int) -> None:
-    """`all` split `parts` ways, as an operator splits it: a rebuild with the split, switched to."""
+def _all_split(parts: int, shards: int | None = None) -> None:
+    """`all` split `parts` ways (over `shards` hashed shards; default: as now), as an operator splits
+    it: a rebuild with the layout, switched to."""
     from rankings.engine.shards import ALL, active, layout_plan
     from rankings.operations.backfill import version_build
 
-    version_build(layout=layout_plan(active().layout, split={ALL: parts}), activate=True)
+    version_build(layout=layout_plan(active().layout, shards=shards, split={ALL: parts}), activate=True)
 
 
 def _big_board(split: int) -> tuple[int, int]:
@@ -400,7 +404,9 @@ def _million_categories(table: harness.Table, runs: int) -> None:
                 f"p50 {statistics.median(latencies):.1f} ms, p99 {harness.percentile(latencies, 99):.1f} ms",
             )
     _all_split(SPREAD_SPLIT)  # then `all` split, each part a shard of its own
-    _spread_ticks(table, runs, now, "split", f"`all` split {SPREAD_SPLIT} ways")
+    now = _spread_ticks(table, runs, now, "split", f"`all` split {SPREAD_SPLIT} ways")
+    _all_split(SPREAD_WIDE, shards=SPREAD_WIDE)
+    _spread_ticks(table, runs, now, "wide", f"{SPREAD_WIDE} hashed shards, `all` split {SPREAD_WIDE} ways")
     _fresh()
 
 
